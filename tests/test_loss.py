@@ -1,0 +1,272 @@
+"""Cement loss (SPEC §5): exactness against open_clip's ClipLoss, closed-form gradients, margins, masks,
+data parallel, bad input."""
+
+import os
+import socket
+import warnings
+
+import open_clip
+import pytest
+import torch
+import torch.nn.functional as F
+
+from concrete_jungle.loss import (AdaptiveMargin, CementLoss, InverseMargin, StaticMargin, hard_negative_diagnostics,
+                                  make_schedule)
+
+SCALE = 14.3
+
+
+def features(n, d=32, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    image = F.normalize(torch.randn(2 * n, d, generator=g, dtype=dtype), dim=1)
+    text = F.normalize(image + 0.8 * torch.randn(2 * n, d, generator=g, dtype=dtype), dim=1)
+    c = 1 + 4 * torch.rand(n, generator=g, dtype=dtype)
+    return image.requires_grad_(), text.requires_grad_(), c
+
+
+def grads(loss, *tensors):
+    return torch.autograd.grad(loss, tensors)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-6)])
+def test_no_margin_equals_open_clip_cliploss_on_2n(dtype, tol):
+    image, text, c = features(16, dtype=dtype)
+    ours = CementLoss("none")(image, text, SCALE, c)
+    ref = open_clip.loss.ClipLoss()(image, text, SCALE)
+    assert abs(ours.item() - ref.item()) <= tol
+    for g_ours, g_ref in zip(grads(ours, image, text), grads(ref, image, text)):
+        torch.testing.assert_close(g_ours, g_ref, atol=tol, rtol=0)
+
+
+def test_no_negatives_at_all_is_cliploss_over_the_anchors():
+    image, text, c = features(12)
+    none = torch.zeros(12, dtype=torch.bool)
+    for margin in ("none", "adaptive"):
+        ours = CementLoss(margin)(image, text, SCALE, c, has_negative=none)
+        ref = open_clip.loss.ClipLoss()(image[:12], text[:12], SCALE)
+        assert abs(ours.item() - ref.item()) < 1e-12
+        for g_ours, g_ref in zip(grads(ours, image, text), grads(ref, image, text)):
+            torch.testing.assert_close(g_ours, g_ref, atol=1e-12, rtol=0)
+
+
+def closed_form_logit_grad(s_margined, valid):
+    """SPEC §5: dL/dS~ = mean over valid rows of (p - onehot), averaged over both directions."""
+    rows = s_margined.shape[0]
+    eye = torch.eye(rows, dtype=s_margined.dtype)
+    keep = valid.to(s_margined.dtype)[:, None]
+    r = valid.sum()
+    g_image = (torch.softmax(s_margined, dim=1) - eye) * keep / (2 * r)
+    g_text = (torch.softmax(s_margined.T, dim=1) - eye) * keep / (2 * r)
+    g = g_image + g_text.T
+    g[~valid] = 0
+    g[:, ~valid] = 0
+    return g
+
+
+@pytest.mark.parametrize("schedule", ["none", "static", "adaptive", "inverse"])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_gradient_equals_the_closed_form(schedule, with_mask):
+    n = 10
+    image, text, c = features(n, seed=3)
+    has_negative = torch.arange(n) % 3 != 0 if with_mask else torch.ones(n, dtype=torch.bool)
+    loss = CementLoss(schedule)(image, text, SCALE, c, has_negative=has_negative)
+    g_image, g_text = grads(loss, image, text)
+
+    # S~ built by hand from the features, masked entries at -inf
+    m = make_schedule(schedule)(c)
+    s = SCALE * image.detach() @ text.detach().T
+    idx = torch.arange(2 * n)
+    s[idx, (idx + n) % (2 * n)] += torch.cat([m, m])
+    valid = torch.cat([torch.ones(n, dtype=torch.bool), has_negative])
+    s[~valid] = float("-inf")
+    s[:, ~valid] = float("-inf")
+    s = torch.where(valid[:, None] & valid[None, :], s, torch.full_like(s, -1e30))
+    g = closed_form_logit_grad(s, valid)
+    # chain rule through S = scale * I T^T
+    torch.testing.assert_close(g_image, SCALE * g @ text.detach(), atol=1e-12, rtol=0)
+    torch.testing.assert_close(g_text, SCALE * g.T @ image.detach(), atol=1e-12, rtol=0)
+
+
+def test_masked_loss_equals_the_hand_built_softmax_without_those_rows_and_columns():
+    n = 9
+    image, text, c = features(n, seed=5)
+    has_negative = torch.tensor([1, 0, 1, 1, 0, 0, 1, 1, 1], dtype=torch.bool)
+    loss = CementLoss("adaptive")(image, text, SCALE, c, has_negative=has_negative)
+
+    keep = torch.cat([torch.arange(n), n + torch.nonzero(has_negative).squeeze(1)])
+    m = AdaptiveMargin()(c)
+    s = SCALE * image @ text.T
+    margin = torch.zeros_like(s)
+    idx = torch.arange(2 * n)
+    margin[idx, (idx + n) % (2 * n)] = torch.cat([m, m])
+    sub = (s + margin)[keep][:, keep]  # a smaller softmax: the masked rows and columns are gone
+    labels = torch.arange(len(keep))
+    expected = (F.cross_entropy(sub, labels) + F.cross_entropy(sub.T, labels)) / 2
+    assert abs(loss.item() - expected.item()) < 1e-12
+    for a, b in zip(grads(loss, image, text), grads(expected, image, text)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def test_static_margin_raises_the_hard_negative_gradient_share_monotonically():
+    image, text, c = features(64, seed=1)
+    shares = [CementLoss(StaticMargin(m))(image, text, SCALE, c, output_dict=True)["hn_grad_share"].item()
+              for m in (-2, -1, 0, 0.5, 1, 2, 4)]
+    assert all(a < b for a, b in zip(shares, shares[1:])), shares
+
+
+def test_adaptive_and_inverse_schedules():
+    c = torch.tensor([1.0, 3.0, 3.9, 4.0, 4.1, 5.0])
+    adaptive, inverse = AdaptiveMargin()(c), InverseMargin()(c)
+    torch.testing.assert_close(adaptive[[0, 1, 5]], torch.tensor([-2.0, -2.0, 2.0]), atol=1e-2, rtol=0)
+    torch.testing.assert_close(inverse[[0, 1, 5]], torch.tensor([2.0, 2.0, -2.0]), atol=1e-2, rtol=0)
+    assert adaptive[3].item() == pytest.approx(0.0) and inverse[3].item() == pytest.approx(0.0)
+    assert torch.all(adaptive.diff() > 0) and torch.all(inverse.diff() < 0)
+    # the paper's formula written out
+    expected = (2 - -2) / (1 + torch.exp((4 - c) / 0.15)) + -2
+    torch.testing.assert_close(adaptive, expected)
+
+
+def test_diagnostics_match_a_direct_computation():
+    n = 20
+    image, text, c = features(n, seed=2)
+    out = CementLoss("adaptive")(image, text, SCALE, c, output_dict=True)
+    m = AdaptiveMargin()(c).detach()
+    s = (SCALE * image @ text.T).detach()
+    idx = torch.arange(2 * n)
+    hard = (idx + n) % (2 * n)
+    st = s.clone()
+    st[idx, hard] += torch.cat([m, m])
+    shares, p_pos, gaps = [], [], []
+    for mat, raw in ((st, s), (st.T, s.T)):
+        p = torch.softmax(mat, dim=1)
+        shares.append(p[idx, hard] / (1 - p[idx, idx]))
+        p_pos.append(p[idx, idx])
+        gaps.append(raw[idx, idx] - raw[idx, hard])
+    assert out["hn_grad_share"].item() == pytest.approx(torch.cat(shares).mean().item(), rel=1e-12)
+    assert out["p_pos"].item() == pytest.approx(torch.cat(p_pos).mean().item(), rel=1e-12)
+    assert out["logit_gap"].item() == pytest.approx(torch.cat(gaps).mean().item(), rel=1e-12)
+    assert out["margin"].item() == pytest.approx(m.mean().item(), rel=1e-12)
+    assert hard_negative_diagnostics(image, text, SCALE, c, margin="adaptive")["hn_grad_share"] == pytest.approx(
+        out["hn_grad_share"].item())
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda i, t, c: (i[:, :5], t, c), "must have the same shape"),
+    (lambda i, t, c: (i[:7], t[:7], c), "7 rows; expected 2n rows"),
+    (lambda i, t, c: (i, t, c[:3]), r"concreteness has shape \(3,\); expected \(4,\)"),
+    (lambda i, t, c: (i, t, torch.tensor([1.0, float("nan"), 2.0, 3.0])), "concreteness contains NaN"),
+    (lambda i, t, c: (i[0], t[0], c), "must be 2-D"),
+])
+def test_bad_input_names_the_argument(call, match):
+    image, text, c = features(4)
+    with pytest.raises(ValueError, match=match):
+        bad_image, bad_text, bad_c = call(image, text, c)
+        CementLoss()(bad_image, bad_text, SCALE, bad_c)
+
+
+def test_bad_mask_and_schedule():
+    image, text, c = features(4)
+    with pytest.raises(ValueError, match="has_negative must be a bool tensor of shape"):
+        CementLoss()(image, text, SCALE, c, has_negative=torch.ones(4))
+    with pytest.raises(ValueError, match="not one of"):
+        CementLoss("cosine")
+    with pytest.raises(ValueError, match="adaptive"):
+        CementLoss("adaptive", m_maxx=3)
+
+
+def test_unnormalised_features_warn_once():
+    image, text, c = features(4)
+    loss = CementLoss()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss(image * 3, text, SCALE, c)
+        loss(image * 3, text, SCALE, c)
+    assert len([w for w in caught if "not L2-normalised" in str(w.message)]) == 1
+
+
+# ----------------------------------------------------------------------------- data parallel, 2 CPU processes
+
+WORLD = 2
+N_LOCAL = 6
+
+
+def _global_batch():
+    g = torch.Generator().manual_seed(11)
+    x_image = torch.randn(2 * WORLD * N_LOCAL, 10, generator=g)  # [all anchors; all negatives]
+    x_text = torch.randn(2 * WORLD * N_LOCAL, 10, generator=g)
+    c = 1 + 4 * torch.rand(WORLD * N_LOCAL, generator=g)
+    has_negative = torch.tensor([1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1], dtype=torch.bool)  # uneven per rank
+    return x_image, x_text, c, has_negative
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.ModuleDict({"image": torch.nn.Linear(10, 8), "text": torch.nn.Linear(10, 8)})
+
+
+def _step(model, loss_fn, x_image, x_text, c, has_negative):
+    image = F.normalize(model["image"](x_image), dim=1)
+    text = F.normalize(model["text"](x_text), dim=1)
+    loss = loss_fn(image, text, SCALE, c, has_negative=has_negative)
+    loss.backward()
+    return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+CONFIGS = [(False, True), (True, True), (False, False)]  # (local_loss, gather_with_grad)
+
+
+def _worker(rank, port, out_dir):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    x_image, x_text, c, has_negative = _global_batch()
+    n_global = WORLD * N_LOCAL
+    mine = slice(rank * N_LOCAL, (rank + 1) * N_LOCAL)
+    # this rank's [anchors; negatives]
+    local = lambda x: torch.cat([x[:n_global][mine], x[n_global:][mine]])  # noqa: E731
+    for local_loss, gather_with_grad in CONFIGS:
+        loss_fn = CementLoss("adaptive", local_loss=local_loss, gather_with_grad=gather_with_grad,
+                             rank=rank, world_size=WORLD)
+        loss, grads = _step(_model(), loss_fn, local(x_image), local(x_text), c[mine], has_negative[mine])
+        losses = [torch.zeros(()) for _ in range(WORLD)]
+        dist.all_gather(losses, loss)
+        for g in grads.values():
+            dist.all_reduce(g)  # summed here; DDP's average is this divided by the world size
+        torch.save({"losses": torch.stack(losses), "grads": grads},
+                   os.path.join(out_dir, f"rank{rank}-{local_loss}-{gather_with_grad}.pt"))
+    dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory):
+    """One 2-process gloo run (spawned here) computing the loss and gradients under every config."""
+    out = tmp_path_factory.mktemp("ddp")
+    torch.multiprocessing.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
+    return out
+
+
+@pytest.mark.parametrize("local_loss, gather_with_grad", CONFIGS)
+def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, local_loss, gather_with_grad):
+    x_image, x_text, c, has_negative = _global_batch()
+    ref_loss, ref_grads = _step(_model(), CementLoss("adaptive"), x_image, x_text, c, has_negative)
+    for rank in range(WORLD):
+        result = torch.load(two_process_results / f"rank{rank}-{local_loss}-{gather_with_grad}.pt",
+                            weights_only=True)
+        if local_loss:  # each rank's loss is its share; DDP averages them
+            assert result["losses"].mean().item() == pytest.approx(ref_loss.item(), abs=1e-6)
+        else:  # every rank computes the whole global loss
+            torch.testing.assert_close(result["losses"], ref_loss.expand(WORLD), atol=1e-6, rtol=0)
+        for name, g in result["grads"].items():
+            if gather_with_grad:
+                # open_clip's semantics: gradients flow back through the gather, DDP's average is exact
+                torch.testing.assert_close(g / WORLD, ref_grads[name], atol=1e-6, rtol=1e-5)
+            else:
+                # without gather_with_grad each rank reaches only its own features: the sum over ranks
+                # (DDP's average times the world size) is the global gradient, as with ClipLoss
+                torch.testing.assert_close(g, ref_grads[name], atol=1e-6, rtol=1e-5)
