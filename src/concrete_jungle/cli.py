@@ -16,34 +16,52 @@ def _targets(text: str) -> dict[str, float]:
         raise argparse.ArgumentTypeError(f"--targets {text!r}: write it as attribute=0.4,object=0.4,relation=0.2")
 
 
-def add_keywords_parser(sub) -> None:
+def add_sampler_args(p, required: bool = True) -> None:
     from .keywords import MODES, POLICIES, SamplerConfig
-    from .sources import FORMATS
 
     default = SamplerConfig()
+    p.add_argument("--mode", choices=MODES, required=required, help="hc: high, lc: low, wo: no concreteness preference")
+    p.add_argument("--top-k", type=int, default=default.top_k, help="candidates kept by concreteness (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=default.temperature, help="softmax temperature (default %(default)s)")
+    p.add_argument("--policy", choices=POLICIES, default=default.policy, help="category step (default %(default)s)")
+    p.add_argument("--targets", type=_targets, default=None,
+                   help="target category shares for the quota, e.g. attribute=0.4,object=0.4,relation=0.2")
+    p.add_argument("--lc-softmax", choices=("c", "-c"), default=default.lc_softmax,
+                   help="lc samples softmax(c/T) (paper, default) or softmax(-c/T) (SPEC) among its k least concrete")
+    p.add_argument("--seed", type=int, default=default.seed)
+    p.add_argument("--scale", default="brysbaert", help="built-in scale: brysbaert or lancaster-visual")
+    p.add_argument("--spacy-model", help="spaCy pipeline name or path (default: an installed English pipeline)")
+
+
+def sampler_config(args):
+    from .keywords import SamplerConfig
+
+    return SamplerConfig(mode=args.mode, top_k=args.top_k, temperature=args.temperature, policy=args.policy,
+                         seed=args.seed, lc_softmax=args.lc_softmax, **({"targets": args.targets} if args.targets else {}))
+
+
+def add_input_args(p, required: bool = True) -> None:
+    from .sources import FORMATS
+
+    p.add_argument("--captions", nargs="+", metavar="FILE", required=required,
+                   help="caption files or directories: Karpathy dataset_*.json, COCO captions_*.json, "
+                   "SugarCrepe JSON, JSONL or CSV")
+    p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
+    p.add_argument("--split", help="Karpathy split(s) to read, e.g. train or train,restval (default: all)")
+
+
+def add_keywords_parser(sub) -> None:
     p = sub.add_parser(
         "keywords",
         help="pick one concrete keyword per caption (ConcretePlant stage 1)",
         description="Parse captions with spaCy, rate candidate keywords for concreteness and sample one per "
         "sample. Re-running with the same --out resumes.",
     )
-    p.add_argument("--captions", nargs="+", required=True, metavar="FILE",
-                   help="caption files or directories: Karpathy dataset_*.json, COCO captions_*.json, "
-                   "SugarCrepe JSON, JSONL or CSV")
-    p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
-    p.add_argument("--split", help="Karpathy split(s) to read, e.g. train or train,restval (default: all)")
-    p.add_argument("--mode", choices=MODES, required=True, help="hc: high, lc: low, wo: no concreteness preference")
-    p.add_argument("--top-k", type=int, default=default.top_k, help="candidates kept by concreteness (default %(default)s)")
-    p.add_argument("--temperature", type=float, default=default.temperature, help="softmax temperature (default %(default)s)")
-    p.add_argument("--policy", choices=POLICIES, default=default.policy, help="category step (default %(default)s)")
-    p.add_argument("--targets", type=_targets, default=None,
-                   help="target category shares for the quota, e.g. attribute=0.4,object=0.4,relation=0.2")
-    p.add_argument("--seed", type=int, default=default.seed)
-    p.add_argument("--scale", default="brysbaert", help="built-in scale: brysbaert or lancaster-visual")
+    add_input_args(p)
+    add_sampler_args(p)
     p.add_argument("--ratings", help="a CSV of your own ratings instead of a built-in scale")
     p.add_argument("--word-column", default="Word", help="word column of --ratings (default %(default)s)")
     p.add_argument("--score-column", help="score column of --ratings")
-    p.add_argument("--spacy-model", help="spaCy pipeline name or path (default: an installed English pipeline)")
     p.add_argument("--batch-size", type=int, default=256, help="captions per spaCy batch")
     p.add_argument("--workers", type=int, default=1, help="spaCy processes (nlp.pipe n_process)")
     p.add_argument("--max-words", type=int, default=60, help="skip longer captions (default %(default)s)")
@@ -54,12 +72,9 @@ def add_keywords_parser(sub) -> None:
 
 def run_keywords_command(args, console: Console) -> int:
     from .concreteness import load_ratings
-    from .keywords import FilterConfig, SamplerConfig, load_spacy, run_keywords, summary_table
+    from .keywords import FilterConfig, load_spacy, run_keywords, summary_table
 
-    config = SamplerConfig(
-        mode=args.mode, top_k=args.top_k, temperature=args.temperature, policy=args.policy, seed=args.seed,
-        **({"targets": args.targets} if args.targets else {}),
-    )
+    config = sampler_config(args)
     ratings = load_ratings(args.scale, args.ratings, args.word_column, args.score_column)
     nlp = load_spacy(args.spacy_model)
     summary = run_keywords(
@@ -71,6 +86,95 @@ def run_keywords_command(args, console: Console) -> int:
     return 0
 
 
+def add_plant_parser(sub) -> None:
+    from .captioners import CAPTIONERS
+    from .editors import EDITORS
+
+    p = sub.add_parser(
+        "plant",
+        help="make a ConcreteBatch: keywords, caption rewrite, image edit (ConcretePlant)",
+        description="Sample keywords, rewrite captions, edit images and write WebDataset shards plus a manifest. "
+        "Re-running with the same --out resumes. `concrete-jungle plant merge DIR` joins the parts of a "
+        "--num-shards run.",
+    )
+    p.add_argument("action", nargs="?", choices=["merge"], help="merge: check and join the parts in DIR")
+    p.add_argument("merge_dir", nargs="?", metavar="DIR", help="dataset directory to merge")
+    add_input_args(p, required=False)
+    add_sampler_args(p, required=False)
+    p.add_argument("--images", help="folder the captions' image paths are relative to (COCO: the image folder)")
+    p.add_argument("--out", help="dataset directory; an existing one is resumed")
+    g = p.add_argument_group("caption rewrite")
+    g.add_argument("--captioner", choices=CAPTIONERS, default="rules", help="default %(default)s (offline)")
+    g.add_argument("--model", help="LLM for openai/transformers, e.g. Qwen/Qwen3-32B")
+    g.add_argument("--base-url", action="append", help="OpenAI-compatible server URL (repeat for several)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    g.add_argument("--concurrency", type=int, default=64, help="requests in flight (openai)")
+    g.add_argument("--max-attempts", type=int, default=3, help="rewrites tried per sample before rejecting it")
+    g = p.add_argument_group("image edit")
+    g.add_argument("--editor", choices=EDITORS, default="none", help="default %(default)s (text-only negatives)")
+    g.add_argument("--editor-model", default="stabilityai/sdxl-turbo", help="img2img model id or path")
+    g.add_argument("--strength", type=float, default=0.75)
+    g.add_argument("--steps", type=int, default=4)
+    g.add_argument("--size", type=int, default=512)
+    g.add_argument("--vae", help="a fp16-safe VAE to use instead of the model's (e.g. madebyollin/sdxl-vae-fp16-fix)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the UNet")
+    g.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    g = p.add_argument_group("run")
+    g.add_argument("--batch-size", type=int, default=16, help="samples per rewrite/edit batch")
+    g.add_argument("--samples-per-shard", type=int, default=1000)
+    g.add_argument("--num-shards", type=int, help="split the run into K parts (default: $WORLD_SIZE, SLURM array, 1)")
+    g.add_argument("--shard-index", type=int, help="this part (default: $RANK, SLURM array task, 0)")
+    g.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run=run_plant_command)
+
+
+def run_plant_command(args, console: Console) -> int:
+    from rich.table import Table
+
+    from .plant import Plant, PlantConfig, merge_parts, shard_from_environment
+
+    if args.action == "merge":
+        if not args.merge_dir:
+            raise ValueError("usage: concrete-jungle plant merge DIR")
+        summary = merge_parts(args.merge_dir)
+    else:
+        missing = [f"--{n}" for n in ("captions", "images", "out", "mode") if not getattr(args, n)]
+        if missing:
+            raise ValueError(f"concrete-jungle plant needs {', '.join(missing)}")
+        env_index, env_count = shard_from_environment()
+        captioner_options = {}
+        if args.captioner in ("openai", "transformers"):
+            if not args.model:
+                raise ValueError(f"--captioner {args.captioner} needs --model (e.g. Qwen/Qwen3-32B)")
+            captioner_options["model"] = args.model
+        if args.captioner == "openai":
+            captioner_options.update(base_urls=args.base_url or ["http://localhost:8000/v1"],
+                                     api_key_env=args.api_key_env, concurrency=args.concurrency)
+        if args.captioner == "rules":
+            captioner_options["seed"] = args.seed
+        editor_options = {}
+        if args.editor == "diffusers":
+            editor_options = {"model": args.editor_model, "strength": args.strength, "steps": args.steps,
+                              "size": args.size, "vae": args.vae, "compile": args.compile, "device": args.device}
+        config = PlantConfig(
+            captions=list(args.captions), images=args.images, out=args.out, mode=args.mode, format=args.format,
+            split=args.split, sampler=sampler_config(args), scale=args.scale, spacy_model=args.spacy_model,
+            captioner=args.captioner, captioner_options=captioner_options, editor=args.editor,
+            editor_options=editor_options, max_attempts=args.max_attempts, batch_size=args.batch_size,
+            samples_per_shard=args.samples_per_shard,
+            num_shards=args.num_shards if args.num_shards is not None else env_count,
+            shard_index=args.shard_index if args.shard_index is not None else env_index,
+        )
+        summary = Plant(config, progress=not args.no_progress).run()
+    table = Table(title="ConcreteBatch")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        table.add_row(key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value))
+    console.print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="concrete-jungle",
@@ -78,19 +182,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_keywords_parser(sub)
+    add_plant_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .captioners import CaptionerError
     from .concreteness import RatingsError
     from .keywords import KeywordJobError
+    from .plant import PlantError
     from .sources import SourceError
 
     args = build_parser().parse_args(argv)
     console = Console(stderr=True)
     try:
         return args.run(args, console)
-    except (RatingsError, SourceError, KeywordJobError, ValueError) as e:
+    except (RatingsError, SourceError, KeywordJobError, PlantError, CaptionerError, ValueError,
+            FileNotFoundError) as e:
         console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return 2
 

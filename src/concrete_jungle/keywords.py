@@ -8,12 +8,14 @@ none), then softmax sampling within the chosen category.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -307,8 +309,11 @@ class KeywordJobError(ValueError):
     """A keyword job that cannot start; the message names the input and the fix."""
 
 
+@functools.lru_cache(maxsize=4)
 def load_spacy(name: str | None = None):
-    """The named spaCy pipeline, or the first installed English one, without the unused components."""
+    """The named spaCy pipeline, or the first installed English one, without the unused components.
+
+    Cached: a process that makes several datasets (hc, lc, wo) loads the pipeline once."""
     import spacy
 
     installed = spacy.util.get_installed_models()
@@ -403,12 +408,14 @@ def run_keywords(
     batch_size: int = 256,
     workers: int = 1,
     progress: bool = True,
+    keep: Callable[[str], bool] | None = None,
 ) -> dict:
     """Sample one keyword per caption sample into ``out`` (JSONL), resuming whatever ``out`` already holds.
 
     Every input sample gets exactly one line, ``status`` ``ok`` or ``skipped`` with a ``reason``. Lines are
     written in input order, so the quota counts rebuilt from the ok lines on restart equal those of an
-    uninterrupted run. Returns the summary, also written to ``<out stem>.summary.json``.
+    uninterrupted run. ``keep`` selects samples by id (a part of a sharded run); the others are not written.
+    Returns the summary, also written to ``<out stem>.summary.json``.
     """
     from tqdm import tqdm
 
@@ -439,7 +446,7 @@ def run_keywords(
             sampler.record(r["category"])
     records = list(done)
 
-    samples = list(read_samples(captions, fmt=fmt, split=split))
+    samples = [s for s in read_samples(captions, fmt=fmt, split=split) if keep is None or keep(s.id)]
     stop_words = nlp.Defaults.stop_words
     todo, seen = [], set(done_ids)
     for sample in samples:

@@ -1,0 +1,90 @@
+"""Samples/s of the whole ConcretePlant pipeline against the bare captioner and editor calls.
+
+Same samples, same batches, same tiny models (random-init Llama and SDXL built from configs: throughput
+does not depend on weight values). The bare reference calls `captioner.rewrite` and `editor.edit` on
+each batch and nothing else; the pipeline adds image loading, reply cleaning and validation, JPEG
+encoding, tar writing, manifests and fsyncs, and overlaps the captioner with the editor. Keywords are
+sampled once beforehand (their cost is spaCy's, see keywords_throughput.py). Rounds alternate the two.
+Goal: pipeline overhead <= 10% (ratio bare time / pipeline time >= 0.91).
+
+    python benchmarks/plant_overhead.py --samples 96 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from concrete_jungle.captioners import RewriteRequest, make_captioner
+from concrete_jungle.editors import make_editor
+from concrete_jungle.keywords import SamplerConfig
+from concrete_jungle.plant import Plant, PlantConfig, load_image
+from concrete_jungle.tiny import build_tiny_causal_lm, build_tiny_sdxl_img2img
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_plant import make_dataset  # noqa: E402  (the tests' synthetic captions and images)
+
+
+def bare(records, images, captioner, editor, batch_size, seed=0) -> float:
+    t0 = time.perf_counter()
+    for b in range(0, len(records), batch_size):
+        batch = records[b: b + batch_size]
+        reqs = [RewriteRequest(r["id"], r["caption"], r["keyword"], tuple(r["span"]), r["category"], "hc", 0, seed)
+                for r in batch]
+        replies = captioner.rewrite(reqs)
+        if editor is not None:
+            ims = [load_image(images, r["image"])[0] for r in batch]
+            editor.edit(ims, [x.text or r["caption"] for x, r in zip(replies, batch)], list(range(len(batch))))
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=16)
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        captions, images = make_dataset(tmp, args.samples, image_size=64)
+        lm = make_captioner("transformers", model=str(build_tiny_causal_lm(tmp / "lm")), max_new_tokens=16,
+                            batch_size=args.batch_size)
+        sdxl = make_editor("diffusers", model=str(build_tiny_sdxl_img2img(tmp / "sdxl")), size=64,
+                           batch_size=args.batch_size)
+        rules = make_captioner("rules")
+        setups = {"tiny Llama captioner, no editor": (lm, None), "rules captioner + tiny SDXL editor": (rules, sdxl)}
+        print(f"samples: {args.samples}, batch size: {args.batch_size}, rounds: {args.rounds} (medians), "
+              "max attempts 1\n")
+        print("| setup | bare calls samples/s | pipeline samples/s | bare time / pipeline time |")
+        print("| --- | --- | --- | --- |")
+        for label, (captioner, editor) in setups.items():
+            base = PlantConfig(captions=[str(captions)], images=str(images), out=str(tmp / "warm"), mode="hc",
+                               sampler=SamplerConfig(mode="hc"), max_attempts=1, batch_size=args.batch_size,
+                               samples_per_shard=32)
+            Plant(base, captioner, editor or make_editor("none"), progress=False).run()  # warm-up, keywords
+            keyword_file = tmp / "warm" / "keywords-00000-of-00001.jsonl"
+            records = [r for r in map(json.loads, keyword_file.read_text().splitlines()) if r["status"] == "ok"]
+            bare_t, plant_t = [], []
+            for r in range(args.rounds):
+                out = tmp / f"run-{label[:5]}-{r}"
+                out.mkdir()
+                for f in tmp.joinpath("warm").glob("keywords-*"):
+                    shutil.copy(f, out / f.name)
+                config = PlantConfig(**{**base.__dict__, "out": str(out)})
+                t0 = time.perf_counter()
+                Plant(config, captioner, editor or make_editor("none"), progress=False).run()
+                plant_t.append(time.perf_counter() - t0)
+                bare_t.append(bare(records, images, captioner, editor, args.batch_size))
+            b, p = statistics.median(bare_t), statistics.median(plant_t)
+            print(f"| {label} | {len(records) / b:.1f} | {len(records) / p:.1f} | {b / p:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""ConcreteBatch on disk (SPEC §4): WebDataset tar shards plus a manifest, written crash-safe, read streaming.
+
+Layout of a dataset directory::
+
+    shard-000000.tar ...         one record per anchor: __key__, jpg, txt, neg.jpg, neg.txt, json
+    manifests/shard-000000.jsonl one row per processed sample of that shard (ok or rejected), written
+                                 atomically after its tar, so a shard is either complete or absent
+    manifest.jsonl, rejects.jsonl, summary.json, config.yaml   (when every part is done)
+
+A shard is written to a temporary name and renamed when complete. Tar members carry a fixed mtime, so
+re-making a shard gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from PIL import Image
+
+from .records import atomic_write_text
+
+SHARD_PATTERN = "shard-{:06d}.tar"
+
+
+def sample_key(sample_id: str) -> str:
+    """A WebDataset key: no dots or slashes (they split keys from extensions); the id itself is in json."""
+    return re.sub(r"[^\w-]", "_", sample_id)
+
+
+def encode_jpeg(image: Image.Image, quality: int = 95) -> bytes:
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+class ShardWriter:
+    """Writes one tar shard under a temporary name; `commit` renames it into place."""
+
+    def __init__(self, path: Path):
+        import webdataset as wds
+
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.tmp")
+        self._file = open(self.tmp, "wb")
+        self._tar = wds.TarWriter(self._file, encoder=False, mtime=0.0, user="", group="")
+        self.count = 0
+
+    def write(self, key: str, image: bytes, caption: str, neg_image: bytes, neg_caption: str, meta: dict) -> None:
+        self._tar.write({
+            "__key__": key, "jpg": image, "txt": caption.encode("utf-8"), "neg.jpg": neg_image,
+            "neg.txt": neg_caption.encode("utf-8"),
+            "json": json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8"),
+        })
+        self.count += 1
+
+    def commit(self) -> None:
+        self._tar.close()  # closes the file too
+        with open(self.tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self._tar.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def write_shard_manifest(root: Path, shard_index: int, rows: list[dict]) -> None:
+    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+    atomic_write_text(root / "manifests" / f"shard-{shard_index:06d}.jsonl", text)
+
+
+def read_shard_manifests(root: Path, shard_indices=None) -> dict[int, list[dict]]:
+    """The complete shards' manifest rows, by shard index."""
+    out = {}
+    for path in sorted((root / "manifests").glob("shard-*.jsonl")):
+        index = int(path.stem.split("-")[1])
+        if shard_indices is None or index in shard_indices:
+            out[index] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return out
+
+
+def shard_urls(root: str | Path) -> list[str]:
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"ConcreteBatch directory not found: {root}")
+    urls = sorted(str(p) for p in root.glob("shard-*.tar"))
+    if not urls:
+        raise FileNotFoundError(f"{root} holds no shard-*.tar files; is it a ConcreteBatch directory (made by "
+                                "`concrete-jungle plant`)?")
+    return urls
+
+
+def _decode(sample: dict) -> dict:
+    meta = json.loads(sample["json"])
+    return {
+        "key": sample["__key__"],
+        "image": Image.open(io.BytesIO(sample["jpg"])).convert("RGB"),
+        "caption": sample["txt"].decode("utf-8"),
+        "neg_image": Image.open(io.BytesIO(sample["neg.jpg"])).convert("RGB"),
+        "neg_caption": sample["neg.txt"].decode("utf-8"),
+        "concreteness": float(meta["concreteness"]),
+        "meta": meta,
+    }
+
+
+def iter_records(source: str | Path | list[str]) -> Iterator[dict]:
+    """Every record of a ConcreteBatch (directory or list of shard paths/URLs), decoded, streaming with
+    `webdataset`: dicts with image, caption, neg_image, neg_caption, concreteness, meta."""
+    import webdataset as wds
+
+    urls = source if isinstance(source, list) else shard_urls(source)
+    for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
+        yield _decode(sample)
+
+
+def iter_quintuples(source: str | Path | list[str]) -> Iterator[tuple]:
+    """``(image, caption, neg_image, neg_caption, concreteness)`` per record, for training."""
+    for r in iter_records(source):
+        yield r["image"], r["caption"], r["neg_image"], r["neg_caption"], r["concreteness"]
+
+
+def read_manifest(root: str | Path) -> list[dict]:
+    path = Path(root) / "manifest.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: the dataset is unfinished or its parts are not merged "
+                                "(`concrete-jungle plant merge`)")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

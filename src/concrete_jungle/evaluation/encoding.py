@@ -1,0 +1,132 @@
+"""Shared machinery of every benchmark: check the files, encode each unique image and text once.
+
+Images are checked (present, readable header) before any model loads, so a wrong folder fails in
+seconds with the file and the expected layout named. Encoding is batched, shows a progress bar, and is
+cached on disk by (model hash, the exact list of items and their file stamps): a second evaluation of the
+same model reads its embeddings back instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from PIL import Image, UnidentifiedImageError
+
+from ..models import ClipModel
+
+
+class BenchmarkDataError(ValueError):
+    """Benchmark files missing or in the wrong layout; the message names the file and the layout."""
+
+
+def check_images(paths: list[Path], layout: str, skip_missing: bool) -> dict[Path, str]:
+    """Problems by image path ({} when all are fine). Without ``skip_missing`` the first one is an error."""
+    problems: dict[Path, str] = {}
+    for path in dict.fromkeys(paths):
+        try:
+            with Image.open(path) as im:
+                im.size  # noqa: B018 - the header is read, the pixels are not
+        except FileNotFoundError:
+            problems[path] = "missing"
+        except (UnidentifiedImageError, OSError) as e:
+            problems[path] = f"unreadable ({type(e).__name__})"
+        if problems.get(path) and not skip_missing:
+            raise BenchmarkDataError(f"image {path} is {problems[path]}; expected layout: {layout}. "
+                                     "Fix the data root, or pass --skip-missing to count and skip such items.")
+    return problems
+
+
+def load_json_file(path: Path, layout: str):
+    import json
+
+    if not path.is_file():
+        raise BenchmarkDataError(f"{path} not found; expected layout: {layout}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise BenchmarkDataError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
+
+
+class _Images(torch.utils.data.Dataset):
+    def __init__(self, paths, preprocess):
+        self.paths, self.preprocess = paths, preprocess
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        with Image.open(self.paths[i]) as im:
+            return self.preprocess(im.convert("RGB"))
+
+
+class Encoder:
+    """Normalised image and text embeddings of a `ClipModel`, each unique item encoded once."""
+
+    def __init__(self, clip: ClipModel, device: str = "cpu", batch_size: int = 64, num_workers: int = 0,
+                 cache_dir: str | Path | None = None, progress: bool = True):
+        self.clip = clip
+        self.device = device
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.cache_dir = Path(cache_dir) / clip.hash if cache_dir else None
+        self.progress = progress
+        self.encoded = {"images": 0, "texts": 0}  # items actually run through the model (not cached)
+
+    def _cached(self, kind: str, keys: list[str], compute) -> torch.Tensor:
+        if self.cache_dir is None:
+            return compute()
+        from safetensors.torch import load_file, save_file
+
+        digest = hashlib.sha1("\n".join(keys).encode()).hexdigest()[:20]
+        path = self.cache_dir / f"{kind}-{digest}.safetensors"
+        if path.exists():
+            return load_file(path)["embeddings"]
+        out = compute()
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        save_file({"embeddings": out.contiguous()}, str(tmp))
+        tmp.replace(path)
+        return out
+
+    @torch.no_grad()
+    def images(self, paths: list[Path]) -> torch.Tensor:
+        """One row per path (in order); each distinct path is encoded once."""
+        unique = list(dict.fromkeys(paths))
+        stamps = [f"{p}|{p.stat().st_size}|{p.stat().st_mtime_ns}" for p in unique]
+
+        def compute():
+            from tqdm import tqdm
+
+            loader = torch.utils.data.DataLoader(_Images(unique, self.clip.preprocess), batch_size=self.batch_size,
+                                                 num_workers=self.num_workers)
+            rows = []
+            for batch in tqdm(loader, desc="images", unit="batch", disable=not self.progress, leave=False):
+                rows.append(F.normalize(self.clip.model.encode_image(batch.to(self.device)).float(), dim=-1).cpu())
+            self.encoded["images"] += len(unique)
+            return torch.cat(rows) if rows else torch.empty(0)
+
+        table = self._cached("images", stamps, compute)
+        index = {p: i for i, p in enumerate(unique)}
+        return table[[index[p] for p in paths]]
+
+    @torch.no_grad()
+    def texts(self, texts: list[str]) -> torch.Tensor:
+        unique = list(dict.fromkeys(texts))
+
+        def compute():
+            from tqdm import tqdm
+
+            rows = []
+            for i in tqdm(range(0, len(unique), self.batch_size), desc="texts", unit="batch",
+                          disable=not self.progress, leave=False):
+                tokens = self.clip.tokenizer(unique[i: i + self.batch_size]).to(self.device)
+                rows.append(F.normalize(self.clip.model.encode_text(tokens).float(), dim=-1).cpu())
+            self.encoded["texts"] += len(unique)
+            return torch.cat(rows) if rows else torch.empty(0)
+
+        table = self._cached("texts", unique, compute)
+        index = {t: i for i, t in enumerate(unique)}
+        return table[[index[t] for t in texts]]

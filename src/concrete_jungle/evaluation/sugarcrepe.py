@@ -1,0 +1,56 @@
+"""SugarCrepe (Hsieh et al. 2023): is the true caption closer to the image than its hard negative?
+
+Data: the official JSON files (dict keyed by item index; some subsets are not contiguous, so keys are
+iterated, never ranges) and the COCO val2017 images. Score per item: ``sim(image, caption) >
+sim(image, negative_caption)`` strictly — a tie counts as wrong — in fp32. Reported: accuracy per
+subset, the ADD / REPLACE / SWAP averages and M.Avg over the 7 subsets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .encoding import Encoder, check_images, load_json_file
+
+SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+GROUPS = {"ADD": ("add_att", "add_obj"), "REPLACE": ("replace_att", "replace_obj", "replace_rel"),
+          "SWAP": ("swap_att", "swap_obj")}
+LAYOUT = "<json_dir>/{add_att,add_obj,replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and " \
+         "<image_dir>/<filename> (COCO val2017 images, e.g. 000000085329.jpg)"
+
+
+def load(json_dir: str | Path, image_dir: str | Path, subsets=SUBSETS, skip_missing: bool = False) -> dict:
+    """Items per subset, with every image checked before any model is loaded."""
+    json_dir, image_dir = Path(json_dir), Path(image_dir)
+    data = {}
+    for subset in subsets:
+        raw = load_json_file(json_dir / f"{subset}.json", LAYOUT)
+        data[subset] = [(key, image_dir / item["filename"], item["caption"], item["negative_caption"])
+                        for key, item in raw.items()]
+    problems = check_images([it[1] for items in data.values() for it in items], LAYOUT, skip_missing)
+    return {"items": {s: [it for it in items if it[1] not in problems] for s, items in data.items()},
+            "skipped": {s: sum(it[1] in problems for it in items) for s, items in data.items()}}
+
+
+def macro(scores: dict[str, float]) -> dict[str, float]:
+    out = {g: sum(scores[s] for s in members) / len(members) for g, members in GROUPS.items()
+           if all(s in scores for s in members)}
+    out["M.Avg"] = sum(scores.values()) / len(scores)
+    return out
+
+
+def evaluate(encoder: Encoder, data: dict) -> dict:
+    """Accuracy per subset and the macro averages; ``per_item`` holds each item's (key, correct)."""
+    items = [it for s in data["items"] for it in data["items"][s]]
+    images = encoder.images([it[1] for it in items])
+    pos = encoder.texts([it[2] for it in items])
+    neg = encoder.texts([it[3] for it in items])
+    correct = ((images * pos).sum(-1) > (images * neg).sum(-1)).tolist()  # strict: a tie is wrong
+    scores, per_item, at = {}, {}, 0
+    for subset, subset_items in data["items"].items():
+        flags = correct[at: at + len(subset_items)]
+        at += len(subset_items)
+        scores[subset] = sum(flags) / len(flags) if flags else float("nan")
+        per_item[subset] = [(it[0], f) for it, f in zip(subset_items, flags)]
+    return {"metrics": scores | macro(scores), "n": {s: len(v) for s, v in data["items"].items()},
+            "skipped": data["skipped"], "per_item": per_item}

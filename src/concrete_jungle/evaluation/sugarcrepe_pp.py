@@ -1,0 +1,46 @@
+"""SugarCrepe++ (Dumpala et al. 2024): two paraphrased positives against one negative.
+
+Data: the official JSON (a list of ``{id, filename, caption, caption2, negative_caption}``) per subset and
+the COCO val2017 images. ITT (image-to-text): both captions beat the negative for the image. TOT
+(text-only): ``sim(p1, p2)`` beats both ``sim(p1, n)`` and ``sim(p2, n)``. Strict comparisons.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .encoding import Encoder, check_images, load_json_file
+
+SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
+
+
+def load(json_dir: str | Path, image_dir: str | Path, subsets=SUBSETS, skip_missing: bool = False) -> dict:
+    json_dir, image_dir = Path(json_dir), Path(image_dir)
+    data = {}
+    for subset in subsets:
+        raw = load_json_file(json_dir / f"{subset}.json", LAYOUT)
+        data[subset] = [(item["id"], image_dir / item["filename"], item["caption"], item["caption2"],
+                         item["negative_caption"]) for item in raw]
+    problems = check_images([it[1] for items in data.values() for it in items], LAYOUT, skip_missing)
+    return {"items": {s: [it for it in items if it[1] not in problems] for s, items in data.items()},
+            "skipped": {s: sum(it[1] in problems for it in items) for s, items in data.items()}}
+
+
+def evaluate(encoder: Encoder, data: dict) -> dict:
+    items = [it for s in data["items"] for it in data["items"][s]]
+    img = encoder.images([it[1] for it in items])
+    p1, p2, n = (encoder.texts([it[k] for it in items]) for k in (2, 3, 4))
+    dot = lambda a, b: (a * b).sum(-1)  # noqa: E731
+    itt = ((dot(img, p1) > dot(img, n)) & (dot(img, p2) > dot(img, n))).tolist()
+    tot = ((dot(p1, p2) > dot(p1, n)) & (dot(p1, p2) > dot(p2, n))).tolist()
+    metrics, at = {}, 0
+    for subset, subset_items in data["items"].items():
+        k = len(subset_items)
+        metrics[f"{subset}/ITT"] = sum(itt[at: at + k]) / k if k else float("nan")
+        metrics[f"{subset}/TOT"] = sum(tot[at: at + k]) / k if k else float("nan")
+        at += k
+    for kind in ("ITT", "TOT"):
+        values = [v for key, v in metrics.items() if key.endswith(kind)]
+        metrics[f"M.Avg/{kind}"] = sum(values) / len(values)
+    return {"metrics": metrics, "n": {s: len(v) for s, v in data["items"].items()}, "skipped": data["skipped"]}

@@ -1,0 +1,126 @@
+"""open_clip models: create by name and pretrained tag or from our checkpoints, and save checkpoints.
+
+A checkpoint is a directory open_clip itself can open with ``local-dir:``: ``open_clip_config.json``
+(``model_cfg`` with the exact architecture — ``quick_gelu`` included — and ``preprocess_cfg``) and
+``open_clip_model.safetensors``. Recording the activation matters: ViT-B-32 with OpenAI weights uses
+QuickGELU, and re-creating it from the plain ``ViT-B-32`` config silently switches to GELU and shifts
+every score.
+
+``--pretrained none --seed S`` gives a reproducible random-init model for smoke tests and speed checks.
+The tiny ``cj-tiny`` architecture (configs in ``model_configs/``) serves tests and the offline demo.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import open_clip
+import torch
+
+CONFIG_DIR = Path(__file__).parent / "model_configs"
+open_clip.add_model_config(CONFIG_DIR)
+
+CONFIG_FILE = "open_clip_config.json"
+WEIGHTS_FILE = "open_clip_model.safetensors"
+
+
+class ModelError(ValueError):
+    pass
+
+
+@dataclass
+class ClipModel:
+    """An open_clip model with what it takes to use it: preprocess, tokenizer, and its exact config."""
+
+    model: torch.nn.Module
+    preprocess: object
+    tokenizer: object
+    config: dict  # {"model_cfg": ..., "preprocess_cfg": ...}, as open_clip_config.json
+    identity: dict = field(default_factory=dict)  # what made it: name, pretrained, seed or checkpoint hash
+
+    @property
+    def hash(self) -> str:
+        """A stable id for caches: same weights source and config, same hash."""
+        blob = json.dumps({"identity": self.identity, "config": self.config}, sort_keys=True)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def uses_quick_gelu(model: torch.nn.Module) -> bool:
+    return any(type(m).__name__ == "QuickGELU" for m in model.modules())
+
+
+def _preprocess_cfg(model: torch.nn.Module) -> dict:
+    cfg = getattr(model.visual, "preprocess_cfg", None)
+    if cfg:
+        return dict(cfg)
+    size = model.visual.image_size
+    return {"size": list(size) if isinstance(size, tuple) else size}
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_model(
+    name: str | None = None,
+    pretrained: str | None = None,
+    checkpoint: str | Path | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
+    seed: int = 0,
+) -> ClipModel:
+    """A model by open_clip name and pretrained tag (``none``: random init with ``seed``), or a checkpoint dir."""
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
+            raise ModelError(f"{path} is not a checkpoint directory: it needs {CONFIG_FILE} and {WEIGHTS_FILE}")
+        config = json.loads((path / CONFIG_FILE).read_text())
+        model, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{path}", device=device,
+                                                                     precision=precision)
+        tokenizer = open_clip.get_tokenizer(f"local-dir:{path}")
+        identity = {"checkpoint": _file_digest(path / WEIGHTS_FILE)}
+        return ClipModel(model.eval(), preprocess, tokenizer, config, identity)
+
+    if name is None:
+        raise ModelError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
+    if open_clip.get_model_config(name) is None:
+        raise ModelError(f"unknown open_clip model {name!r}; see open_clip.list_models()")
+    tag = None if pretrained in (None, "none", "") else pretrained
+    if tag is not None and tag not in open_clip.list_pretrained_tags_by_model(name) and not Path(tag).is_file():
+        raise ModelError(f"pretrained tag {tag!r} does not exist for {name}; known tags: "
+                         f"{open_clip.list_pretrained_tags_by_model(name)} (or a local weights file, or 'none')")
+    if tag is None:
+        torch.manual_seed(seed)
+    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=tag, device=device,
+                                                                 precision=precision)
+    model_cfg = open_clip.get_model_config(name)
+    model_cfg["quick_gelu"] = uses_quick_gelu(model)  # OpenAI weights come with QuickGELU
+    # through JSON, so a config compares equal to the one its checkpoint carries
+    config = json.loads(json.dumps({"model_cfg": model_cfg, "preprocess_cfg": _preprocess_cfg(model)}))
+    identity = {"name": name, "pretrained": tag or "none"} | ({"seed": seed} if tag is None else {})
+    return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(name), config, identity)
+
+
+def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict, extra: dict | None = None) -> Path:
+    """Weights as safetensors and the exact open_clip config, written to a temporary dir and renamed."""
+    from safetensors.torch import save_model
+
+    directory = Path(directory)
+    tmp = directory.with_name(f".{directory.name}.tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = {**config, "model_cfg": {**config["model_cfg"], "quick_gelu": uses_quick_gelu(model)}}
+    save_model(model, str(tmp / WEIGHTS_FILE))
+    (tmp / CONFIG_FILE).write_text(json.dumps(config | (extra or {}), indent=2, sort_keys=True))
+    if directory.exists():
+        import shutil
+
+        shutil.rmtree(directory)
+    tmp.rename(directory)
+    return directory

@@ -1,0 +1,359 @@
+"""ConcretePlant: keyword sampling -> caption rewrite -> image edit -> ConcreteBatch (paper §2.2, SPEC §1-4).
+
+One run (a "part") handles the samples whose id hashes to ``shard_index`` of ``num_shards``, so K copies on
+K GPUs or nodes split a dataset with no coordination; `merge` joins their manifests. Within a part:
+
+1. keywords: `keywords.run_keywords` into ``keywords-<i>-of-<K>.jsonl`` (itself resumable);
+2. the sampled records are cut into chunks of ``samples_per_shard``; chunk j of part i becomes tar shard
+   ``j * K + i``. A chunk is rewritten in batches (with bounded retries of rejected replies), its images
+   are edited, and it is written to a temporary tar, renamed, then its manifest rows are written
+   atomically. A restart skips chunks whose manifest exists and redoes the rest identically (every
+   choice is seeded by sample id and attempt), so ``kill -9`` at any moment loses nothing and
+   duplicates nothing;
+3. the captioner works on the next batch in a background thread while the current batch is edited.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+
+from .captioners import Captioner, RewriteRequest, make_captioner
+from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
+from .captioners.validation import check_rewrite, clean_reply
+from .concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, read_shard_manifests, sample_key,
+                            write_shard_manifest)
+from .concreteness import load_ratings
+from .configs import ConfigError
+from .editors import Editor, make_editor
+from .keywords import SamplerConfig, load_spacy, run_keywords, sample_rng
+from .records import atomic_write_json, atomic_write_text
+
+
+class PlantError(RuntimeError):
+    """A plant run that cannot go on; what is written so far stays and is resumed."""
+
+
+@dataclass(frozen=True)
+class PlantConfig:
+    captions: list[str]
+    images: str
+    out: str
+    mode: str = "hc"
+    format: str | None = None
+    split: str | None = None
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    scale: str = "brysbaert"
+    spacy_model: str | None = None
+    captioner: str = "rules"
+    captioner_options: dict = field(default_factory=dict)
+    editor: str = "none"
+    editor_options: dict = field(default_factory=dict)
+    max_attempts: int = 3
+    batch_size: int = 16
+    samples_per_shard: int = 1000
+    num_shards: int = 1
+    shard_index: int = 0
+
+    def __post_init__(self):
+        if self.sampler.mode != self.mode:
+            object.__setattr__(self, "sampler", SamplerConfig(**{**asdict(self.sampler), "mode": self.mode}))
+        if not 0 <= self.shard_index < self.num_shards:
+            raise ConfigError(f"shard index {self.shard_index} is not in [0, {self.num_shards})")
+        for name in ("max_attempts", "batch_size", "samples_per_shard", "num_shards"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def part(self) -> str:
+        return f"{self.shard_index:05d}-of-{self.num_shards:05d}"
+
+    def dataset_settings(self) -> dict:
+        """What defines the dataset (every part of a run must agree); run-time knobs left out."""
+        d = asdict(self)
+        for runtime in ("out", "shard_index", "batch_size", "spacy_model"):
+            d.pop(runtime)
+        return d
+
+
+def shard_from_environment() -> tuple[int, int]:
+    """(index, count) from torchrun (RANK/WORLD_SIZE) or a SLURM array; (0, 1) otherwise."""
+    env = os.environ
+    if "WORLD_SIZE" in env and "RANK" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"])
+    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        return int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0)), int(
+            env["SLURM_ARRAY_TASK_COUNT"])
+    return 0, 1
+
+
+def part_of(sample_id: str, num_shards: int) -> int:
+    return sample_rng(0, f"part\x00{sample_id}").getrandbits(32) % num_shards
+
+
+def package_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("concrete-jungle", "torch", "open-clip-torch", "spacy", "diffusers", "transformers", "webdataset"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def load_image(root: Path, name: str | None) -> tuple[Image.Image | None, bytes | None, str | None]:
+    """(image, original bytes, None) or (None, None, reason)."""
+    if not name:
+        return None, None, "no image file named for this sample"
+    path = root / name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None, None, f"missing image: {path}"
+    except OSError as e:
+        return None, None, f"unreadable image: {path} ({e.strerror})"
+    try:
+        import io
+
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        return None, None, f"unreadable image: {path} ({type(e).__name__})"
+    return image.convert("RGB"), data, None
+
+
+def check_config_matches(out: Path, settings: dict) -> None:
+    import yaml
+
+    path = out / "config.yaml"
+    if not path.exists():
+        return
+    previous = (yaml.safe_load(path.read_text()) or {}).get("dataset", {})
+    changed = sorted(k for k in settings if previous.get(k) != settings[k])
+    if changed:
+        raise PlantError(f"{out} holds a dataset made with other settings ({', '.join(changed)} differ, see "
+                         f"{path}); pass another --out, or delete it to start over")
+
+
+class Plant:
+    def __init__(self, config: PlantConfig, captioner: Captioner | None = None, editor: Editor | None = None,
+                 progress: bool = True):
+        self.config = config
+        self.out = Path(config.out)
+        self.images = Path(config.images)
+        self._captioner, self._editor = captioner, editor
+        self.progress = progress
+
+    # -- stage 1
+    def sample_keywords(self) -> list[dict]:
+        c = self.config
+        path = self.out / f"keywords-{c.part}.jsonl"
+        run_keywords(list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model),
+                     fmt=c.format, split=c.split, progress=self.progress,
+                     keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+    def check_images(self, records: list[dict], probe: int = 20) -> None:
+        """A wrong --images is an error before any model loads, not a run of rejects."""
+        if not self.images.is_dir():
+            raise PlantError(f"image directory not found: {self.images}; pass the folder the captions' image "
+                             "paths are relative to with --images")
+        named = [r for r in records if r.get("image")][:probe]
+        if named and not any((self.images / r["image"]).exists() for r in named):
+            raise PlantError(f"none of the first {len(named)} images exist under {self.images} (e.g. "
+                             f"{self.images / named[0]['image']}); check --images")
+
+    # -- stage 2
+    def rewrite(self, captioner: Captioner, batch: list[dict]) -> list[tuple[str | None, str | None, int]]:
+        """(new caption, reject reason, attempts) per record; rejected replies are asked again with a new seed."""
+        c = self.config
+        results: list[tuple[str | None, str | None, int]] = [(None, "not attempted", 0)] * len(batch)
+        todo = list(range(len(batch)))
+        for attempt in range(c.max_attempts):
+            if not todo:
+                break
+            requests = [RewriteRequest(batch[i]["id"], batch[i]["caption"], batch[i]["keyword"],
+                                       tuple(batch[i]["span"]), batch[i]["category"], c.mode, attempt,
+                                       c.sampler.seed) for i in todo]
+            replies = captioner.rewrite(requests)
+            retry = []
+            for i, reply in zip(todo, replies):
+                text = clean_reply(reply.text) if reply.error is None else ""
+                reason = reply.error or check_rewrite(batch[i]["caption"], tuple(batch[i]["span"]),
+                                                      batch[i]["category"], text)
+                results[i] = (text if reason is None else None, reason, attempt + 1)
+                if reason is not None:
+                    retry.append(i)
+            todo = retry
+        return results
+
+    def run(self) -> dict:
+        c = self.config
+        started = time.perf_counter()
+        self.out.mkdir(parents=True, exist_ok=True)
+        settings = c.dataset_settings()
+        check_config_matches(self.out, settings)
+        records = self.sample_keywords()
+        ok = [r for r in records if r["status"] == "ok"]
+        self.check_images(ok)
+        captioner = self._captioner or make_captioner(c.captioner, **c.captioner_options)
+        editor = self._editor or make_editor(c.editor, **c.editor_options)
+        self.captioner_id = captioner.name
+        import yaml
+
+        atomic_write_text(self.out / "config.yaml", yaml.safe_dump({
+            "dataset": settings, "captioner_id": captioner.name, "editor_id": editor.name,
+            "prompt": {"template": PROMPT_TEMPLATE, "examples": EXAMPLES}, "versions": package_versions(),
+        }, sort_keys=False, allow_unicode=True, width=120))
+
+        chunks = [ok[j: j + c.samples_per_shard] for j in range(0, len(ok), c.samples_per_shard)]
+        shard_of = [j * c.num_shards + c.shard_index for j in range(len(chunks))]
+        done = read_shard_manifests(self.out, set(shard_of))
+        pending = [(s, chunk) for s, chunk in zip(shard_of, chunks) if s not in done]
+        n_done = sum(len(rows) for rows in done.values())
+        self._process(pending, captioner, editor, n_done, len(ok))
+        captioner.close()
+        return self.finish(records, shard_of, captioner, editor, time.perf_counter() - started)
+
+    def _process(self, pending, captioner, editor, n_done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        c = self.config
+        batches = [(s, chunk[b: b + c.batch_size], b + c.batch_size >= len(chunk))
+                   for s, chunk in pending for b in range(0, len(chunk), c.batch_size)]
+        bar = tqdm(total=total, initial=n_done, desc=f"plant {c.mode} {c.part}", unit="sample",
+                   disable=not self.progress, dynamic_ncols=True)
+        rejects = Counter()
+        writer, rows = None, []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="captioner") as pool:
+            future = pool.submit(self.rewrite, captioner, batches[0][1]) if batches else None
+            try:
+                for b, (shard, batch, last_of_shard) in enumerate(batches):
+                    rewritten = future.result()
+                    # the next batch's captions are made while this batch's images are edited
+                    future = pool.submit(self.rewrite, captioner, batches[b + 1][1]) if b + 1 < len(batches) else None
+                    if writer is None:
+                        writer, rows = ShardWriter(self.out / SHARD_PATTERN.format(shard)), []
+                    rows.extend(self._edit_and_write(writer, shard, batch, rewritten, editor))
+                    rejects.update(reason_kind(r["reason"]) for r in rows[-len(batch):] if r["status"] != "ok")
+                    bar.update(len(batch))
+                    bar.set_postfix(rejected=sum(rejects.values()))
+                    if last_of_shard:
+                        writer.commit()
+                        write_shard_manifest(self.out, shard, rows)
+                        writer = None
+            except BaseException:
+                if writer is not None:
+                    writer.abort()
+                if future is not None:
+                    future.cancel()
+                raise
+            finally:
+                bar.close()
+
+    def _edit_and_write(self, writer: ShardWriter, shard: int, batch: list[dict], rewritten, editor) -> list[dict]:
+        c = self.config
+        rows, todo = [], []
+        for record, (new, reason, attempts) in zip(batch, rewritten):
+            row = {"id": record["id"], "shard": SHARD_PATTERN.format(shard), "keyword": record["keyword"],
+                   "category": record["category"], "concreteness": record["concreteness"], "attempts": attempts}
+            image, data = None, None
+            if reason is None:
+                image, data, reason = load_image(self.images, record.get("image"))
+            rows.append(row | ({"status": "ok"} if reason is None else {"status": "rejected", "reason": reason}))
+            if reason is None:
+                todo.append((record, new, image, data, row))
+        if not todo:
+            return rows
+        seeds = [sample_rng(c.sampler.seed, f"edit\x00{r['id']}").getrandbits(32) for r, *_ in todo]
+        edited = editor.edit([im for _, _, im, _, _ in todo], [new for _, new, *_ in todo], seeds)
+        for (record, new, image, data, row), neg, seed in zip(todo, edited, seeds):
+            anchor_bytes = data if data[:3] == b"\xff\xd8\xff" else encode_jpeg(image)
+            meta = {
+                "id": record["id"], "keyword": record["keyword"], "span": record["span"],
+                "category": record["category"], "concreteness": record["concreteness"], "rated": record["rated"],
+                "mode": c.mode, "scale": record["scale"], "source": record.get("image"), "seed": seed,
+                "captioner": self.captioner_id, "editor": editor.name, "attempts": row["attempts"],
+                "neg_image_is_anchor": bool(getattr(editor, "reuses_anchor", False)),
+                "candidates": record["candidates"],
+            }
+            neg_bytes = anchor_bytes if meta["neg_image_is_anchor"] else encode_jpeg(neg)
+            writer.write(sample_key(record["id"]), anchor_bytes, record["caption"], neg_bytes, new, meta)
+        return rows
+
+    def finish(self, records: list[dict], shard_of: list[int], captioner, editor, seconds: float) -> dict:
+        """Write this part's manifest and rejects; for a single part, the dataset's own files."""
+        c = self.config
+        rows = [row for rows in read_shard_manifests(self.out, set(shard_of)).values() for row in rows]
+        rows += [{"id": r["id"], "shard": None, "keyword": None, "category": None, "concreteness": None,
+                  "attempts": 0, "status": "rejected", "reason": r["reason"], "stage": "keywords"}
+                 for r in records if r["status"] != "ok"]
+        name = "" if c.num_shards == 1 else f"-{c.part}"
+        write_rows(self.out / f"manifest{name}.jsonl", rows)
+        write_rows(self.out / f"rejects{name}.jsonl", [r for r in rows if r["status"] != "ok"])
+        summary = summarize_manifest(rows) | {"seconds": round(seconds, 2), "captioner": captioner.name,
+                                              "editor": editor.name, "part": c.part}
+        atomic_write_json(self.out / f"summary{name}.json", summary)
+        return summary
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows))
+
+
+def reason_kind(reason: str) -> str:
+    """A reject reason without its particulars (file names, words), for counting."""
+    return re.split(r"[:('\"]", reason)[0].strip()
+
+
+def summarize_manifest(rows: list[dict]) -> dict:
+    ok = [r for r in rows if r["status"] == "ok"]
+    values = sorted(r["concreteness"] for r in ok)
+    n = len(values)
+    return {
+        "samples": len(rows), "ok": n, "rejected": len(rows) - n,
+        "mean_concreteness": sum(values) / n if n else None,
+        "median_concreteness": (values[(n - 1) // 2] + values[n // 2]) / 2 if n else None,
+        "category_shares": {k: v / n for k, v in sorted(Counter(r["category"] for r in ok).items())} if n else {},
+        "rejects_by_reason": dict(Counter(reason_kind(r["reason"]) for r in rows if r["status"] != "ok")),
+        "shards": len({r["shard"] for r in ok}),
+    }
+
+
+def merge_parts(out: str | Path) -> dict:
+    """Check that every part of a sharded run finished and join their manifests into the dataset's own."""
+    out = Path(out)
+    parts = sorted(out.glob("manifest-*-of-*.jsonl"))
+    if not parts:
+        raise PlantError(f"{out} holds no part manifests (manifest-<i>-of-<K>.jsonl); nothing to merge")
+    counts = {int(p.stem.split("-of-")[1]) for p in parts}
+    if len(counts) != 1:
+        raise PlantError(f"{out} mixes parts of runs with different --num-shards: {sorted(counts)}")
+    k = counts.pop()
+    found = {int(p.stem.split("-")[1]) for p in parts}
+    missing = sorted(set(range(k)) - found)
+    if missing:
+        raise PlantError(f"parts {missing} of {k} have not finished in {out}; run them (--shard-index) first")
+    rows = [json.loads(line) for p in parts for line in p.read_text(encoding="utf-8").splitlines() if line]
+    ids = Counter(r["id"] for r in rows)
+    twice = [i for i, n in ids.items() if n > 1]
+    if twice:
+        raise PlantError(f"sample ids in more than one part: {twice[:5]}; the parts come from different runs")
+    absent = sorted({r["shard"] for r in rows if r["status"] == "ok"} - {p.name for p in out.glob("shard-*.tar")})
+    if absent:
+        raise PlantError(f"the manifests name shards that do not exist: {absent[:5]}")
+    write_rows(out / "manifest.jsonl", rows)
+    write_rows(out / "rejects.jsonl", [r for r in rows if r["status"] != "ok"])
+    summary = summarize_manifest(rows) | {"parts": k}
+    atomic_write_json(out / "summary.json", summary)
+    return summary

@@ -1,0 +1,192 @@
+"""Caption rewriters: rules (offline), transformers (a tiny Llama built here), openai (a local server)."""
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from concrete_jungle.captioners import CaptionerError, RewriteRequest, make_captioner
+from concrete_jungle.captioners.validation import check_rewrite, clean_reply
+
+
+def request(caption, keyword, category, i=0, attempt=0):
+    start = caption.index(keyword)
+    return RewriteRequest(f"s{i}", caption, keyword, (start, start + len(keyword)), category, "hc", attempt)
+
+
+RULE_CASES = [
+    ("A person wearing a red helmet", "red", "attribute"),
+    ("A wooden boat floating on the water", "wooden", "attribute"),
+    ("Two dogs sleeping on a bed", "Two", "attribute"),
+    ("A large dog in a park", "large", "attribute"),
+    ("A cat sitting under a table", "under", "relation"),
+    ("A child standing in front of the tree", "front", "relation"),
+    ("A lamp placed to the left of the sofa", "left", "relation"),
+    ("A woman holding an umbrella", "holding", "relation"),
+    ("A dog running in the park", "dog", "object"),
+    ("Three horses eating grass", "horses", "object"),
+    ("A woman holding a coffee cup", "coffee cup", "object"),
+]
+
+
+@pytest.mark.parametrize("wordnet", [True, False])
+def test_rules_rewrites_pass_validation(wordnet):
+    captioner = make_captioner("rules", wordnet=wordnet)
+    for i, (caption, keyword, category) in enumerate(RULE_CASES):
+        req = request(caption, keyword, category, i)
+        reply = captioner.rewrite([req])[0]
+        assert reply.error is None, (caption, reply)
+        assert check_rewrite(caption, req.span, category, clean_reply(reply.text)) is None, (caption, reply.text)
+
+
+def test_rules_specific_substitutions_and_agreement():
+    captioner = make_captioner("rules")
+    text = lambda *a: captioner.rewrite([request(*a)])[0].text  # noqa: E731
+    assert text("A cat sitting under a table", "under", "relation") == "A cat sitting on a table"
+    assert text("A child standing in front of the tree", "front", "relation") == "A child standing behind the tree"
+    assert text("A lamp placed to the left of the sofa", "left", "relation") == "A lamp placed to the right of the sofa"
+    plural = text("Three horses eating grass", "horses", "object")
+    assert plural.startswith("Three ") and re.match(r"Three \w+s eating grass", plural)
+    # a/an follows the replacement
+    for i in range(20):
+        out = captioner.rewrite([request("A red apple on a plate", "red", "attribute", i)])[0].text
+        word = out.split()[1]
+        assert out.split()[0] == ("An" if word[0] in "aeiou" else "A"), out
+
+
+def test_rules_is_deterministic_and_a_retry_changes_the_choice():
+    captioner = make_captioner("rules")
+    reqs = [request("A person wearing a red helmet", "red", "attribute", i) for i in range(30)]
+    first = [r.text for r in captioner.rewrite(reqs)]
+    assert first == [r.text for r in make_captioner("rules").rewrite(reqs)]
+    retried = [r.text for r in captioner.rewrite([RewriteRequest(**{**q.__dict__, "attempt": 1}) for q in reqs])]
+    assert retried != first
+
+
+def test_rules_reports_words_it_cannot_replace():
+    reply = make_captioner("rules").rewrite([request("A man placed there", "placed", "attribute")])[0]
+    assert reply.text == "" and "no substitute known" in reply.error
+
+
+# ----------------------------------------------------------------------------- transformers, tiny Llama
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    from concrete_jungle.tiny import build_tiny_causal_lm
+
+    return build_tiny_causal_lm(tmp_path_factory.mktemp("lm") / "tiny-llama")
+
+
+def test_transformers_captioner_loads_by_path_and_generates_per_request(tiny_lm):
+    captioner = make_captioner("transformers", model=str(tiny_lm), batch_size=2, max_new_tokens=6)
+    assert captioner.tokenizer.padding_side == "left"
+    reqs = [request(c, k, cat, i) for i, (c, k, cat) in enumerate(RULE_CASES[:5])]
+    replies = captioner.rewrite(reqs)
+    assert len(replies) == 5 and all(r.error is None and isinstance(r.text, str) for r in replies)
+    again = captioner.rewrite(reqs)
+    assert [r.text for r in again] == [r.text for r in replies]  # greedy: same prompt, same reply
+    # batching does not change a greedy reply: each prompt alone gives what it gave in a padded batch
+    alone = [captioner.rewrite([q])[0].text for q in reqs[:2]]
+    assert alone == [r.text for r in replies[:2]]
+    # the chat template is applied
+    assert captioner._text(reqs[0]).startswith("<s>user: **Task**")
+
+
+# ----------------------------------------------------------------------------- openai, a local server
+
+
+class FakeOpenAI(BaseHTTPRequestHandler):
+    """Answers like an OpenAI-compatible server; the caption decides how it misbehaves."""
+
+    calls: dict = {}
+    lock = threading.Lock()
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, body, headers=()):
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": "Qwen/Qwen3-32B", "object": "model"}]})
+        else:
+            self._send(404, {"error": "not found"})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = body["messages"][0]["content"]
+        caption, keyword = re.search(r"Input: ([^,]*?) Keyword: (.*?) Output:$", prompt).groups()
+        with self.lock:
+            n = self.calls[caption] = self.calls.get(caption, 0) + 1
+            self.calls.setdefault("_bodies", []).append(body)
+            self.calls["_active"] = self.calls.get("_active", 0) + 1
+            self.calls["_max_active"] = max(self.calls.get("_max_active", 0), self.calls["_active"])
+        try:
+            self._answer(caption, keyword, n)
+        finally:
+            with self.lock:
+                self.calls["_active"] -= 1
+
+    def _answer(self, caption, keyword, n):
+        if "busy" in caption and n <= 2:
+            return self._send(429, {"error": "rate limited"}, [("Retry-After", "0")])
+        if "broken" in caption and n == 1:
+            return self._send(500, {"error": "internal"})
+        if "garbled" in caption:
+            return self._send(200, "{not json")
+        if "slow" in caption:
+            time.sleep(0.3)
+        reply = "<think></think>Output: " + caption.replace(keyword, "blue") + "."
+        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}}]})
+
+
+@pytest.fixture
+def server():
+    FakeOpenAI.calls = {}
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+
+
+def test_openai_captioner_retries_and_reports(server, monkeypatch):
+    monkeypatch.setenv("CJ_TEST_KEY", "sk-secret")
+    captioner = make_captioner("openai", model="Qwen/Qwen3-32B", base_urls=[server, server], concurrency=8,
+                               backoff=0.01, max_retries=3, api_key_env="CJ_TEST_KEY")
+    cases = ["A red car", "A busy red street", "A broken red chair", "A slow red train", "A garbled red kite"]
+    reqs = [request(c, "red", "attribute", i) for i, c in enumerate(cases)]
+    replies = captioner.rewrite(reqs * 4)  # 20 requests
+    assert FakeOpenAI.calls["_max_active"] > 1  # requests were in flight together, not one by one
+    by_caption = dict(zip(cases * 4, replies))
+    for caption in ("A red car", "A busy red street", "A broken red chair", "A slow red train"):
+        reply = by_caption[caption]
+        assert reply.error is None and clean_reply(reply.text) == caption.replace("red", "blue") + "."
+    assert "malformed response body" in by_caption["A garbled red kite"].error
+    assert "after 4 tries" in by_caption["A garbled red kite"].error
+    body = FakeOpenAI.calls["_bodies"][0]
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["model"] == "Qwen/Qwen3-32B"
+    assert body["temperature"] == 0.0
+    assert "sk-secret" not in repr(captioner.__dict__.get("name")) and "sk-secret" not in captioner.name
+
+
+def test_openai_unreachable_server_is_an_error_before_any_work():
+    with pytest.raises(CaptionerError, match="cannot reach the OpenAI-compatible server at http://127.0.0.1:9/v1"):
+        make_captioner("openai", model="Qwen/Qwen3-32B", base_urls="http://127.0.0.1:9/v1", timeout=2)
+
+
+def test_openai_wrong_model_is_an_error(server):
+    with pytest.raises(CaptionerError, match="serves \\['Qwen/Qwen3-32B'\\], not 'llama'"):
+        make_captioner("openai", model="llama", base_urls=server)

@@ -1,0 +1,183 @@
+"""ConcretePlant end to end: ConcreteBatch records, resumption after kill -9, sharding, bad input."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from concrete_jungle.cli import main
+from concrete_jungle.concretebatch import iter_quintuples, iter_records, read_manifest
+
+SUBJECTS = ["dog", "cat", "horse", "car", "bus", "boat", "man", "woman", "child", "bird"]
+COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
+PLACES = ["table", "bench", "bed", "street", "beach", "field", "sofa", "tree"]
+RELATIONS = ["under", "on", "next to", "in front of", "behind", "near"]
+
+
+def make_dataset(root, n, image_size=32):
+    """n samples: JSONL captions with two captions each, and a JPEG per sample."""
+    rng = np.random.default_rng(0)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    with open(root / "captions.jsonl", "w") as f:
+        for i in range(n):
+            s, c, p, r = (SUBJECTS[i % 10], COLOURS[(i // 10) % 6], PLACES[(i // 60) % 8], RELATIONS[(i // 3) % 6])
+            caps = [f"A {s}.", f"A {c} {s} sitting {r} the {p}"]
+            f.write(json.dumps({"id": f"img{i:05d}", "captions": caps, "image": f"img{i:05d}.jpg"}) + "\n")
+            Image.fromarray(rng.integers(0, 255, (image_size, image_size, 3), dtype=np.uint8)).save(
+                root / "images" / f"img{i:05d}.jpg")
+    return root / "captions.jsonl", root / "images"
+
+
+def plant_args(captions, images, out, *extra):
+    return ["plant", "--captions", str(captions), "--images", str(images), "--out", str(out), "--mode", "hc",
+            "--no-progress", *map(str, extra)]
+
+
+def test_plant_writes_a_concretebatch(tmp_path):
+    captions, images = make_dataset(tmp_path, 40)
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out, "--samples-per-shard", 16, "--batch-size", 5)) == 0
+    manifest = read_manifest(out)
+    assert len(manifest) == 40 and len({r["id"] for r in manifest}) == 40
+    ok = [r for r in manifest if r["status"] == "ok"]
+    assert ok and sorted(p.name for p in out.glob("shard-*.tar")) == sorted({r["shard"] for r in ok})
+    records = list(iter_records(out))
+    assert [r["meta"]["id"] for r in records] == [r["id"] for r in ok]
+    for rec in records:
+        meta = rec["meta"]
+        for key in ("keyword", "category", "concreteness", "mode", "scale", "source", "seed", "captioner", "editor",
+                    "candidates"):
+            assert key in meta, key
+        assert meta["mode"] == "hc" and meta["editor"] == "none" and meta["neg_image_is_anchor"]
+        assert rec["caption"] != rec["neg_caption"]
+        assert rec["caption"][meta["span"][0]:meta["span"][1]] == meta["keyword"]
+    quint = next(iter_quintuples(out))
+    assert len(quint) == 5 and isinstance(quint[0], Image.Image) and isinstance(quint[4], float)
+    config = (out / "config.yaml").read_text()
+    assert "**Task**: You are an expert data engineer." in config and "versions:" in config
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["samples"] == 40 and summary["ok"] == len(ok)
+
+
+def test_plant_with_the_diffusers_editor(tmp_path):
+    from concrete_jungle.tiny import build_tiny_sdxl_img2img
+
+    model = build_tiny_sdxl_img2img(tmp_path / "sdxl")
+    captions, images = make_dataset(tmp_path, 6)
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out, "--editor", "diffusers", "--editor-model", model,
+                           "--size", 64, "--batch-size", 3)) == 0
+    records = list(iter_records(out))
+    assert records and all(r["neg_image"].size == (64, 64) and not r["meta"]["neg_image_is_anchor"] for r in records)
+    assert all(r["image"].size == (32, 32) for r in records)  # the anchor is kept as it was
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def dataset_fingerprint(out):
+    return {p.name: digest(p) for p in sorted(out.glob("shard-*.tar"))} | {"manifest": digest(out / "manifest.jsonl")}
+
+
+def run_until(args, condition, timeout=120):
+    """Start `concrete-jungle plant` as a real process and kill -9 it once ``condition()`` holds."""
+    proc = subprocess.Popen([sys.executable, "-m", "concrete_jungle.cli", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if condition():
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def test_kill_9_and_restart_give_the_uninterrupted_dataset(tmp_path):
+    captions, images = make_dataset(tmp_path, 1500, image_size=16)
+    extra = ["--samples-per-shard", 25, "--batch-size", 8]
+    reference = tmp_path / "reference"
+    assert main(plant_args(captions, images, reference, *extra)) == 0
+
+    out = tmp_path / "killed"
+    args = plant_args(captions, images, out, *extra)
+    keywords = out / "keywords-00000-of-00001.jsonl"
+    # killed while sampling keywords, then again while writing shards
+    assert run_until(args, lambda: keywords.exists() and keywords.stat().st_size > 20_000)
+    assert not (out / "manifest.jsonl").exists()
+    assert run_until(args, lambda: len(list((out / "manifests").glob("*.jsonl"))) >= 3
+                     if (out / "manifests").exists() else False)
+    assert not (out / "manifest.jsonl").exists(), "the run finished before it was killed"
+    assert main(args) == 0
+    assert dataset_fingerprint(out) == dataset_fingerprint(reference)
+    assert not list(out.glob(".*.tmp")) and not list(out.glob("*.tmp"))
+
+
+def test_sharded_parts_are_disjoint_and_merge(tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 60)
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out, "--num-shards", 2, "--shard-index", 0, "--samples-per-shard", 10)) == 0
+    assert main(["plant", "merge", str(out)]) == 2
+    assert "parts [1] of 2 have not finished" in capsys.readouterr().err
+    assert main(plant_args(captions, images, out, "--num-shards", 2, "--shard-index", 1, "--samples-per-shard", 10)) == 0
+    part0 = {json.loads(line)["id"] for line in (out / "manifest-00000-of-00002.jsonl").read_text().splitlines()}
+    part1 = {json.loads(line)["id"] for line in (out / "manifest-00001-of-00002.jsonl").read_text().splitlines()}
+    assert part0 and part1 and not part0 & part1 and len(part0 | part1) == 60
+    assert main(["plant", "merge", str(out)]) == 0
+    assert {r["id"] for r in read_manifest(out)} == part0 | part1
+    shards = {p.name for p in out.glob("shard-*.tar")}
+    assert {"shard-000000.tar", "shard-000001.tar"} <= shards  # part 0 writes even, part 1 odd shard numbers
+
+
+def test_shard_from_torchrun_environment(tmp_path, monkeypatch):
+    captions, images = make_dataset(tmp_path, 20)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out)) == 0
+    assert (out / "manifest-00001-of-00003.jsonl").exists()
+
+
+def test_bad_images_and_captions_become_rejects_with_reasons(tmp_path):
+    captions, images = make_dataset(tmp_path, 12)
+    (images / "img00003.jpg").unlink()
+    (images / "img00005.jpg").write_bytes(b"not a jpeg at all")
+    with open(captions, "a") as f:
+        f.write(json.dumps({"id": "abstract", "caption": "It is what it is.", "image": "img00000.jpg"}) + "\n")
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out)) == 0
+    reasons = {r["id"]: r.get("reason", "") for r in read_manifest(out)}
+    assert reasons["img00003"].startswith("missing image")
+    assert reasons["img00005"].startswith("unreadable image")
+    assert reasons["abstract"] == "no rated candidate"
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in rejects} >= {"img00003", "img00005", "abstract"}
+
+
+def test_wrong_image_folder_and_unreachable_server_stop_before_any_shard(tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 8)
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, tmp_path / "nope", out)) == 2
+    assert "image directory not found" in capsys.readouterr().err
+    assert main(plant_args(captions, tmp_path, out)) == 2  # a folder, but not the images' folder
+    assert "none of the first 8 images exist" in capsys.readouterr().err
+    assert main(plant_args(captions, images, out, "--captioner", "openai", "--model", "Qwen/Qwen3-32B",
+                           "--base-url", "http://127.0.0.1:9/v1")) == 2
+    assert "cannot reach the OpenAI-compatible server" in capsys.readouterr().err
+    assert not list(out.glob("shard-*.tar"))
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 8)
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out)) == 0
+    assert main(plant_args(captions, images, out, "--max-attempts", 5)) == 2
+    assert "made with other settings (max_attempts differ" in capsys.readouterr().err
