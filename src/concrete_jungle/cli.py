@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from rich.console import Console
@@ -175,6 +176,118 @@ def run_plant_command(args, console: Console) -> int:
     return 0
 
 
+def add_model_args(p) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", help="open_clip model name, e.g. ViT-B-32 (or cj-tiny for smoke tests)")
+    g.add_argument("--pretrained", default="openai", help="pretrained tag, a weights file, or none (default %(default)s)")
+    g.add_argument("--checkpoint", help="a checkpoint directory of ours (carries its exact open_clip config)")
+    g.add_argument("--seed", type=int, default=0, help="seed of a --pretrained none model")
+    g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    g.add_argument("--precision", default="fp32", help="open_clip precision (default fp32, the reference's)")
+
+
+def load_model_from_args(args):
+    import torch
+
+    from .models import load_model
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return load_model(args.model, args.pretrained, args.checkpoint, device=device, precision=args.precision,
+                      seed=args.seed), device
+
+
+def add_eval_parser(sub) -> None:
+    from .evaluation.names import BENCHMARKS
+
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model: SugarCrepe, SugarCrepe++, Winoground, retrieval, linear probes, VTAB",
+        description="Evaluate an open_clip model or a checkpoint on the benchmarks under --data-root (layout: "
+        "see `concrete_jungle.evaluation`). Writes one JSON per benchmark and results.md to --out.",
+    )
+    p.add_argument("--benchmarks", default="sugarcrepe", help=f"comma-separated, from {', '.join(BENCHMARKS)}")
+    p.add_argument("--data-root", help="folder holding the benchmarks' data")
+    p.add_argument("--out", default="results", help="output folder (default %(default)s)")
+    p.add_argument("--skip-missing", action="store_true", help="skip items whose images are missing or unreadable")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=0, help="image-loading processes")
+    p.add_argument("--cache-dir", help="cache embeddings here (by model hash and file)")
+    p.add_argument("--compare", nargs="+", metavar="JSON", help="print a side-by-side table of result files and exit")
+    p.add_argument("--no-progress", action="store_true")
+    add_model_args(p)
+    p.set_defaults(run=run_eval_command)
+
+
+def run_eval_command(args, console: Console) -> int:
+    from pathlib import Path
+
+    from rich.markdown import Markdown
+
+    from . import evaluation
+    from .evaluation.encoding import Encoder
+
+    if args.compare:
+        console.print(Markdown(evaluation.compare(args.compare)))
+        return 0
+    if not args.data_root:
+        raise ValueError("concrete-jungle eval needs --data-root (or --compare A.json B.json)")
+    names = [n.strip() for n in args.benchmarks.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(evaluation.BENCHMARKS))
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(evaluation.BENCHMARKS)}")
+    # every benchmark's files are checked before the model is loaded
+    loaded = {n: evaluation.load_data(n, Path(args.data_root), args.skip_missing) for n in names}
+    clip, device = load_model_from_args(args)
+    encoder = Encoder(clip, device=device, batch_size=args.batch_size, num_workers=args.workers,
+                      cache_dir=args.cache_dir, progress=not args.no_progress)
+    results = evaluation.run(encoder, names, loaded, out=args.out)
+    console.print(Markdown(evaluation.markdown(results)))
+    return 0
+
+
+def add_train_parser(sub) -> None:
+    p = sub.add_parser(
+        "train",
+        help="fine-tune an open_clip model with Cement loss on ConcreteBatch (Slipform)",
+        description="Train from a YAML config (configs/slipform_vitb32.yaml); flags and --set key.path=value "
+        "override it. Under torchrun it runs data parallel. --resume latest continues exactly.",
+    )
+    p.add_argument("--config", help="YAML config (keys: see concrete_jungle.train.TrainConfig)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. optim.lr=1e-5")
+    p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl)")
+    p.add_argument("--model", help="open_clip model name")
+    p.add_argument("--pretrained", help="pretrained tag or none")
+    p.add_argument("--checkpoint", help="start from a checkpoint directory of ours")
+    p.add_argument("--data", nargs="+", help="ConcreteBatch directories")
+    p.add_argument("--loss", choices=["cement", "infonce", "static", "inverse"])
+    p.add_argument("--batch-size", type=int, help="anchors per step, over all processes")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--resume", help="latest, or a checkpoint directory")
+    p.add_argument("--stop-at", type=int, help="stop after this step with a checkpoint (continue with --resume)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run=run_train_command)
+
+
+def run_train_command(args, console: Console) -> int:
+    from .train import load_config, train
+
+    flags = {"out": args.out, "model.name": args.model, "model.pretrained": args.pretrained,
+             "model.checkpoint": args.checkpoint, "loss.name": args.loss, "batch_size": args.batch_size,
+             "steps": args.steps, "epochs": args.epochs, "optim.lr": args.lr, "seed": args.seed}
+    overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
+    if args.data:
+        overrides.append("data.concretebatch=[" + ",".join(f'"{d}"' for d in args.data) + "]")
+    config = load_config(args.config, overrides + args.set)
+    last = train(config, resume=args.resume, progress=not args.no_progress, stop_at=args.stop_at)
+    if last and int(os.environ.get("RANK", 0)) == 0:
+        console.print(f"step {last['step']}: loss {last['loss']:.4f}, hard-negative gradient share "
+                      f"{last['hn_grad_share']:.3f} -> {config.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="concrete-jungle",
@@ -183,23 +296,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_keywords_parser(sub)
     add_plant_parser(sub)
+    add_eval_parser(sub)
+    add_train_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from .captioners import CaptionerError
-    from .concreteness import RatingsError
-    from .keywords import KeywordJobError
     from .plant import PlantError
-    from .sources import SourceError
+    from .train import TrainingError
 
     args = build_parser().parse_args(argv)
-    console = Console(stderr=True)
+    console = Console()  # results on stdout; progress bars and errors on stderr
     try:
         return args.run(args, console)
-    except (RatingsError, SourceError, KeywordJobError, PlantError, CaptionerError, ValueError,
-            FileNotFoundError) as e:
-        console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+    # every input error of ours is a ValueError (ratings, sources, configs, models, benchmark data) or one of these
+    except (ValueError, FileNotFoundError, PlantError, CaptionerError, TrainingError) as e:
+        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return 2
 
 

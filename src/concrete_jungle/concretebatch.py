@@ -130,3 +130,58 @@ def read_manifest(root: str | Path) -> list[dict]:
         raise FileNotFoundError(f"{path} not found: the dataset is unfinished or its parts are not merged "
                                 "(`concrete-jungle plant merge`)")
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def index_shards(urls: list[str]) -> list[dict[str, tuple[str, int, int]]]:
+    """For every record of the tar shards: member extension -> (tar path, data offset, size).
+
+    One pass over the tar headers (no image bytes are read), so a training set can be read by random
+    access: shuffled per epoch, split across ranks, resumed at an exact position.
+    """
+    import tarfile
+
+    records: list[dict] = []
+    for url in urls:
+        by_key: dict[str, dict] = {}
+        with tarfile.open(url) as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                key, _, ext = member.name.partition(".")
+                by_key.setdefault(key, {})[ext] = (url, member.offset_data, member.size)
+        records.extend(by_key.values())
+    return records
+
+
+def read_member(location: tuple[str, int, int]) -> bytes:
+    path, offset, size = location
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+class IndexedConcreteBatch:
+    """Random access to ConcreteBatch records (map-style): ``dataset[i]`` -> dict of decoded fields."""
+
+    def __init__(self, roots: list[str | Path]):
+        self.urls = [u for root in roots for u in shard_urls(root)]
+        self.records = index_shards(self.urls)
+        missing = [r for r in self.records if not {"jpg", "txt", "neg.jpg", "neg.txt", "json"} <= r.keys()]
+        if missing:
+            raise ValueError(f"{len(missing)} records in {roots} lack some of jpg/txt/neg.jpg/neg.txt/json "
+                             f"(e.g. in {next(iter(missing[0].values()))[0]}); is this a ConcreteBatch?")
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> dict:
+        r = self.records[i]
+        meta = json.loads(read_member(r["json"]))
+        return {
+            "image": Image.open(io.BytesIO(read_member(r["jpg"]))).convert("RGB"),
+            "caption": read_member(r["txt"]).decode("utf-8"),
+            "neg_image": Image.open(io.BytesIO(read_member(r["neg.jpg"]))).convert("RGB"),
+            "neg_caption": read_member(r["neg.txt"]).decode("utf-8"),
+            "concreteness": float(meta["concreteness"]),
+            "has_negative": True,
+        }

@@ -153,7 +153,8 @@ class CementLoss(nn.Module):
     features are 2n x D (n anchors then their n negatives, on this rank), ``concreteness`` is n,
     ``has_negative`` an optional n-bool mask (False: that sample's negative row and column are left
     out of the softmax). With ``output_dict=True`` it returns ``{"contrastive_loss", ...diagnostics}``:
-    hard-negative gradient share, mean p_ii, mean raw logit gap S[i,i] - S[i,h(i)], mean margin, all
+    hard-negative gradient share (rows with a negative, both directions), mean p_ii, mean raw logit gap
+    S[i,i] - S[i,i'] over anchors with a negative (image-to-text and text-to-image), mean margin; all
     detached and computed from the log-softmax the loss needs anyway.
 
     ``margin="none"`` with every negative present is open_clip's ClipLoss on the 2N pairs; with no
@@ -296,7 +297,9 @@ class CementLoss(nn.Module):
         p_pos = torch.cat([p for p, _ in stats])[torch.cat([valid_rows, valid_rows])]
         with_negative = torch.cat([row_mask, row_mask, row_mask, row_mask])
         share = torch.cat([sh for _, sh in stats])[with_negative]
-        gap = torch.cat(gaps)[with_negative]
+        # the gap is the anchors' (paper Fig. 5b-c): S[i,i] - S[i,i'] for an anchor i with a negative i'
+        anchor_with_negative = torch.cat([row_mask, torch.zeros_like(row_mask)])
+        gap = torch.cat(gaps)[torch.cat([anchor_with_negative, anchor_with_negative])]
         nan = p_pos.new_tensor(float("nan"))
         return {
             "contrastive_loss": loss,

@@ -1,0 +1,118 @@
+"""Time per training step of our trainer against open_clip's own (`open_clip_train.train.train_one_epoch`).
+
+Same model architecture and initial weights, same 2N images and 2N texts per step, fp32 on the CPU.
+Reference: open_clip_train's epoch loop with ClipLoss over the 2N pairs (its scheduler, AdamW, grad-clip).
+Ours: `concrete_jungle.train.training_step` with CementLoss (adaptive margin, diagnostics on). Each round
+runs K steps of one, then K steps of the other (alternating order); medians of per-step time.
+Goal: ratio <= 1.10.
+
+    python benchmarks/train_step.py --model cj-tiny --n 64 --steps 4 --rounds 9
+    python benchmarks/train_step.py --model ViT-B-32 --n 1024 --device cuda --precision amp_bf16   # GPU, MFU
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from types import SimpleNamespace
+
+import open_clip
+import torch
+from open_clip.loss import ClipLoss
+from open_clip_train.scheduler import cosine_lr
+from open_clip_train.train import train_one_epoch
+
+from concrete_jungle import models  # noqa: F401  (registers cj-tiny)
+from concrete_jungle.loss import CementLoss
+from concrete_jungle.train import param_groups, training_step
+
+
+class Loader(list):
+    """The few attributes open_clip_train reads from its dataloader."""
+
+    @property
+    def num_batches(self):
+        return len(self)
+
+    @property
+    def num_samples(self):
+        return sum(len(b[0]) for b in self)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="cj-tiny")
+    ap.add_argument("--n", type=int, default=64, help="anchors per step (2N images and texts)")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "amp_bf16"], help="amp_bf16: bf16 autocast (CUDA)")
+    ap.add_argument("--gflops-per-pair", type=float, default=8.82 + 5.96,
+                    help="forward GFLOPs of one image + one 77-token text (ViT-B-32: 8.82 + 5.96) for MFU")
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="the accelerator's dense bf16 peak (H100/H200)")
+    args = ap.parse_args()
+    device, autocast = args.device, args.precision == "amp_bf16"
+
+    size = open_clip.get_model_config(args.model)["vision_cfg"]["image_size"]
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(2 * args.n, 3, size, size, generator=g),
+                torch.randint(1, 49407, (2 * args.n, 77), generator=g)) for _ in range(args.steps)]
+    c = 1 + 4 * torch.rand(args.n, generator=g)
+    has_negative = torch.ones(args.n, dtype=torch.bool)
+
+    torch.manual_seed(0)
+    ours = open_clip.create_model(args.model).to(device)
+    theirs = open_clip.create_model(args.model, output_dict=True).to(device)
+    theirs.load_state_dict(ours.state_dict())
+    opt_ours = torch.optim.AdamW(param_groups(ours, 0.1), lr=1e-5, betas=(0.9, 0.98), eps=1e-6)
+    opt_theirs = torch.optim.AdamW(param_groups(theirs, 0.1), lr=1e-5, betas=(0.9, 0.98), eps=1e-6)
+    scheduler = cosine_lr(opt_theirs, 1e-5, 2, 10_000)
+    cement = CementLoss("adaptive")
+    targs = SimpleNamespace(accum_freq=1, batch_size=2 * args.n, device=device, distill=False, grad_clip_norm=1.0,
+                            horovod=False, log_every_n_steps=10**9, precision=args.precision, skip_scheduler=False,
+                            wandb=False, world_size=1, rank=0)
+    data = {"train": SimpleNamespace(dataloader=Loader(batches), set_epoch=lambda e: None)}
+
+    def run_ours():
+        for images, texts in batches:
+            images, texts = images.to(device), texts.to(device)
+            batch = (images[: args.n], images[args.n:], texts[: args.n], texts[args.n:], c, has_negative)
+            training_step(ours, ours, cement, opt_ours, batch, 1e-5, 1.0, device, autocast)
+        sync()
+
+    def run_theirs():
+        train_one_epoch(theirs, data, ClipLoss(), 0, opt_theirs, None, scheduler, None, targs)
+        sync()
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    times = {"ours": [], "open_clip_train": []}
+    run_ours(), run_theirs()  # warm-up
+    for r in range(args.rounds):
+        order = [("ours", run_ours), ("open_clip_train", run_theirs)]
+        for name, fn in (order if r % 2 else order[::-1]):
+            t0 = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t0) / args.steps)
+    o, t = statistics.median(times["ours"]), statistics.median(times["open_clip_train"])
+    params = sum(p.numel() for p in ours.parameters()) / 1e6
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU {torch.get_num_threads()} threads"
+    print(f"model {args.model} ({params:.1f} M parameters), N = {args.n} anchors (2N = {2 * args.n} pairs), "
+          f"{args.precision}, {where}, {args.steps} steps x {args.rounds} rounds (medians)\n")
+    print("| trainer | ms per step |\n| --- | --- |")
+    print(f"| open_clip_train (ClipLoss) | {1e3 * t:.1f} |\n| concrete-jungle (CementLoss, diagnostics) | {1e3 * o:.1f} |")
+    print(f"ratio ours / open_clip_train: {o / t:.3f} (goal <= 1.10)")
+    pairs_per_s = 2 * args.n / o  # 2N images and 2N texts per step
+    mfu = pairs_per_s * 3 * args.gflops_per_pair * 1e9 / (args.peak_tflops * 1e12)
+    print(f"ours: {pairs_per_s:.0f} image-text pairs/s ({args.n / o:.0f} anchors/s)")
+    if device.startswith("cuda"):  # the FLOPs per pair are ViT-B-32's unless --gflops-per-pair says otherwise
+        print(f"model FLOPs utilisation {100 * mfu:.1f}% of {args.peak_tflops:g} TFLOP/s (forward + backward = 3x)")
+    assert math.isfinite(o) and math.isfinite(t)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Linear probes on frozen image features (paper §3: 10 epochs).
+
+- ImageNet-1k (or any ImageFolder): ``<root>/train/<class>/*`` and ``<root>/val/<class>/*``; a linear
+  softmax head, top-1 / top-5 on val.
+- COCO multi-label: ``<root>/annotations/instances_{train,val}2017.json`` and ``<root>/{train,val}2017/``;
+  a linear sigmoid head over the 80 categories, mean average precision on val.
+
+Features come from the shared `Encoder`, so they are computed once per model and cached on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .encoding import BenchmarkDataError, Encoder, check_images, load_json_file
+
+IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
+FOLDER_LAYOUT = "<root>/train/<class>/<image> and <root>/val/<class>/<image> (ImageFolder)"
+COCO_LAYOUT = "<root>/annotations/instances_{train,val}2017.json and <root>/{train,val}2017/<file_name>"
+
+
+def load_image_folder(root: str | Path, skip_missing: bool = False) -> dict:
+    root = Path(root)
+    splits = {}
+    for split in ("train", "val"):
+        d = root / split
+        if not d.is_dir():
+            raise BenchmarkDataError(f"{d} not found; expected layout: {FOLDER_LAYOUT}")
+        classes = sorted(p.name for p in d.iterdir() if p.is_dir())
+        splits[split] = [(p, c) for c in classes for p in sorted((d / c).iterdir()) if p.suffix.lower() in IMAGE_EXTS]
+    classes = sorted({c for _, c in splits["train"]})
+    problems = check_images([p for items in splits.values() for p, _ in items], FOLDER_LAYOUT, skip_missing)
+    index = {c: i for i, c in enumerate(classes)}
+    out = {s: ([p for p, c in items if p not in problems], torch.tensor([index[c] for p, c in items if p not in problems]))
+           for s, items in splits.items()}
+    return {"kind": "folder", "splits": out, "classes": classes, "skipped": len(problems)}
+
+
+def load_coco(root: str | Path, skip_missing: bool = False) -> dict:
+    root = Path(root)
+    splits, categories = {}, None
+    for split in ("train", "val"):
+        ann = load_json_file(root / "annotations" / f"instances_{split}2017.json", COCO_LAYOUT)
+        categories = sorted(c["id"] for c in ann["categories"])
+        col = {c: i for i, c in enumerate(categories)}
+        labels = {img["id"]: torch.zeros(len(categories)) for img in ann["images"]}
+        for a in ann["annotations"]:
+            labels[a["image_id"]][col[a["category_id"]]] = 1
+        paths = [root / f"{split}2017" / img["file_name"] for img in ann["images"]]
+        splits[split] = (paths, torch.stack([labels[img["id"]] for img in ann["images"]]))
+    problems = check_images([p for paths, _ in splits.values() for p in paths], COCO_LAYOUT, skip_missing)
+    out = {}
+    for s, (paths, y) in splits.items():
+        keep = [i for i, p in enumerate(paths) if p not in problems]
+        out[s] = ([paths[i] for i in keep], y[keep])
+    return {"kind": "coco", "splits": out, "classes": categories, "skipped": len(problems)}
+
+
+def train_head(x: torch.Tensor, y: torch.Tensor, n_out: int, multilabel: bool, epochs: int = 10,
+               lr: float = 1e-3, batch_size: int = 256, weight_decay: float = 0.0, seed: int = 0) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(x.shape[1], n_out)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=g).split(batch_size):
+            logits = head(x[idx])
+            loss = F.binary_cross_entropy_with_logits(logits, y[idx]) if multilabel else F.cross_entropy(logits, y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return head
+
+
+def average_precision(scores: torch.Tensor, targets: torch.Tensor) -> float:
+    """AP of one class: mean precision at the rank of each positive (no interpolation)."""
+    order = scores.argsort(descending=True)
+    hits = targets[order]
+    if hits.sum() == 0:
+        return float("nan")
+    precision = hits.cumsum(0) / torch.arange(1, len(hits) + 1)
+    return float((precision * hits).sum() / hits.sum())
+
+
+def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, seed: int = 0) -> dict:
+    (train_paths, y_train), (val_paths, y_val) = data["splits"]["train"], data["splits"]["val"]
+    x_train, x_val = encoder.images(train_paths), encoder.images(val_paths)
+    multilabel = data["kind"] == "coco"
+    head = train_head(x_train, y_train, len(data["classes"]), multilabel, epochs=epochs, lr=lr, seed=seed)
+    with torch.no_grad():
+        logits = head(x_val)
+    if multilabel:
+        aps = [average_precision(logits[:, c], y_val[:, c]) for c in range(y_val.shape[1])]
+        aps = [a for a in aps if a == a]
+        metrics = {"mAP": sum(aps) / len(aps) if aps else float("nan")}
+    else:
+        top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+        metrics = {"top1": (top[:, 0] == y_val).float().mean().item(),
+                   "top5": (top == y_val[:, None]).any(dim=1).float().mean().item()}
+    return {"metrics": metrics, "n": {"train": len(train_paths), "val": len(val_paths)}, "skipped": data["skipped"]}

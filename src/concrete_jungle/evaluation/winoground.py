@@ -1,0 +1,74 @@
+"""Winoground (Thrush et al. 2022): 400 items of two images and two captions with the same words.
+
+Data: a local folder ``<root>/examples.jsonl`` (``id, caption_0, caption_1, image_0, image_1,
+collapsed_tag``) with ``<root>/images/<image_k>.png``, or the gated HF dataset ``facebook/winoground``
+(token from ``HF_TOKEN``), which `export_hf` writes into that same layout once. Scores: text (each
+image prefers its own caption), image (each caption prefers its own image), group (both); overall and
+per ``collapsed_tag``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from .encoding import BenchmarkDataError, Encoder, check_images
+
+LAYOUT = "<root>/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and " \
+         "<root>/images/<image_0>.png, <image_1>.png"
+
+
+def export_hf(root: str | Path) -> Path:
+    """Write the HF dataset into the local layout (needs `datasets` and access to the gated repo)."""
+    import os
+
+    try:
+        from datasets import load_dataset
+    except ImportError:
+        raise BenchmarkDataError("loading Winoground from the hub needs `pip install datasets`") from None
+    root = Path(root)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    ds = load_dataset("facebook/winoground", split="test", token=os.environ.get("HF_TOKEN"))
+    with open(root / "examples.jsonl", "w", encoding="utf-8") as f:
+        for ex in ds:
+            for k in (0, 1):
+                ex[f"image_{k}"].convert("RGB").save(root / "images" / f"ex{ex['id']}_img{k}.png")
+            f.write(json.dumps({"id": ex["id"], "caption_0": ex["caption_0"], "caption_1": ex["caption_1"],
+                                "image_0": f"ex{ex['id']}_img0", "image_1": f"ex{ex['id']}_img1",
+                                "collapsed_tag": ex.get("collapsed_tag", "")}) + "\n")
+    return root
+
+
+def load(root: str | Path, skip_missing: bool = False) -> dict:
+    root = Path(root)
+    path = root / "examples.jsonl"
+    if not path.is_file():
+        raise BenchmarkDataError(f"{path} not found; expected layout: {LAYOUT} (or export the HF dataset with "
+                                 "concrete_jungle.evaluation.winoground.export_hf)")
+    items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for it in items:
+        for k in (0, 1):
+            it[f"path_{k}"] = root / "images" / f"{it[f'image_{k}']}.png"
+    problems = check_images([it[f"path_{k}"] for it in items for k in (0, 1)], LAYOUT, skip_missing)
+    kept = [it for it in items if it["path_0"] not in problems and it["path_1"] not in problems]
+    return {"items": kept, "skipped": len(items) - len(kept)}
+
+
+def evaluate(encoder: Encoder, data: dict) -> dict:
+    items = data["items"]
+    i0, i1 = encoder.images([it["path_0"] for it in items]), encoder.images([it["path_1"] for it in items])
+    c0, c1 = encoder.texts([it["caption_0"] for it in items]), encoder.texts([it["caption_1"] for it in items])
+    s = lambda c, i: (c * i).sum(-1)  # noqa: E731
+    text = (s(c0, i0) > s(c1, i0)) & (s(c1, i1) > s(c0, i1))
+    image = (s(c0, i0) > s(c0, i1)) & (s(c1, i1) > s(c1, i0))
+    group = text & image
+    tags = defaultdict(list)
+    for n, it in enumerate(items):
+        tags[it.get("collapsed_tag") or "untagged"].append(n)
+    share = lambda flags: flags.sum().item() / len(flags)  # noqa: E731
+    metrics = {"text": share(text), "image": share(image), "group": share(group)}
+    for tag, rows in sorted(tags.items()):
+        for name, flags in (("text", text), ("image", image), ("group", group)):
+            metrics[f"{tag}/{name}"] = share(flags[rows])
+    return {"metrics": metrics, "n": len(items), "skipped": data["skipped"]}

@@ -1,0 +1,497 @@
+"""Slipform: fine-tune an open_clip model with Cement loss on ConcreteBatch (paper §3, SPEC §6).
+
+Run with ``concrete-jungle train --config configs/slipform_vitb32.yaml [--set key=value ...]``, or under
+``torchrun --nproc_per_node K -m concrete_jungle.cli train ...`` for data parallel (nccl on GPU, gloo on
+CPU). ``batch_size`` is the global number of anchors per step (each rank takes batch_size / K), so a
+config means the same run on any number of GPUs.
+
+Data order: every epoch is a permutation of the whole dataset seeded by (seed, epoch); step s of the
+epoch gives rank r the slice [s*N + r*N/K, s*N + (r+1)*N/K) — no sample twice per epoch across ranks, and
+(epoch, step) is the exact data position a checkpoint stores. The learning rate is a function of the
+step (cosine with warmup), so resuming restores it exactly; 20 steps straight and 10 + resume + 10 give
+bitwise the same weights on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .configs import ConfigError, apply_overrides, from_dict, load_yaml
+from .loss import CementLoss
+from .records import JsonlAppender, atomic_write_json, read_jsonl_repairing
+
+LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str | None = "ViT-B-32"
+    pretrained: str | None = "openai"
+    checkpoint: str | None = None
+    precision: str = "amp_bf16"  # bf16 autocast on CUDA; fp32 on the CPU
+    grad_checkpointing: bool = False
+    compile: bool = False
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    concretebatch: list[str] = field(default_factory=list)  # ConcreteBatch directories
+    pairs: list[str] = field(default_factory=list)  # caption files of plain pairs (no negative: masked)
+    pairs_images: str | None = None
+    workers: int = 4
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    name: str = "cement"  # cement (adaptive margin) | infonce | static | inverse
+    m_min: float = -2.0
+    m_max: float = 2.0
+    center: float = 4.0
+    tau: float = 0.15
+    static_margin: float = 1.0
+    local_loss: bool = False
+    gather_with_grad: bool = True
+
+    def __post_init__(self):
+        if self.name not in LOSS_SCHEDULES:
+            raise ValueError(f"loss.name {self.name!r} is not one of {sorted(LOSS_SCHEDULES)}")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.98
+    eps: float = 1e-6
+    warmup: int = 50
+    grad_clip: float | None = 1.0
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    benchmarks: list[str] = field(default_factory=list)
+    data_root: str | None = None
+    every: int = 0  # steps; 0 = never
+    subset: int = 200  # items per benchmark subset
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: str
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    batch_size: int = 1024
+    epochs: int = 1
+    steps: int | None = None  # overrides epochs when set
+    seed: int = 0
+    log_every: int = 1
+    save_every: int = 500
+    tensorboard: bool = False
+    device: str | None = None
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.epochs < 1 or (self.steps is not None and self.steps < 1):
+            raise ValueError("batch_size, epochs and steps must be >= 1")
+
+
+def load_config(path: str | None, overrides: list[str]) -> TrainConfig:
+    data = load_yaml(path) if path else {}
+    return from_dict(TrainConfig, apply_overrides(data, overrides), where=str(path or "config"))
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+class PairsDataset:
+    """Plain image-caption pairs (the anchor caption of each sample); they have no hard negative."""
+
+    def __init__(self, caption_files: list[str], images: str):
+        from .keywords import anchor_caption
+        from .sources import read_samples
+
+        self.items = [(Path(images) / s.image, anchor_caption(s.captions)) for s in read_samples(caption_files)
+                      if not s.error and s.image and anchor_caption(s.captions)]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        path, caption = self.items[i]
+        with Image.open(path) as im:
+            image = im.convert("RGB")
+        return {"image": image, "caption": caption, "neg_image": image, "neg_caption": caption,
+                "concreteness": 0.0, "has_negative": False}
+
+
+class TrainingSet(torch.utils.data.Dataset):
+    """ConcreteBatch records and plain pairs as tensors: preprocessed images and tokenized captions."""
+
+    def __init__(self, parts, preprocess, tokenizer):
+        self.parts, self.preprocess, self.tokenizer = parts, preprocess, tokenizer
+        self.offsets = [0]
+        for p in parts:
+            self.offsets.append(self.offsets[-1] + len(p))
+
+    def __len__(self):
+        return self.offsets[-1]
+
+    def __getitem__(self, i):
+        k = next(j for j in range(len(self.parts)) if i < self.offsets[j + 1])
+        r = self.parts[k][i - self.offsets[k]]
+        return (self.preprocess(r["image"]), self.preprocess(r["neg_image"]), self.tokenizer([r["caption"]])[0],
+                self.tokenizer([r["neg_caption"]])[0], torch.tensor(r["concreteness"], dtype=torch.float32),
+                torch.tensor(r["has_negative"]))
+
+
+class EpochBatches(torch.utils.data.Sampler):
+    """This rank's index batches for one epoch, from `start_step` on (the DistributedSampler equivalent)."""
+
+    def __init__(self, n: int, batch_size: int, rank: int, world: int, seed: int, epoch: int, start_step: int = 0):
+        self.steps = n // batch_size
+        self.order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+        self.per_rank = batch_size // world
+        self.batch_size, self.rank, self.start_step = batch_size, rank, start_step
+
+    def __len__(self):
+        return self.steps - self.start_step
+
+    def __iter__(self):
+        for s in range(self.start_step, self.steps):
+            at = s * self.batch_size + self.rank * self.per_rank
+            yield self.order[at: at + self.per_rank]
+
+
+# ------------------------------------------------------------------------------------------------ state
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """open_clip's rule: no weight decay on gains, biases, norms and the logit scale."""
+    exclude = lambda n, p: p.ndim < 2 or "bn" in n or "ln" in n or "bias" in n or "logit_scale" in n  # noqa: E731
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [{"params": [p for n, p in named if exclude(n, p)], "weight_decay": 0.0},
+            {"params": [p for n, p in named if not exclude(n, p)], "weight_decay": weight_decay}]
+
+
+def lr_at(step: int, total: int, config: OptimConfig) -> float:
+    """Linear warmup then cosine decay to 0 (open_clip's cosine_lr), as a pure function of the step."""
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, total - config.warmup)
+    return 0.5 * (1 + math.cos(math.pi * progress)) * config.lr
+
+
+def save_trainer_state(directory: Path, optimizer: torch.optim.Optimizer, position: dict) -> None:
+    """Optimizer tensors and RNG state as safetensors, everything else as JSON: no pickles."""
+    from safetensors.torch import save_file
+
+    tensors, scalars = {}, {}
+    state = optimizer.state_dict()
+    for pid, values in state["state"].items():
+        for k, v in values.items():
+            if torch.is_tensor(v):
+                tensors[f"optimizer.{pid}.{k}"] = v.contiguous()
+            else:
+                scalars[f"{pid}.{k}"] = v
+    tensors["rng.torch"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    save_file(tensors, str(directory / "trainer_state.safetensors"))
+    py_state = random.getstate()
+    (directory / "trainer_state.json").write_text(json.dumps({
+        "position": position, "param_groups": state["param_groups"], "optimizer_scalars": scalars,
+        "rng_python": [py_state[0], list(py_state[1]), py_state[2]],
+    }, indent=1))
+
+
+def load_trainer_state(directory: Path, optimizer: torch.optim.Optimizer) -> dict:
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(directory / "trainer_state.safetensors"))
+    meta = json.loads((directory / "trainer_state.json").read_text())
+    state: dict = {}
+    for key, v in tensors.items():
+        if key.startswith("optimizer."):
+            _, pid, k = key.split(".", 2)
+            state.setdefault(int(pid), {})[k] = v
+    for key, v in meta["optimizer_scalars"].items():
+        pid, k = key.split(".", 1)
+        state.setdefault(int(pid), {})[k] = v
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted(t for t in tensors if t.startswith("rng.cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    v, s, g = meta["rng_python"]
+    random.setstate((v, tuple(s), g))
+    return meta["position"]
+
+
+# ------------------------------------------------------------------------------------------------ trainer
+
+
+class TrainingError(RuntimeError):
+    pass
+
+
+def distributed() -> tuple[int, int, int]:
+    """(rank, world size, local rank), initialising the process group under torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world == 1:
+        return 0, 1, 0
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", 0))
+
+
+def check_config(config: TrainConfig) -> None:
+    """Everything that can be wrong before any data is read or any model is built."""
+    import open_clip
+
+    from . import models  # noqa: F401  (registers our model configs, e.g. cj-tiny)
+
+    m = config.model
+    if m.checkpoint is None:
+        if not m.name or open_clip.get_model_config(m.name) is None:
+            raise ConfigError(f"model.name {m.name!r} is not an open_clip model (see open_clip.list_models())")
+        tags = open_clip.list_pretrained_tags_by_model(m.name)
+        if m.pretrained not in (None, "none") and m.pretrained not in tags and not Path(m.pretrained).is_file():
+            raise ConfigError(f"model.pretrained {m.pretrained!r} does not exist for {m.name}; known: {tags}")
+    elif not Path(m.checkpoint).is_dir():
+        raise ConfigError(f"model.checkpoint {m.checkpoint} is not a directory")
+    if not config.data.concretebatch and not config.data.pairs:
+        raise ConfigError("data: give data.concretebatch (ConcreteBatch directories) and/or data.pairs")
+    for d in config.data.concretebatch:
+        if not Path(d).is_dir() or not list(Path(d).glob("shard-*.tar")):
+            raise ConfigError(f"data.concretebatch {d} is not a ConcreteBatch directory (no shard-*.tar in it)")
+    for p in config.data.pairs:
+        if not Path(p).exists():
+            raise ConfigError(f"data.pairs {p} does not exist")
+    if config.data.pairs and not config.data.pairs_images:
+        raise ConfigError("data.pairs needs data.pairs_images, the folder their images are in")
+    if config.eval.every and (not config.eval.benchmarks or not config.eval.data_root):
+        raise ConfigError("eval.every needs eval.benchmarks and eval.data_root")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if config.batch_size % world:
+        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the {world} processes")
+
+
+def count_records(config: TrainConfig) -> int:
+    """Dataset size from the manifests (metadata only), to check the batch size before reading data."""
+    n = 0
+    for d in config.data.concretebatch:
+        manifest = Path(d) / "manifest.jsonl"
+        if manifest.exists():
+            n += sum(1 for line in manifest.read_text().splitlines() if '"status": "ok"' in line)
+        else:
+            return -1  # unknown until indexed
+    return n
+
+
+def train(config: TrainConfig, resume: str | None = None, progress: bool = True, stop_at: int | None = None) -> dict:
+    """Train; ``stop_at`` ends the run after that step with a checkpoint (continue with ``resume``)."""
+    check_config(config)
+    rank, world, local_rank = distributed()
+    known = count_records(config)
+    if not config.data.pairs and 0 <= known < config.batch_size:
+        raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({known} records)")
+    device = config.device or (f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    out = Path(config.out)
+    ckpt_root = out / "checkpoints"
+
+    from .models import load_model, save_checkpoint
+
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    clip = load_model(config.model.name, config.model.pretrained, config.model.checkpoint, device=device,
+                      seed=config.seed)
+    model = clip.model.train()
+    if config.model.grad_checkpointing:
+        model.set_grad_checkpointing(True)
+
+    from .concretebatch import IndexedConcreteBatch
+
+    parts = ([IndexedConcreteBatch(config.data.concretebatch)] if config.data.concretebatch else [])
+    parts += [PairsDataset(config.data.pairs, config.data.pairs_images)] if config.data.pairs else []
+    dataset = TrainingSet(parts, clip.preprocess, clip.tokenizer)
+    if len(dataset) < config.batch_size:
+        raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(dataset)} records)")
+    steps_per_epoch = len(dataset) // config.batch_size
+    total = config.steps or config.epochs * steps_per_epoch
+
+    optimizer = torch.optim.AdamW(param_groups(model, config.optim.weight_decay), lr=config.optim.lr,
+                                  betas=(config.optim.beta1, config.optim.beta2), eps=config.optim.eps)
+    step, epoch, step_in_epoch = 0, 0, 0
+    if resume:
+        directory = ckpt_root / json.loads((ckpt_root / "latest.json").read_text())["name"] if resume == "latest" \
+            else Path(resume)
+        if not (directory / "trainer_state.json").exists():
+            raise ConfigError(f"cannot resume from {directory}: no trainer_state.json there")
+        from safetensors.torch import load_model as load_weights
+
+        load_weights(model, str(directory / "open_clip_model.safetensors"))
+        position = load_trainer_state(directory, optimizer)
+        step, epoch, step_in_epoch = position["step"], position["epoch"], position["step_in_epoch"]
+
+    dist_model = model
+    if world > 1:
+        dist_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device != "cpu" else None)
+    if config.model.compile:
+        dist_model = torch.compile(dist_model)
+    schedule = LOSS_SCHEDULES[config.loss.name]
+    params = {"none": {}, "static": {"value": config.loss.static_margin}}.get(
+        schedule, {"m_min": config.loss.m_min, "m_max": config.loss.m_max, "center": config.loss.center,
+                   "tau": config.loss.tau})
+    loss_fn = CementLoss(schedule, local_loss=config.loss.local_loss, gather_with_grad=config.loss.gather_with_grad,
+                         rank=rank, world_size=world, **params)
+    autocast = device.startswith("cuda") and config.model.precision == "amp_bf16"
+
+    metrics_path = out / "metrics.jsonl"
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "config.json", asdict(config))
+        # rows after the checkpoint we resume from are redone: drop them so no step is logged twice
+        kept = [r for r in read_jsonl_repairing(metrics_path) if r.get("step", 0) <= step]
+        metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    log = JsonlAppender(metrics_path) if rank == 0 else None
+    tb = None
+    if config.tensorboard and rank == 0:
+        from torch.utils.tensorboard import SummaryWriter
+
+        tb = SummaryWriter(str(out / "tensorboard"))
+
+    def save(tag: str) -> None:
+        if rank != 0:
+            return
+        if not all(torch.isfinite(p).all() for p in model.parameters()):
+            raise TrainingError(f"the weights are no longer finite after step {step}; stopped without saving them. "
+                                f"The last good checkpoint is kept in {ckpt_root}; lower optim.lr")
+        name = f"step-{step:07d}"
+        directory = save_checkpoint(ckpt_root / name, model, clip.config)
+        save_trainer_state(directory, optimizer, {"step": step, "epoch": epoch, "step_in_epoch": step_in_epoch})
+        atomic_write_json(ckpt_root / "latest.json", {"name": name, "step": step, "reason": tag})
+
+    eval_data = load_eval_data(config) if config.eval.every and rank == 0 else None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not progress or rank != 0,
+               dynamic_ncols=True)
+    last: dict = {}
+    end = min(total, stop_at) if stop_at else total
+    while step < end:
+        batches = EpochBatches(len(dataset), config.batch_size, rank, world, config.seed, epoch, step_in_epoch)
+        loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, num_workers=config.data.workers,
+                                             pin_memory=device.startswith("cuda"))
+        for image, neg_image, text, neg_text, c, has_negative in loader:
+            if step >= end:
+                break
+            t0 = time.perf_counter()
+            lr = lr_at(step, total, config.optim)
+            out_dict = training_step(dist_model, model, loss_fn, optimizer, (image, neg_image, text, neg_text, c,
+                                                                             has_negative), lr, config.optim.grad_clip,
+                                     device, autocast)
+            loss = out_dict["contrastive_loss"]
+            if out_dict.get("non_finite"):
+                bar.close()
+                raise TrainingError(f"loss is {loss.item()} at step {step + 1} (lr {lr:.3g}); stopped. The last good "
+                                    f"checkpoint is kept in {ckpt_root}; lower optim.lr or check the data")
+            step, step_in_epoch = step + 1, step_in_epoch + 1
+            seconds = time.perf_counter() - t0
+            last = {"step": step, "epoch": epoch, "loss": loss.item(), "lr": lr,
+                    "logit_scale": model.logit_scale.exp().item(),
+                    "hn_grad_share": out_dict["hn_grad_share"].item(), "p_pos": out_dict["p_pos"].item(),
+                    "logit_gap": out_dict["logit_gap"].item(), "margin": out_dict["margin"].item(),
+                    "samples_per_s": config.batch_size / seconds}
+            if log is not None and step % config.log_every == 0:
+                log.write(last)
+                log.flush()
+                if tb is not None:
+                    for k, v in last.items():
+                        tb.add_scalar(k, v, step)
+            bar.update()
+            bar.set_postfix(loss=f"{last['loss']:.4f}", share=f"{last['hn_grad_share']:.3f}")
+            if eval_data is not None and step % config.eval.every == 0:
+                scores = run_eval(clip, eval_data, device)
+                model.train()
+                if log is not None:
+                    log.write({"step": step, **scores})
+            if config.save_every and step % config.save_every == 0:
+                save("periodic")
+        if step_in_epoch >= steps_per_epoch:
+            epoch, step_in_epoch = epoch + 1, 0
+    bar.close()
+    save("final" if step >= total else "stopped")
+    if log is not None:
+        log.close()
+    if tb is not None:
+        tb.close()
+    return last
+
+
+def training_step(dist_model, model, loss_fn: CementLoss, optimizer, batch, lr: float, grad_clip: float | None,
+                  device: str, autocast: bool) -> dict:
+    """One optimisation step on a batch of N anchors and their N negatives; the loss's output dict.
+
+    A non-finite loss takes no step and comes back with ``non_finite`` set.
+    """
+    image, neg_image, text, neg_text, c, has_negative = batch
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    images = torch.cat([image, neg_image]).to(device, non_blocking=True)
+    texts = torch.cat([text, neg_text]).to(device, non_blocking=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
+        image_features, text_features, logit_scale = dist_model(images, texts)[:3]
+        out = loss_fn(image_features.float(), text_features.float(), logit_scale.float(), c.to(device),
+                      has_negative.to(device), output_dict=True)
+    if not torch.isfinite(out["contrastive_loss"]):
+        return out | {"non_finite": True}
+    optimizer.zero_grad(set_to_none=True)
+    out["contrastive_loss"].backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    with torch.no_grad():
+        model.logit_scale.clamp_(0, math.log(100))  # as open_clip: a temperature of at most 100
+    return out
+
+
+def load_eval_data(config: TrainConfig) -> dict:
+    """The evaluation hook's data, cut to ``eval.subset`` items per subset, checked before training starts."""
+    from . import evaluation
+
+    loaded = {}
+    for name in config.eval.benchmarks:
+        data = evaluation.load_data(name, Path(config.eval.data_root), skip_missing=True)
+        if isinstance(data, dict) and isinstance(data.get("items"), dict):
+            data = {**data, "items": {k: v[: config.eval.subset] for k, v in data["items"].items()}}
+        elif isinstance(data, dict) and isinstance(data.get("items"), list):
+            data = {**data, "items": data["items"][: config.eval.subset]}
+        loaded[name] = data
+    return loaded
+
+
+def run_eval(clip, loaded: dict, device: str) -> dict:
+    from . import evaluation
+    from .evaluation.encoding import Encoder
+
+    clip.model.eval()
+    results = evaluation.run(Encoder(clip, device=device, progress=False), list(loaded), loaded)
+    return {f"eval/{name}/{k}": v for name, r in results.items() for k, v in r["metrics"].items()}

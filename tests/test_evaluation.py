@@ -1,0 +1,235 @@
+"""The evaluation suite on fixtures in the official formats, scored by a tiny random-init open_clip model."""
+
+import json
+import shutil
+
+import numpy as np
+import open_clip
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from concrete_jungle import evaluation
+from concrete_jungle.cli import main
+from concrete_jungle.evaluation import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, winoground
+from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
+
+
+def noise_image(path, seed, size=(40, 48)):
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(path)
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory, shared_data):
+    """The official SugarCrepe and SugarCrepe++ JSON, and a generated image under every official file name."""
+    root = tmp_path_factory.mktemp("bench")
+    shutil.copytree(shared_data / "sugarcrepe", root / "sugarcrepe")
+    shutil.copytree(shared_data / "sugarcrepe_pp", root / "sugarcrepe_pp")
+    names = {v["filename"] for f in (root / "sugarcrepe").glob("*.json") for v in json.loads(f.read_text()).values()}
+    names |= {v["filename"] for f in (root / "sugarcrepe_pp").glob("*.json") for v in json.loads(f.read_text())}
+    (root / "coco" / "val2017").mkdir(parents=True)
+    for i, name in enumerate(sorted(names)):
+        noise_image(root / "coco" / "val2017" / name, i)
+    return root
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return load_model("cj-tiny", "none", seed=0)
+
+
+class Reference:
+    """The straightforward loop: every image and caption encoded alone, item by item."""
+
+    def __init__(self, clip):
+        self.clip = clip
+
+    @torch.no_grad()
+    def image(self, path):
+        with Image.open(path) as im:
+            x = self.clip.preprocess(im.convert("RGB"))[None]
+        return F.normalize(self.clip.model.encode_image(x), dim=-1)[0]
+
+    @torch.no_grad()
+    def text(self, caption):
+        return F.normalize(self.clip.model.encode_text(self.clip.tokenizer([caption])), dim=-1)[0]
+
+
+@pytest.mark.parametrize("subsets", [("swap_obj", "add_att"),
+                                     pytest.param(sugarcrepe.SUBSETS, marks=pytest.mark.slow)])
+def test_sugarcrepe_equals_the_per_item_reference_loop(data_root, clip, subsets):
+    data = sugarcrepe.load(data_root / "sugarcrepe", data_root / "coco" / "val2017", subsets=subsets)
+    result = sugarcrepe.evaluate(Encoder(clip, batch_size=37, progress=False), data)
+    ref = Reference(clip)
+    raw = {s: json.loads((data_root / "sugarcrepe" / f"{s}.json").read_text()) for s in subsets}
+    for subset in subsets:
+        expected = []
+        for key, item in raw[subset].items():
+            image = ref.image(data_root / "coco" / "val2017" / item["filename"])
+            expected.append((key, bool(image @ ref.text(item["caption"]) > image @ ref.text(item["negative_caption"]))))
+        assert result["per_item"][subset] == expected  # every item, in the file's key order
+        assert result["metrics"][subset] == sum(f for _, f in expected) / len(expected)
+        assert result["n"][subset] == len(raw[subset])
+
+
+def test_sugarcrepe_ties_are_wrong_and_keys_need_not_be_contiguous(tmp_path, clip):
+    (tmp_path / "img").mkdir()
+    noise_image(tmp_path / "img" / "a.jpg", 1)
+    items = {"0": {"filename": "a.jpg", "caption": "a dog on a sofa", "negative_caption": "a dog on a sofa"},
+             "7": {"filename": "a.jpg", "caption": "a dog on a sofa", "negative_caption": "a sofa on a dog"},
+             "31": {"filename": "a.jpg", "caption": "a red car", "negative_caption": "a red car"}}
+    (tmp_path / "add_att.json").write_text(json.dumps(items))
+    data = sugarcrepe.load(tmp_path, tmp_path / "img", subsets=("add_att",))
+    result = sugarcrepe.evaluate(Encoder(clip, progress=False), data)
+    flags = dict(result["per_item"]["add_att"])
+    assert list(flags) == ["0", "7", "31"]
+    assert flags["0"] is False and flags["31"] is False  # identical captions tie: counted wrong
+
+
+def test_macro_averages():
+    scores = dict(zip(sugarcrepe.SUBSETS, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]))
+    m = sugarcrepe.macro(scores)
+    assert m["ADD"] == pytest.approx(0.15) and m["REPLACE"] == pytest.approx(0.4) and m["SWAP"] == pytest.approx(0.65)
+    assert m["M.Avg"] == pytest.approx(0.4)
+
+
+def test_sugarcrepe_pp_equals_the_reference(data_root, clip):
+    data = sugarcrepe_pp.load(data_root / "sugarcrepe_pp", data_root / "coco" / "val2017", subsets=("swap_obj",))
+    metrics = sugarcrepe_pp.evaluate(Encoder(clip, progress=False), data)["metrics"]
+    ref = Reference(clip)
+    itt = tot = 0
+    items = json.loads((data_root / "sugarcrepe_pp" / "swap_obj.json").read_text())
+    for item in items:
+        i = ref.image(data_root / "coco" / "val2017" / item["filename"])
+        p1, p2, n = ref.text(item["caption"]), ref.text(item["caption2"]), ref.text(item["negative_caption"])
+        itt += bool(i @ p1 > i @ n and i @ p2 > i @ n)
+        tot += bool(p1 @ p2 > p1 @ n and p1 @ p2 > p2 @ n)
+    assert metrics["swap_obj/ITT"] == itt / len(items) and metrics["swap_obj/TOT"] == tot / len(items)
+
+
+def test_each_unique_image_and_caption_is_encoded_once_and_cached(data_root, clip, tmp_path):
+    data = sugarcrepe.load(data_root / "sugarcrepe", data_root / "coco" / "val2017", subsets=("replace_rel",))
+    enc = Encoder(clip, cache_dir=tmp_path / "cache", progress=False)
+    first = sugarcrepe.evaluate(enc, data)
+    items = data["items"]["replace_rel"]
+    assert enc.encoded["images"] == len({it[1] for it in items}) < len(items)
+    assert enc.encoded["texts"] == len({it[2] for it in items}) + len({it[3] for it in items} - {it[2] for it in items})
+    again = Encoder(clip, cache_dir=tmp_path / "cache", progress=False)
+    assert sugarcrepe.evaluate(again, data)["per_item"] == first["per_item"]
+    assert again.encoded == {"images": 0, "texts": 0}  # read back from the cache
+
+
+def test_missing_images_fail_before_the_model_or_are_counted(tmp_path, capsys):
+    (tmp_path / "sugarcrepe").mkdir()
+    (tmp_path / "coco" / "val2017").mkdir(parents=True)
+    items = {"0": {"filename": "x.jpg", "caption": "a", "negative_caption": "b"},
+             "1": {"filename": "y.jpg", "caption": "c", "negative_caption": "d"}}
+    for s in sugarcrepe.SUBSETS:
+        (tmp_path / "sugarcrepe" / f"{s}.json").write_text(json.dumps(items))
+    noise_image(tmp_path / "coco" / "val2017" / "x.jpg", 0)
+    (tmp_path / "coco" / "val2017" / "y.jpg").write_bytes(b"garbage")
+    # --model names nothing that exists: reaching it would be a different error
+    args = ["eval", "--data-root", str(tmp_path), "--model", "no-such-model", "--out", str(tmp_path / "r")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "y.jpg is unreadable" in err and "expected layout" in err
+    with pytest.raises(BenchmarkDataError, match="add_att.json not found"):
+        sugarcrepe.load(tmp_path / "nope", tmp_path / "coco" / "val2017")
+    data = sugarcrepe.load(tmp_path / "sugarcrepe", tmp_path / "coco" / "val2017", skip_missing=True)
+    assert data["skipped"]["add_att"] == 1 and len(data["items"]["add_att"]) == 1
+
+
+def test_winoground_scores(tmp_path, clip):
+    (tmp_path / "images").mkdir()
+    rows = []
+    for i in range(6):
+        noise_image(tmp_path / "images" / f"ex{i}_img0.png", 2 * i)
+        noise_image(tmp_path / "images" / f"ex{i}_img1.png", 2 * i + 1)
+        rows.append({"id": i, "caption_0": f"a dog {i} on a cat", "caption_1": f"a cat {i} on a dog",
+                     "image_0": f"ex{i}_img0", "image_1": f"ex{i}_img1", "collapsed_tag": ["Object", "Relation"][i % 2]})
+    (tmp_path / "examples.jsonl").write_text("\n".join(map(json.dumps, rows)))
+    metrics = winoground.evaluate(Encoder(clip, progress=False), winoground.load(tmp_path))["metrics"]
+    ref = Reference(clip)
+    text = image = group = 0
+    for r in rows:
+        i0, i1 = ref.image(tmp_path / "images" / f"{r['image_0']}.png"), ref.image(tmp_path / "images" / f"{r['image_1']}.png")
+        c0, c1 = ref.text(r["caption_0"]), ref.text(r["caption_1"])
+        t = bool(c0 @ i0 > c1 @ i0 and c1 @ i1 > c0 @ i1)
+        m = bool(c0 @ i0 > c0 @ i1 and c1 @ i1 > c1 @ i0)
+        text, image, group = text + t, image + m, group + (t and m)
+    assert (metrics["text"], metrics["image"], metrics["group"]) == (text / 6, image / 6, group / 6)
+    assert {"Object/text", "Relation/group"} <= set(metrics)
+
+
+def test_retrieval_recall_equals_brute_force(tmp_path, clip):
+    images = []
+    for i in range(8):
+        noise_image(tmp_path / f"{i}.jpg", i)
+        images.append({"filename": f"{i}.jpg", "split": "test" if i < 6 else "train",
+                       "sentences": [{"raw": f"a photo number {i}"}, {"raw": f"picture {i} of things"}]})
+    (tmp_path / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
+    data = retrieval.load(tmp_path / "dataset_flickr30k.json", tmp_path)
+    metrics = retrieval.evaluate(Encoder(clip, progress=False), data)["metrics"]
+    ref = Reference(clip)
+    img = torch.stack([ref.image(tmp_path / f"{i}.jpg") for i in range(6)])
+    txt = torch.stack([ref.text(s["raw"]) for im in images[:6] for s in im["sentences"]])
+    sim = img @ txt.T
+    for k in (1, 5):
+        i2t = np.mean([bool({2 * i, 2 * i + 1} & set(sim[i].topk(k).indices.tolist())) for i in range(6)])
+        t2i = np.mean([t // 2 in sim[:, t].topk(k).indices.tolist() for t in range(12)])
+        assert metrics[f"text_retrieval_recall@{k}"] == pytest.approx(i2t)
+        assert metrics[f"image_retrieval_recall@{k}"] == pytest.approx(t2i)
+    assert metrics["text_retrieval_recall@10"] == 1.0  # 6 images: every caption is in the top 10
+
+
+def test_linear_probes(tmp_path, clip):
+    colours = {"red": (220, 30, 30), "blue": (30, 30, 220), "green": (30, 200, 30)}
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 12), ("val", 4)):
+        for name, rgb in colours.items():
+            (tmp_path / "imagenet" / split / name).mkdir(parents=True)
+            for i in range(n):
+                arr = np.clip(np.array(rgb) + rng.integers(-20, 20, (32, 32, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(arr).save(tmp_path / "imagenet" / split / name / f"{i}.png")
+    data = linear_probe.load_image_folder(tmp_path / "imagenet")
+    metrics = linear_probe.evaluate(Encoder(clip, progress=False), data, epochs=50, lr=1e-2)["metrics"]
+    assert metrics["top1"] >= 2 / 3 and metrics["top5"] == 1.0  # 3 classes: top-5 holds them all
+    assert linear_probe.average_precision(torch.tensor([0.9, 0.8, 0.1]), torch.tensor([1.0, 0.0, 1.0])) == \
+        pytest.approx((1 / 1 + 2 / 3) / 2)
+
+
+def test_checkpoint_of_vit_b_32_with_quickgelu_is_recreated_with_quickgelu(tmp_path):
+    torch.manual_seed(0)
+    # what open_clip builds for ViT-B-32 with OpenAI weights
+    model = open_clip.create_model("ViT-B-32", force_quick_gelu=True).eval()
+    assert uses_quick_gelu(model)
+    config = {"model_cfg": open_clip.get_model_config("ViT-B-32"), "preprocess_cfg": {}}
+    path = save_checkpoint(tmp_path / "ckpt", model, config)
+    assert json.loads((path / "open_clip_config.json").read_text())["model_cfg"]["quick_gelu"] is True
+    again = load_model(checkpoint=path)
+    plain, _, _ = open_clip.create_model_and_transforms(f"local-dir:{path}")  # plain open_clip opens it too
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        ref = model.encode_image(x)
+        assert uses_quick_gelu(again.model) and uses_quick_gelu(plain)
+        torch.testing.assert_close(again.model.encode_image(x), ref)
+        torch.testing.assert_close(plain.eval().encode_image(x), ref)
+
+
+def test_eval_command_writes_json_markdown_and_compares(data_root, tmp_path, capsys):
+    args = ["eval", "--benchmarks", "sugarcrepe", "--data-root", str(data_root), "--model", "cj-tiny",
+            "--pretrained", "none", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert main([*args, "--seed", "1", "--out", str(tmp_path / "b")]) == 0
+    a = json.loads((tmp_path / "a" / "sugarcrepe.json").read_text())
+    assert set(sugarcrepe.SUBSETS) | {"ADD", "REPLACE", "SWAP", "M.Avg"} == set(a["metrics"])
+    assert a["model"] == {"name": "cj-tiny", "pretrained": "none", "seed": 0}
+    assert "| M.Avg |" in (tmp_path / "a" / "results.md").read_text()
+    capsys.readouterr()
+    assert main(["eval", "--compare", str(tmp_path / "a" / "sugarcrepe.json"), str(tmp_path / "b" / "sugarcrepe.json")]) == 0
+    assert "M.Avg" in capsys.readouterr().out
+    assert main(["eval", "--data-root", str(data_root), "--model", "ViT-B-32", "--pretrained", "nope"]) == 2
+    assert "pretrained tag 'nope' does not exist" in capsys.readouterr().err

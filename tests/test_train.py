@@ -1,0 +1,144 @@
+"""Slipform training on the CPU: a tiny open_clip model on a small ConcreteBatch made here."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import open_clip
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from concrete_jungle.cli import main
+from concrete_jungle.configs import ConfigError
+from concrete_jungle.models import load_model, uses_quick_gelu
+from concrete_jungle.train import TrainingError, load_config, train
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_plant import make_dataset  # noqa: E402
+
+FIELDS = {"step", "epoch", "loss", "lr", "logit_scale", "hn_grad_share", "p_pos", "logit_gap", "margin",
+          "samples_per_s"}
+
+
+@pytest.fixture(scope="module")
+def concretebatch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cb")
+    captions, images = make_dataset(root, 48, image_size=64)
+    assert main(["plant", "--captions", str(captions), "--images", str(images), "--out", str(root / "cb"),
+                 "--mode", "hc", "--no-progress", "--samples-per-shard", "16"]) == 0
+    return root / "cb"
+
+
+def config(tmp_path, data, *overrides, model="cj-tiny"):
+    base = [f"out={tmp_path / 'run'}", f"model.name={model}", "model.pretrained=none", "model.precision=fp32",
+            f"data.concretebatch=['{data}']", "data.workers=0", "optim.lr=0.002", "optim.warmup=2",
+            "batch_size=8", "steps=20", "save_every=10"]
+    return load_config(None, base + list(overrides))
+
+
+def metrics(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_training_lowers_the_loss_and_logs_every_field(tmp_path, concretebatch):
+    cfg = config(tmp_path, concretebatch, "steps=30")
+    train(cfg, progress=False)
+    rows = metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == list(range(1, 31))
+    assert all(FIELDS <= r.keys() for r in rows)
+    first, last = sum(r["loss"] for r in rows[:5]) / 5, sum(r["loss"] for r in rows[-5:]) / 5
+    assert last < first, (first, last)
+    latest = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
+    assert latest["step"] == 30
+
+
+def test_resume_is_bitwise_identical(tmp_path, concretebatch):
+    straight = config(tmp_path / "a", concretebatch)
+    train(straight, progress=False)
+    resumed = config(tmp_path / "b", concretebatch)
+    train(resumed, progress=False, stop_at=10)
+    assert json.loads((tmp_path / "b" / "run" / "checkpoints" / "latest.json").read_text())["step"] == 10
+    train(resumed, progress=False, resume="latest")
+    a = load_file(tmp_path / "a" / "run" / "checkpoints" / "step-0000020" / "open_clip_model.safetensors")
+    b = load_file(tmp_path / "b" / "run" / "checkpoints" / "step-0000020" / "open_clip_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["loss"] for r in metrics(tmp_path / "a" / "run")] == [r["loss"] for r in metrics(tmp_path / "b" / "run")]
+
+
+def test_two_process_torchrun_equals_one_process(tmp_path, concretebatch):
+    args = ["train", "--no-progress", "--set", "model.name=cj-tiny", "--set", "model.pretrained=none",
+            "--set", "model.precision=fp32", "--set", "data.workers=0", "--set", "optim.lr=0.002",
+            "--set", "optim.warmup=2", "--set", "save_every=0", "--batch-size", "8", "--steps", "4",
+            "--data", str(concretebatch)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "concrete_jungle.cli", *args, "--out", str(tmp_path / "one")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-2000:]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                          "127.0.0.1", "--master_port", str(port), "-m", "concrete_jungle.cli", *args, "--out",
+                          str(tmp_path / "two")], env=env, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = load_file(tmp_path / "one" / "checkpoints" / "step-0000004" / "open_clip_model.safetensors")
+    b = load_file(tmp_path / "two" / "checkpoints" / "step-0000004" / "open_clip_model.safetensors")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=2e-5, rtol=1e-4)
+    la, lb = [r["loss"] for r in metrics(tmp_path / "one")], [r["loss"] for r in metrics(tmp_path / "two")]
+    assert la == pytest.approx(lb, abs=1e-5)
+
+
+def test_checkpoint_reopens_with_quickgelu_and_the_same_embeddings(tmp_path, concretebatch):
+    train(config(tmp_path, concretebatch, "steps=3", model="cj-tiny-quickgelu"), progress=False)
+    path = tmp_path / "run" / "checkpoints" / "step-0000003"
+    ours = load_model(checkpoint=path)
+    plain, _, _ = open_clip.create_model_and_transforms(f"local-dir:{path}")
+    gelu = open_clip.create_model("cj-tiny")  # what a load that forgets the activation would build
+    gelu.load_state_dict(load_file(path / "open_clip_model.safetensors"))
+    assert uses_quick_gelu(ours.model) and uses_quick_gelu(plain) and not uses_quick_gelu(gelu)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        e = ours.model.encode_image(x)
+        torch.testing.assert_close(plain.eval().encode_image(x), e)
+        assert (gelu.eval().encode_image(x) - e).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["colour=red"], r"unknown key\(s\) \['colour'\]"),
+    (["optim.learning_rate=1"], r"config.optim: unknown key\(s\) \['learning_rate'\]"),
+    (["batch_size=many"], "config.batch_size: expected int"),
+    (["data.concretebatch=['/no/such/dir']"], "data.concretebatch /no/such/dir is not a ConcreteBatch directory"),
+    (["batch_size=4096"], r"batch_size 4096 is larger than the dataset \(48 records\)"),
+    (["model.name=ViT-B-32", "model.pretrained=not-a-tag"], "model.pretrained 'not-a-tag' does not exist for ViT-B-32"),
+    (["loss.name=triplet"], "loss.name 'triplet' is not one of"),
+])
+def test_config_errors_are_clear_and_come_before_any_data(tmp_path, concretebatch, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        train(config(tmp_path, concretebatch, *overrides), progress=False)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_non_finite_training_stops_and_keeps_the_last_good_checkpoint(tmp_path, concretebatch):
+    train(config(tmp_path, concretebatch, "save_every=1"), progress=False, stop_at=2)
+    exploding = config(tmp_path, concretebatch, "optim.lr=1.0e+30", "save_every=1", "optim.grad_clip=null")
+    with pytest.raises(TrainingError, match="no longer finite|loss is nan|loss is inf") as failure:
+        train(exploding, progress=False, resume="latest")
+    failed_at = int(re.search(r"(?:at|after) step (\d+)", str(failure.value)).group(1))
+    ckpts = tmp_path / "run" / "checkpoints"
+    latest = json.loads((ckpts / "latest.json").read_text())
+    assert 2 <= latest["step"] < failed_at  # the last checkpoint is from before the failure
+    weights = load_file(ckpts / latest["name"] / "open_clip_model.safetensors")
+    assert all(torch.isfinite(v).all() for v in weights.values())
+
+
+def test_train_command_from_the_config_file(tmp_path, concretebatch):
+    assert main(["train", "--config", "configs/tiny_cpu.yaml", "--data", str(concretebatch), "--out",
+                 str(tmp_path / "run"), "--steps", "2", "--no-progress"]) == 0
+    assert len(metrics(tmp_path / "run")) == 2
+    assert main(["train", "--config", "configs/tiny_cpu.yaml", "--set", "nope=1", "--out", str(tmp_path)]) == 2
