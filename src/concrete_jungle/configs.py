@@ -24,12 +24,11 @@ def _check_type(value, annotation, where: str):
     if annotation is typing.Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        errors = []
         for option in typing.get_args(annotation):
             try:
                 return _check_type(value, option, where)
-            except ConfigError as e:
-                errors.append(str(e))
+            except ConfigError:
+                continue
         raise ConfigError(f"{where}: {value!r} is not a {annotation}")
     if annotation is type(None):
         if value is None:

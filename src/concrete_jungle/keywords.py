@@ -364,15 +364,16 @@ def precheck(caption: str | None, ratings: Ratings, stop_words, limits: FilterCo
 
 
 def summarize(records: list[dict]) -> dict:
+    from .records import mean_median
+
     ok = [r for r in records if r["status"] == "ok"]
-    values = sorted(r["concreteness"] for r in ok)
-    n = len(values)
-    median = (values[(n - 1) // 2] + values[n // 2]) / 2 if n else None
+    n = len(ok)
+    mean, median = mean_median([r["concreteness"] for r in ok])
     shares = Counter(r["category"] for r in ok)
     return {
         "count": n,
         "skipped": len(records) - n,
-        "mean_concreteness": sum(values) / n if n else None,
+        "mean_concreteness": mean,
         "median_concreteness": median,
         "category_shares": {c: shares[c] / n if n else 0.0 for c in CATEGORIES},
         "unique_keywords": len({r["keyword"].lower() for r in ok}),

@@ -35,7 +35,7 @@ from .concreteness import load_ratings
 from .configs import ConfigError
 from .editors import Editor, make_editor
 from .keywords import SamplerConfig, load_spacy, run_keywords, sample_rng
-from .records import atomic_write_json, atomic_write_text
+from .records import atomic_write_json, atomic_write_text, mean_median
 
 
 class PlantError(RuntimeError):
@@ -318,12 +318,11 @@ def reason_kind(reason: str) -> str:
 
 def summarize_manifest(rows: list[dict]) -> dict:
     ok = [r for r in rows if r["status"] == "ok"]
-    values = sorted(r["concreteness"] for r in ok)
-    n = len(values)
+    n = len(ok)
+    mean, median = mean_median([r["concreteness"] for r in ok])
     return {
         "samples": len(rows), "ok": n, "rejected": len(rows) - n,
-        "mean_concreteness": sum(values) / n if n else None,
-        "median_concreteness": (values[(n - 1) // 2] + values[n // 2]) / 2 if n else None,
+        "mean_concreteness": mean, "median_concreteness": median,
         "category_shares": {k: v / n for k, v in sorted(Counter(r["category"] for r in ok).items())} if n else {},
         "rejects_by_reason": dict(Counter(reason_kind(r["reason"]) for r in rows if r["status"] != "ok")),
         "shards": len({r["shard"] for r in ok}),

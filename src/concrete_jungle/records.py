@@ -8,6 +8,15 @@ import tempfile
 from pathlib import Path
 
 
+def mean_median(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and median (the mean of the two middle values for an even count); ``None`` for no values."""
+    values = sorted(values)
+    n = len(values)
+    if not n:
+        return None, None
+    return sum(values) / n, (values[(n - 1) // 2] + values[n // 2]) / 2
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temporary file in the same directory, fsync, rename: readers see old or new, never half."""
     path = Path(path)
