@@ -1,0 +1,240 @@
+"""A static gallery page of hard negatives, to judge them by eye before training on them.
+
+``concrete-jungle gallery D_hc D_lc --out gallery/`` writes ``index.html``, ``gallery.css``, ``gallery.js``
+and 256 px JPEG thumbnails: one row per sampled anchor id, one card per dataset (anchor and negative image
+side by side, both captions with a word-level diff, category, concreteness, the adaptive margin, and an
+analysis run's per-pair scores with ``--stats``). Opens from disk; no server, no CDN.
+
+Captions are untrusted text: everything is HTML-escaped when the page is written, and the script only
+reads ``data-*`` attributes and toggles visibility — it never inserts text as HTML.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import json
+import random
+from pathlib import Path
+
+from PIL import Image
+
+from .concretebatch import index_shards, read_member, shard_urls
+from .records import atomic_write_text, mean_median
+
+THUMB = 256
+
+
+def word_diff(before: str, after: str) -> tuple[str, str]:
+    """Both captions as escaped HTML, the words that differ wrapped in <mark class="del"> / <mark class="ins">."""
+    a, b = before.split(), after.split()
+    left, right = [], []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        old, new = html.escape(" ".join(a[i1:i2])), html.escape(" ".join(b[j1:j2]))
+        if op == "equal":
+            left.append(old)
+            right.append(new)
+        else:
+            if old:
+                left.append(f'<mark class="del">{old}</mark>')
+            if new:
+                right.append(f'<mark class="ins">{new}</mark>')
+    return " ".join(left), " ".join(right)
+
+
+def adaptive_margin(c: float) -> float:
+    """What Cement's default adaptive schedule gives a keyword of concreteness c (SPEC §5)."""
+    import torch
+
+    from .loss import AdaptiveMargin
+
+    return float(AdaptiveMargin()(torch.tensor([c]))[0])
+
+
+def thumbnail(data: bytes, path: Path) -> None:
+    import io
+
+    with Image.open(io.BytesIO(data)) as im:
+        im = im.convert("RGB")
+        im.thumbnail((THUMB, THUMB))
+        im.save(path, "JPEG", quality=85)
+
+
+def dataset_summary(root: Path, records: list[dict]) -> dict:
+    """The dataset's summary.json when present (it counts rejects), else what the records tell."""
+    path = root / "summary.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    values = [r["concreteness"] for r in records]
+    mean, median = mean_median(values)
+    cats = {}
+    for r in records:
+        cats[r["category"]] = cats.get(r["category"], 0) + 1
+    return {"ok": len(records), "mean_concreteness": mean, "median_concreteness": median,
+            "category_shares": {k: v / len(records) for k, v in cats.items()}, "rejects_by_reason": {}}
+
+
+def load_dataset(root: Path) -> tuple[list[dict], dict[str, dict]]:
+    """(metadata of every record, tar locations by sample id)."""
+    locations = index_shards(shard_urls(root))
+    metas, by_id = [], {}
+    for loc in locations:
+        meta = json.loads(read_member(loc["json"]))
+        meta["caption"] = read_member(loc["txt"]).decode("utf-8")
+        meta["neg_caption"] = read_member(loc["neg.txt"]).decode("utf-8")
+        metas.append(meta)
+        by_id[meta["id"]] = loc
+    return metas, by_id
+
+
+def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200, seed: int = 0,
+                  sort: str = "concreteness", filters: dict[str, str] | None = None,
+                  stats: str | Path | None = None) -> Path:
+    if sort not in ("concreteness", "category", "random"):
+        raise ValueError(f"--sort {sort!r} is not one of concreteness, category, random")
+    out = Path(out)
+    (out / "thumbs").mkdir(parents=True, exist_ok=True)
+    roots = [Path(d) for d in datasets]
+    loaded = [load_dataset(r) for r in roots]
+    scores = json.loads(Path(stats).read_text()) if stats else {}
+    filters = filters or {}
+    unknown = set(filters) - {"category", "mode"}
+    if unknown:
+        raise ValueError(f"--filter keys {sorted(unknown)} are not supported; use category=… or mode=…")
+
+    # anchors: ids of the first dataset that pass the filters, sampled with the seed
+    first = [m for m in loaded[0][0] if all(str(m.get(k)) == v for k, v in filters.items())]
+    rng = random.Random(seed)
+    chosen = first if len(first) <= sample else rng.sample(first, sample)
+    if sort == "concreteness":
+        chosen.sort(key=lambda m: -m["concreteness"])
+    elif sort == "category":
+        chosen.sort(key=lambda m: (m["category"], -m["concreteness"]))
+    else:
+        rng.shuffle(chosen)
+
+    names = [r.name for r in roots]
+    meta_by_id = [{m["id"]: m for m in metas} for metas, _ in loaded]
+    rows = []
+    for n, anchor in enumerate(chosen):
+        cards = []
+        for d, (root, (metas, locs)) in enumerate(zip(roots, loaded)):
+            m = meta_by_id[d].get(anchor["id"])
+            if m is None:
+                cards.append('<div class="card missing">not in this dataset</div>')
+                continue
+            stem = f"{n:05d}-{d}"
+            thumbnail(read_member(locs[m["id"]]["jpg"]), out / "thumbs" / f"{stem}-a.jpg")
+            thumbnail(read_member(locs[m["id"]]["neg.jpg"]), out / "thumbs" / f"{stem}-n.jpg")
+            cards.append(card(m, names[d], stem, scores.get(names[d], {}).get(m["id"])))
+        rows.append(f'<section class="row" tabindex="0" data-category="{html.escape(anchor["category"])}" '
+                    f'data-c="{anchor["concreteness"]:.3f}" '
+                    f'data-text="{html.escape((anchor["caption"] + " " + anchor["neg_caption"]).lower(), quote=True)}">'
+                    f'<h2>{html.escape(anchor["id"])}</h2><div class="cards">{"".join(cards)}</div></section>')
+
+    headers = "".join(header(name, dataset_summary(root, metas)) for name, root, (metas, _) in
+                      zip(names, roots, loaded))
+    categories = sorted({m["category"] for m in chosen})
+    atomic_write_text(out / "index.html", PAGE.format(
+        title=html.escape(" · ".join(names)), headers=headers, rows="\n".join(rows), count=len(rows),
+        options="".join(f'<option value="{html.escape(c)}">{html.escape(c)}</option>' for c in categories)))
+    atomic_write_text(out / "gallery.css", CSS)
+    atomic_write_text(out / "gallery.js", JS)
+    return out / "index.html"
+
+
+def card(m: dict, dataset: str, stem: str, pair_scores: dict | None) -> str:
+    before, after = word_diff(m["caption"], m["neg_caption"])
+    facts = [("dataset", dataset), ("category", m["category"]), ("concreteness", f"{m['concreteness']:.2f}"),
+             ("keyword", m["keyword"]), ("adaptive margin", f"{adaptive_margin(m['concreteness']):+.2f}")]
+    if m.get("neg_image_is_anchor"):
+        facts.append(("negative image", "the anchor (text-only)"))
+    for k, v in (pair_scores or {}).items():
+        facts.append((k, f"{v:.3f}" if isinstance(v, float) else str(v)))
+    dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts)
+    return (f'<article class="card"><div class="pair"><figure><img src="thumbs/{stem}-a.jpg" alt="anchor">'
+            f'<figcaption class="anchor">{before}</figcaption></figure><figure><img src="thumbs/{stem}-n.jpg" '
+            f'alt="hard negative"><figcaption class="negative">{after}</figcaption></figure></div><dl>{dl}</dl></article>')
+
+
+def header(name: str, s: dict) -> str:
+    fmt = lambda v: "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
+    shares = ", ".join(f"{html.escape(k)} {v:.0%}" for k, v in (s.get("category_shares") or {}).items())
+    rejects = ", ".join(f"{html.escape(k)}: {v}" for k, v in (s.get("rejects_by_reason") or {}).items()) or "none"
+    return (f'<div class="summary"><h3>{html.escape(name)}</h3><p>{fmt(s.get("ok"))} pairs · mean c '
+            f'{fmt(s.get("mean_concreteness"))} · median c {fmt(s.get("median_concreteness"))}</p>'
+            f'<p>{shares}</p><p>rejects: {rejects}</p></div>')
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>ConcreteBatch gallery: {title}</title>
+<link rel="stylesheet" href="gallery.css"></head>
+<body>
+<header><h1>ConcreteBatch gallery</h1><div class="summaries">{headers}</div>
+<form id="controls" onsubmit="return false">
+<label>category <select id="category"><option value="">all</option>{options}</select></label>
+<label>concreteness <input id="cmin" type="number" step="0.1" value="1"> to
+<input id="cmax" type="number" step="0.1" value="5"></label>
+<label>search <input id="search" type="search" placeholder="words in either caption"></label>
+<label>sort <select id="sort"><option value="">as written</option><option value="c-desc">concreteness ↓</option>
+<option value="c-asc">concreteness ↑</option></select></label>
+<span id="shown">{count}</span> of {count} shown · keys: j / k next / previous</form></header>
+<main id="rows">
+{rows}
+</main>
+<script src="gallery.js"></script>
+</body></html>
+"""
+
+CSS = """body{font:14px system-ui,sans-serif;margin:0;background:#f6f6f4;color:#222}
+header{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;padding:8px 16px;z-index:1}
+h1{font-size:18px;margin:0 0 6px}.summaries{display:flex;gap:24px;flex-wrap:wrap}.summary p{margin:2px 0}
+.summary h3{margin:4px 0;font-size:14px}form{margin-top:6px;display:flex;gap:16px;flex-wrap:wrap;align-items:center}
+.row{padding:8px 16px;border-bottom:1px solid #e4e4e0}.row:focus{outline:3px solid #4a7;background:#eef8f1}
+.row h2{font-size:12px;color:#777;margin:0 0 4px}.cards{display:flex;gap:16px;overflow-x:auto}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px;min-width:540px}
+.card.missing{min-width:120px;color:#999}.pair{display:flex;gap:8px}figure{margin:0;width:256px}
+img{width:256px;height:auto;display:block;border-radius:4px}figcaption{margin-top:4px}
+mark.del{background:#fbd3d0;text-decoration:line-through}mark.ins{background:#cdeccd}
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 10px;margin:6px 0 0;font-size:12px}
+dt{color:#777}dd{margin:0}input[type=number]{width:4.5em}
+"""
+
+JS = """// Filters, sort and keyboard navigation. Reads data-* attributes only; never writes HTML.
+(function () {
+  const rows = Array.from(document.querySelectorAll('.row'));
+  const main = document.getElementById('rows');
+  const el = (id) => document.getElementById(id);
+  function apply() {
+    const cat = el('category').value, q = el('search').value.toLowerCase().trim();
+    const lo = parseFloat(el('cmin').value || '1'), hi = parseFloat(el('cmax').value || '5');
+    let shown = 0;
+    for (const r of rows) {
+      const c = parseFloat(r.dataset.c);
+      const ok = (!cat || r.dataset.category === cat) && c >= lo && c <= hi && (!q || r.dataset.text.includes(q));
+      r.hidden = !ok;
+      if (ok) shown++;
+    }
+    el('shown').textContent = String(shown);
+  }
+  function sort() {
+    const how = el('sort').value;
+    const sorted = rows.slice();
+    if (how) sorted.sort((a, b) => (how === 'c-desc' ? -1 : 1) * (parseFloat(a.dataset.c) - parseFloat(b.dataset.c)));
+    for (const r of sorted) main.appendChild(r);
+  }
+  for (const id of ['category', 'cmin', 'cmax', 'search']) {
+    el(id).addEventListener('input', apply);
+    el(id).addEventListener('change', apply);
+  }
+  el('sort').addEventListener('change', sort);
+  document.addEventListener('keydown', (e) => {
+    if (e.target.tagName === 'INPUT' || (e.key !== 'j' && e.key !== 'k')) return;
+    const visible = Array.from(main.querySelectorAll('.row')).filter((r) => !r.hidden);
+    const at = visible.indexOf(document.activeElement);
+    const next = visible[Math.max(0, Math.min(visible.length - 1, at + (e.key === 'j' ? 1 : -1)))];
+    if (next) { next.focus(); next.scrollIntoView({block: 'nearest'}); }
+  });
+  apply();
+})();
+"""

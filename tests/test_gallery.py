@@ -1,0 +1,98 @@
+"""The ConcreteBatch gallery, opened in headless Chromium: cards, filters, highlights, escaping."""
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from concrete_jungle.cli import main
+from concrete_jungle.concretebatch import SHARD_PATTERN, ShardWriter, encode_jpeg
+from concrete_jungle.gallery import word_diff
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+ARTIFACTS = Path(os.environ.get("CJ_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
+
+RECORDS = [  # (id, caption, negative, keyword, category, concreteness)
+    ("a1", "A red car parked on the street", "A blue car parked on the street", "red", "attribute", 4.24),
+    ("a2", "A cat sitting under a table", "A cat sitting on a table", "under", "relation", 3.45),
+    ("a3", "A dog running in the park", "A horse running in the park", "dog", "object", 4.85),
+    ("a4", "A man holding a cup <script>window.pwned = 1</script>", "A man holding a mug <script>window.pwned = 1</script>",
+     "cup", "object", 4.9),
+    ("a5", "A lamp to the left of the sofa", "A lamp to the right of the sofa", "left", "relation", 3.7),
+]
+
+
+def make_concretebatch(root: Path, name: str) -> Path:
+    """A ConcreteBatch written here with the real shard writer, one caption carrying a <script> tag."""
+    out = root / name
+    out.mkdir(parents=True)
+    writer = ShardWriter(out / SHARD_PATTERN.format(0))
+    rng = np.random.default_rng(0)
+    for i, (sid, cap, neg, kw, cat, c) in enumerate(RECORDS):
+        img = Image.fromarray(rng.integers(0, 255, (40, 60, 3), dtype=np.uint8))
+        start = cap.index(kw)
+        meta = {"id": sid, "keyword": kw, "span": [start, start + len(kw)], "category": cat, "concreteness": c,
+                "mode": "hc", "neg_image_is_anchor": False}
+        writer.write(sid, encode_jpeg(img), cap, encode_jpeg(img.rotate(90 * (i + 1))), neg, meta)
+    writer.commit()
+    return out
+
+
+def test_word_diff_escapes_and_marks_only_the_change():
+    left, right = word_diff("A red <b>car</b>", "A blue <b>car</b>")
+    assert left == 'A <mark class="del">red</mark> &lt;b&gt;car&lt;/b&gt;'
+    assert right == 'A <mark class="ins">blue</mark> &lt;b&gt;car&lt;/b&gt;'
+
+
+def test_gallery_files_and_escaping(tmp_path):
+    data = make_concretebatch(tmp_path, "D_hc")
+    assert main(["gallery", str(data), "--out", str(tmp_path / "g")]) == 0
+    page = (tmp_path / "g" / "index.html").read_text()
+    assert "<script>window.pwned" not in page and "&lt;script&gt;window.pwned" in page
+    assert page.count('class="row"') == 5 and len(list((tmp_path / "g" / "thumbs").glob("*.jpg"))) == 10
+    assert "cdn" not in page.lower() and "http" not in page
+    assert main(["gallery", str(data), "--out", str(tmp_path / "f"), "--filter", "category=relation"]) == 0
+    assert (tmp_path / "f" / "index.html").read_text().count('class="row"') == 2
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                    reason="Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+def test_gallery_in_headless_chromium(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    hc, lc = make_concretebatch(tmp_path, "D_hc"), make_concretebatch(tmp_path, "D_lc")
+    assert main(["gallery", str(hc), str(lc), "--out", str(tmp_path / "g")]) == 0
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                "--allow-file-access-from-files"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        driver.get((tmp_path / "g" / "index.html").as_uri())
+        visible = lambda: [r for r in driver.find_elements(By.CSS_SELECTOR, ".row") if r.is_displayed()]  # noqa: E731
+        assert len(visible()) == 5
+        assert len(driver.find_elements(By.CSS_SELECTOR, ".card")) == 10  # two datasets side by side
+        assert driver.find_elements(By.CSS_SELECTOR, "mark.ins") and driver.find_elements(By.CSS_SELECTOR, "mark.del")
+        assert all(img.get_property("naturalWidth") > 0 for img in driver.find_elements(By.TAG_NAME, "img"))
+        # the <script> caption is text on the page and never ran
+        assert "<script>window.pwned = 1</script>" in driver.find_element(By.TAG_NAME, "main").text
+        assert driver.execute_script("return window.pwned === undefined")
+        Select(driver.find_element(By.ID, "category")).select_by_value("relation")
+        assert len(visible()) == 2 and driver.find_element(By.ID, "shown").text == "2"
+        Select(driver.find_element(By.ID, "category")).select_by_value("")
+        driver.find_element(By.ID, "search").send_keys("horse")
+        assert len(visible()) == 1
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.find_element(By.ID, "search").clear()
+        driver.find_element(By.ID, "search").send_keys(" ")
+        assert driver.save_screenshot(str(ARTIFACTS / "gallery.png"))
+    finally:
+        driver.quit()
