@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from concrete_jungle import evaluation
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, winoground
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder

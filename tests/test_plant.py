@@ -9,7 +9,6 @@ import sys
 import time
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from concrete_jungle.cli import main

@@ -14,7 +14,8 @@ def _targets(text: str) -> dict[str, float]:
     try:
         return {k.strip(): float(v) for k, v in (part.split("=") for part in text.split(","))}
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--targets {text!r}: write it as attribute=0.4,object=0.4,relation=0.2")
+        raise argparse.ArgumentTypeError(
+            f"--targets {text!r}: write it as attribute=0.4,object=0.4,relation=0.2") from None
 
 
 def add_sampler_args(p, required: bool = True) -> None:
@@ -335,11 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # before the imports below: --help stays instant
     from .captioners import CaptionerError
     from .plant import PlantError
     from .train import TrainingError
 
-    args = build_parser().parse_args(argv)
     console = Console()  # results on stdout; progress bars and errors on stderr
     try:
         return args.run(args, console)

@@ -118,7 +118,7 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
     rows = []
     for n, anchor in enumerate(chosen):
         cards = []
-        for d, (root, (metas, locs)) in enumerate(zip(roots, loaded)):
+        for d, (_, locs) in enumerate(loaded):
             m = meta_by_id[d].get(anchor["id"])
             if m is None:
                 cards.append('<div class="card missing">not in this dataset</div>')

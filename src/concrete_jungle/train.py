@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from .configs import ConfigError, apply_overrides, from_dict, load_yaml
 from .loss import CementLoss

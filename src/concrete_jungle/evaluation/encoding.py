@@ -95,7 +95,7 @@ class Encoder:
     def images(self, paths: list[Path]) -> torch.Tensor:
         """One row per path (in order); each distinct path is encoded once."""
         unique = list(dict.fromkeys(paths))
-        stamps = [f"{p}|{p.stat().st_size}|{p.stat().st_mtime_ns}" for p in unique]
+        stamps = [f"{p}|{st.st_size}|{st.st_mtime_ns}" for p, st in ((p, p.stat()) for p in unique)]
 
         def compute():
             from tqdm import tqdm
