@@ -39,6 +39,13 @@ def check_images(paths: list[Path], layout: str, skip_missing: bool) -> dict[Pat
     return problems
 
 
+def checked_subsets(data: dict[str, list[tuple]], layout: str, skip_missing: bool, path_at: int = 1) -> dict:
+    """Items per subset whose image (tuple field ``path_at``) is usable, and how many were skipped per subset."""
+    problems = check_images([it[path_at] for items in data.values() for it in items], layout, skip_missing)
+    return {"items": {s: [it for it in items if it[path_at] not in problems] for s, items in data.items()},
+            "skipped": {s: sum(it[path_at] in problems for it in items) for s, items in data.items()}}
+
+
 def load_json_file(path: Path, layout: str):
     import json
 

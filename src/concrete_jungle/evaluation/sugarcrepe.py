@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .encoding import Encoder, check_images, load_json_file
+from .encoding import Encoder, checked_subsets, load_json_file
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 GROUPS = {"ADD": ("add_att", "add_obj"), "REPLACE": ("replace_att", "replace_obj", "replace_rel"),
@@ -27,9 +27,7 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=SUBSETS, skip_miss
         raw = load_json_file(json_dir / f"{subset}.json", LAYOUT)
         data[subset] = [(key, image_dir / item["filename"], item["caption"], item["negative_caption"])
                         for key, item in raw.items()]
-    problems = check_images([it[1] for items in data.values() for it in items], LAYOUT, skip_missing)
-    return {"items": {s: [it for it in items if it[1] not in problems] for s, items in data.items()},
-            "skipped": {s: sum(it[1] in problems for it in items) for s, items in data.items()}}
+    return checked_subsets(data, LAYOUT, skip_missing)
 
 
 def macro(scores: dict[str, float]) -> dict[str, float]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .encoding import Encoder, check_images, load_json_file
+from .encoding import Encoder, checked_subsets, load_json_file
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
@@ -22,9 +22,7 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=SUBSETS, skip_miss
         raw = load_json_file(json_dir / f"{subset}.json", LAYOUT)
         data[subset] = [(item["id"], image_dir / item["filename"], item["caption"], item["caption2"],
                          item["negative_caption"]) for item in raw]
-    problems = check_images([it[1] for items in data.values() for it in items], LAYOUT, skip_missing)
-    return {"items": {s: [it for it in items if it[1] not in problems] for s, items in data.items()},
-            "skipped": {s: sum(it[1] in problems for it in items) for s, items in data.items()}}
+    return checked_subsets(data, LAYOUT, skip_missing)
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
