@@ -321,6 +321,53 @@ def run_gallery_command(args, console: Console) -> int:
     return 0
 
 
+def add_analyze_parser(sub) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="analyses of the paper: gradient-share (Fig. 6)",
+        description="`analyze gradient-share`: the hard-negative gradient share of InfoNCE and each margin schedule "
+        "against batch size, on a model's features of a ConcreteBatch (paper Fig. 6).",
+    )
+    p.add_argument("analysis", choices=["gradient-share"])
+    p.add_argument("--data", required=True, help="a ConcreteBatch directory")
+    p.add_argument("--batch-sizes", default="64,128,256,512,1024", help="anchors per batch (default %(default)s)")
+    p.add_argument("--batches", type=int, default=8, help="random batches averaged per size")
+    p.add_argument("--limit", type=int, help="use at most this many pairs")
+    p.add_argument("--logit-scale", type=float, help="default: the model's own")
+    p.add_argument("--out", default="report", help="output folder (default %(default)s)")
+    add_model_args(p)
+    p.set_defaults(run=run_analyze_command)
+
+
+def run_analyze_command(args, console: Console) -> int:
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from .analysis import LABELS, concretebatch_features, gradient_share_by_batch_size, plot_gradient_share
+    from .records import atomic_write_json
+
+    sizes = [int(n) for n in args.batch_sizes.split(",")]
+    clip, device = load_model_from_args(args)
+    image, text, c = concretebatch_features(clip, args.data, device=device, limit=args.limit)
+    scale = args.logit_scale or clip.model.logit_scale.exp().item()
+    curves = gradient_share_by_batch_size(image, text, c, scale, sizes, batches=args.batches)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "gradient_share.json", {"model": clip.identity, "data": args.data, "logit_scale": scale,
+                                                    "pairs": len(c), "curves": curves})
+    plot_gradient_share(curves, out / "gradient_share.png")
+    table = Table(title=f"hard-negative gradient share ({len(c)} pairs, logit scale {scale:.1f})")
+    table.add_column("N", justify="right")
+    for schedule in curves:
+        table.add_column(LABELS[schedule], justify="right")
+    for n in sizes:
+        table.add_row(str(n), *(f"{curves[s][n]:.3f}" for s in curves))
+    console.print(table)
+    console.print(f"written: {out / 'gradient_share.json'}, {out / 'gradient_share.png'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="concrete-jungle",
@@ -332,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_train_parser(sub)
     add_gallery_parser(sub)
+    add_analyze_parser(sub)
     return parser
 
 
