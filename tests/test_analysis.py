@@ -68,3 +68,69 @@ def test_analyze_gradient_share_writes_json_and_plot(tmp_path, small_concretebat
     assert set(result["curves"]["none"]) == {"4", "8", "16"}
     png = (out / "gradient_share.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+@pytest.fixture(scope="module")
+def scorers(tmp_path_factory):
+    from concrete_jungle.tiny import build_tiny_dinov2, build_tiny_roberta
+
+    root = tmp_path_factory.mktemp("scorers")
+    return build_tiny_dinov2(root / "dino"), build_tiny_roberta(root / "roberta")
+
+
+def test_dataset_statistics_equal_a_direct_computation(tmp_path, scorers):
+    from bert_score import score as bert_score
+    from transformers import AutoImageProcessor, AutoModel
+
+    from concrete_jungle.analysis import word_edit_distance
+    from concrete_jungle.concretebatch import iter_records
+    from concrete_jungle.models import load_model
+    from test_gallery import make_concretebatch
+
+    data = make_concretebatch(tmp_path, "D_hc")
+    dino_path, roberta_path = scorers
+    out = tmp_path / "report"
+    assert main(["analyze", str(data), "--model", "cj-tiny", "--pretrained", "none", "--out", str(out),
+                 "--dino-model", str(dino_path), "--bertscore-model", str(roberta_path), "--bertscore-layers", "2",
+                 "--no-rescale"]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    pairs, summary = stats["pairs"]["D_hc"], stats["datasets"]["D_hc"]["summary"]
+
+    clip = load_model("cj-tiny", "none", seed=0)
+    processor, dino = AutoImageProcessor.from_pretrained(dino_path), AutoModel.from_pretrained(dino_path).eval()
+    records = list(iter_records(data))
+    scale = clip.model.logit_scale.exp().item()
+    with torch.no_grad():
+        for r in records:
+            v, v2 = (F.normalize(clip.model.encode_image(clip.preprocess(im)[None]), dim=-1)[0]
+                     for im in (r["image"], r["neg_image"]))
+            t, t2 = (F.normalize(clip.model.encode_text(clip.tokenizer([c])), dim=-1)[0]
+                     for c in (r["caption"], r["neg_caption"]))
+            d1, d2 = (F.normalize(dino(**processor(images=[im], return_tensors="pt")).pooler_output, dim=-1)[0]
+                      for im in (r["image"], r["neg_image"]))
+            got = pairs[r["meta"]["id"]]
+            assert got["i2t"] == bool(v @ t > v @ t2) and got["t2i"] == bool(v @ t > v2 @ t)
+            assert got["logit_gap"] == pytest.approx(scale * float(v @ t - v @ t2), abs=1e-4)
+            assert got["clip_l"] == pytest.approx(float(t @ t2), abs=1e-5)
+            assert got["clip_v"] == pytest.approx(float(v @ v2), abs=1e-5)
+            assert got["dino"] == pytest.approx(float(d1 @ d2), abs=1e-5)
+            assert got["edit_distance"] == word_edit_distance(r["caption"], r["neg_caption"])
+    f1 = bert_score([r["neg_caption"] for r in records], [r["caption"] for r in records], model_type=str(roberta_path),
+                    num_layers=2)[2]
+    assert [pairs[r["meta"]["id"]]["bertscore"] for r in records] == pytest.approx(f1.tolist(), abs=1e-5)
+    assert summary["i2t"] == pytest.approx(sum(p["i2t"] for p in pairs.values()) / 5)
+    assert summary["mean_c"] == pytest.approx(sum(r["concreteness"] for r in records) / 5)
+    assert summary["median_c"] == 4.24 and summary["unique_keywords"] == 5
+    for png in ("fig5a_concreteness", "fig5bc_logit_gap", "fig5d_text_shift", "fig5ef_correlation"):
+        assert (out / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / f"{png}.png").stat().st_size > 10_000
+    report = (out / "report.md").read_text()
+    assert "| Mean c | 4.2280 | 4.7700 |" in report and "DINOScore" in report
+
+
+def test_word_edit_distance():
+    from concrete_jungle.analysis import word_edit_distance
+
+    assert word_edit_distance("a red car", "a blue car") == 1
+    assert word_edit_distance("in front of the tree", "behind the tree") == 3
+    assert word_edit_distance("", "a b") == 2

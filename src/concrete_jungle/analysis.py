@@ -54,11 +54,14 @@ def gradient_share_by_batch_size(
 
 
 @torch.no_grad()
-def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 64, limit: int | None = None):
-    """(image features, text features, concreteness) of a ConcreteBatch under a model, ``[anchors; negatives]``."""
+def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 64, limit: int | None = None,
+                           dino=None):
+    """(image features, text features, concreteness, metadata, DINO similarities) of a ConcreteBatch under a
+    model; features are ``[anchors; negatives]``. ``dino`` (a `DinoScorer`) adds image-image DINOScores."""
     from .concretebatch import iter_records
 
-    anchors_i, negs_i, anchors_t, negs_t, cs = [], [], [], [], []
+    dino_scores: list[float] = []
+    anchors_i, negs_i, anchors_t, negs_t, cs, metas = [], [], [], [], [], []
     buffer: list[dict] = []
 
     def flush():
@@ -72,6 +75,9 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
         anchors_t.append(enc_t([r["caption"] for r in buffer]))
         negs_t.append(enc_t([r["neg_caption"] for r in buffer]))
         cs.extend(r["concreteness"] for r in buffer)
+        metas.extend(r["meta"] | {"caption": r["caption"], "neg_caption": r["neg_caption"]} for r in buffer)
+        if dino is not None:
+            dino_scores.extend(dino.similarity([r["image"] for r in buffer], [r["neg_image"] for r in buffer]))
         buffer.clear()
 
     for n, record in enumerate(iter_records(source)):
@@ -83,7 +89,7 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
     flush()
     if not cs:
         raise ValueError(f"{source} holds no records")
-    return (torch.cat(anchors_i + negs_i), torch.cat(anchors_t + negs_t), torch.tensor(cs))
+    return (torch.cat(anchors_i + negs_i), torch.cat(anchors_t + negs_t), torch.tensor(cs), metas, dino_scores)
 
 
 def plot_gradient_share(curves: dict[str, dict[int, float]], path: str | Path, title: str = "") -> Path:
@@ -106,3 +112,220 @@ def plot_gradient_share(curves: dict[str, dict[int, float]], path: str | Path, t
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
+
+
+# ------------------------------------------------------------------------------------------ dataset statistics
+
+# the paper's Table 1, by dataset mode
+PAPER_TABLE1 = {
+    "wo": {"mean_c": 4.29, "median_c": 4.63, "i2t": 0.8712, "t2i": 0.4433, "bertscore": 0.8992, "clip_l": 0.9197,
+           "dino": 0.6514, "clip_v": 0.7168, "unique_keywords": 11050},
+    "lc": {"mean_c": 3.81, "median_c": 3.89, "i2t": 0.8357, "t2i": 0.4020, "bertscore": 0.8981, "clip_l": 0.9279,
+           "dino": 0.6707, "clip_v": 0.7270, "unique_keywords": 11034},
+    "hc": {"mean_c": 4.77, "median_c": 4.85, "i2t": 0.9225, "t2i": 0.5087, "bertscore": 0.8907, "clip_l": 0.9029,
+           "dino": 0.6225, "clip_v": 0.7000, "unique_keywords": 11190},
+}
+
+
+def word_edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance over words."""
+    x, y = a.lower().split(), b.lower().split()
+    prev = list(range(len(y) + 1))
+    for i, wx in enumerate(x, 1):
+        cur = [i]
+        for j, wy in enumerate(y, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (wx != wy)))
+        prev = cur
+    return prev[-1]
+
+
+class DinoScorer:
+    """DINOv2 image-image cosine (the paper's DINOScore) with any `transformers` DINOv2 (name or path)."""
+
+    def __init__(self, model: str = "facebook/dinov2-base", device: str = "cpu"):
+        from transformers import AutoImageProcessor, AutoModel
+
+        self.name = f"dino:{model}"
+        self.processor = AutoImageProcessor.from_pretrained(model)
+        self.model = AutoModel.from_pretrained(model).to(device).eval()
+        self.device = device
+
+    @torch.no_grad()
+    def similarity(self, a: list, b: list) -> list[float]:
+        def embed(images):
+            inputs = self.processor(images=images, return_tensors="pt").to(self.device)
+            return F.normalize(self.model(**inputs).pooler_output.float(), dim=-1)
+
+        return (embed(a) * embed(b)).sum(-1).cpu().tolist()
+
+
+def bertscore_f1(candidates: list[str], references: list[str], model: str = "roberta-large",
+                 num_layers: int | None = None, rescale: bool = True, device: str = "cpu") -> list[float]:
+    """BERTScore F1 with the `bert-score` package (paper: RoBERTa-large with baseline rescaling)."""
+    from bert_score import BERTScorer
+
+    scorer = BERTScorer(model_type=model, num_layers=num_layers, lang="en" if rescale else None,
+                        rescale_with_baseline=rescale, device=device)
+    return scorer.score(candidates, references)[2].tolist()
+
+
+def pair_rows(image: torch.Tensor, text: torch.Tensor, metas: list[dict], scale: float, dino: list[float],
+              bertscore: list[float] | None) -> list[dict]:
+    """One row per pair: the Table 1 quantities of SPEC §8 before averaging."""
+    m = len(metas)
+    v, v2, t, t2 = image[:m], image[m:], text[:m], text[m:]
+    dot = lambda a, b: (a * b).sum(-1)  # noqa: E731
+    rows = []
+    for i, meta in enumerate(metas):
+        row = {"id": meta["id"], "category": meta["category"], "keyword": meta["keyword"],
+               "concreteness": float(meta["concreteness"]),
+               "logit_gap": float(scale * (dot(v[i], t[i]) - dot(v[i], t2[i]))),
+               "i2t": bool(dot(v[i], t[i]) > dot(v[i], t2[i])), "t2i": bool(dot(v[i], t[i]) > dot(v2[i], t[i])),
+               "clip_l": float(dot(t[i], t2[i])), "clip_v": float(dot(v[i], v2[i])),
+               "edit_distance": word_edit_distance(meta["caption"], meta["neg_caption"])}
+        if dino:
+            row["dino"] = dino[i]
+        if bertscore is not None:
+            row["bertscore"] = bertscore[i]
+        rows.append(row)
+    return rows
+
+
+def summarize_rows(rows: list[dict]) -> dict:
+    from .records import mean_median
+
+    mean = lambda k: sum(float(r[k]) for r in rows) / len(rows)  # noqa: E731
+    mean_c, median_c = mean_median([r["concreteness"] for r in rows])
+    out = {"pairs": len(rows), "mean_c": mean_c, "median_c": median_c, "i2t": mean("i2t"), "t2i": mean("t2i"),
+           "clip_l": mean("clip_l"), "clip_v": mean("clip_v"), "edit_distance": mean("edit_distance"),
+           "unique_keywords": len({r["keyword"].lower() for r in rows})}
+    for optional in ("dino", "bertscore"):
+        if rows and optional in rows[0]:
+            out[optional] = mean(optional)
+    cats = {}
+    for r in rows:
+        cats[r["category"]] = cats.get(r["category"], 0) + 1
+    out["category_shares"] = {k: v / len(rows) for k, v in sorted(cats.items())}
+    return out
+
+
+def _lowess(x: list[float], y: list[float]):
+    from statsmodels.nonparametric.smoothers_lowess import lowess
+
+    return lowess(y, x, frac=0.6, return_sorted=True)
+
+
+def plot_dataset_figures(per_dataset: dict[str, list[dict]], out: Path) -> list[Path]:
+    """Fig. 5: concreteness histograms, logit gap vs c with LOWESS, text shift vs c, visio-linguistic correlation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out / name)
+        plt.close(fig)
+        paths.append(out / name)
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for name, rows in per_dataset.items():
+        ax.hist([r["concreteness"] for r in rows], bins=20, range=(1, 5), alpha=0.5, label=name)
+    ax.set_xlabel("concreteness c of the perturbed keyword")
+    ax.set_ylabel("pairs")
+    ax.set_title("Concreteness per dataset (Fig. 5a)")
+    ax.legend()
+    save(fig, "fig5a_concreteness.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for name, rows in per_dataset.items():
+        x, y = [r["concreteness"] for r in rows], [r["logit_gap"] for r in rows]
+        ax.scatter(x, y, s=6, alpha=0.3)
+        fit = _lowess(x, y)
+        ax.plot(fit[:, 0], fit[:, 1], linewidth=2, label=f"{name} (LOWESS)")
+    ax.set_xlabel("concreteness c")
+    ax.set_ylabel("logit gap S[i,i] - S[i,i']")
+    ax.set_title("Logit gap against concreteness (Fig. 5b-c)")
+    ax.legend()
+    save(fig, "fig5bc_logit_gap.png")
+
+    has_bert = all(rows and "bertscore" in rows[0] for rows in per_dataset.values())
+    fig, axes = plt.subplots(1, 2 if has_bert else 1, figsize=(11 if has_bert else 6, 4), dpi=120, squeeze=False)
+    for name, rows in per_dataset.items():
+        x = [r["concreteness"] for r in rows]
+        axes[0][0].scatter(x, [r["edit_distance"] for r in rows], s=6, alpha=0.4, label=name)
+        if has_bert:
+            axes[0][1].scatter(x, [r["bertscore"] for r in rows], s=6, alpha=0.4, label=name)
+    axes[0][0].set(xlabel="concreteness c", ylabel="word edit distance (t, t')", title="Edit distance (Fig. 5d)")
+    if has_bert:
+        axes[0][1].set(xlabel="concreteness c", ylabel="BERTScore F1 (t, t')", title="BERTScore (Fig. 5d)")
+    axes[0][0].legend()
+    save(fig, "fig5d_text_shift.png")
+
+    visual = "dino" if all(rows and "dino" in rows[0] for rows in per_dataset.values()) else "clip_v"
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for name, rows in per_dataset.items():
+        ax.scatter([r["clip_l"] for r in rows], [r[visual] for r in rows], s=6, alpha=0.4, label=name)
+    ax.set_xlabel("CLIP-L text-text cosine (t, t')")
+    ax.set_ylabel({"dino": "DINOScore (v, v')", "clip_v": "CLIP-V image-image cosine (v, v')"}[visual])
+    ax.set_title("Visio-linguistic correlation (Fig. 5e-f)")
+    ax.legend()
+    save(fig, "fig5ef_correlation.png")
+    return paths
+
+
+def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: str = "cpu",
+                     dino_model: str | None = None, bertscore_model: str | None = None,
+                     bertscore_layers: int | None = None, bertscore_rescale: bool = True,
+                     limit: int | None = None) -> dict:
+    """Table 1 statistics, Fig. 5 and per-pair scores for each dataset; writes stats.json and report.md."""
+    from .records import atomic_write_json, atomic_write_text
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    dino = DinoScorer(dino_model, device=device) if dino_model else None
+    scale = clip.model.logit_scale.exp().item()
+    per_dataset, summaries, modes = {}, {}, {}
+    for d in datasets:
+        name = Path(d).name
+        image, text, _, metas, dino_scores = concretebatch_features(clip, d, device=device, limit=limit, dino=dino)
+        bert = (bertscore_f1([m["neg_caption"] for m in metas], [m["caption"] for m in metas], bertscore_model,
+                             bertscore_layers, bertscore_rescale, device) if bertscore_model else None)
+        per_dataset[name] = pair_rows(image, text, metas, scale, dino_scores, bert)
+        summaries[name] = summarize_rows(per_dataset[name])
+        modes[name] = metas[0].get("mode")
+    scorers = {"reference_clip": clip.identity, "dino": dino.name if dino else None,
+               "bertscore": {"model": bertscore_model, "layers": bertscore_layers, "rescaled": bertscore_rescale}
+               if bertscore_model else None}
+    stats = {"scorers": scorers, "datasets": {n: {"mode": modes[n], "summary": summaries[n]} for n in summaries},
+             "pairs": {n: {r["id"]: {k: v for k, v in r.items() if k not in ("id", "category", "keyword")}
+                           for r in rows} for n, rows in per_dataset.items()}}
+    atomic_write_json(out / "stats.json", stats)
+    figures = plot_dataset_figures(per_dataset, out)
+    atomic_write_text(out / "report.md", report_markdown(summaries, modes, scorers, figures))
+    return stats
+
+
+def report_markdown(summaries: dict[str, dict], modes: dict[str, str | None], scorers: dict, figures) -> str:
+    metrics = [("mean_c", "Mean c"), ("median_c", "Median c"), ("i2t", "I2T acc."), ("t2i", "T2I acc."),
+               ("bertscore", "BERTScore"), ("clip_l", "CLIP-L"), ("dino", "DINOScore"), ("clip_v", "CLIP-V"),
+               ("unique_keywords", "# Unique"), ("edit_distance", "Word edit distance")]
+    names = list(summaries)
+    head = "| metric | " + " | ".join(f"{n} | paper D_{modes[n]}" for n in names) + " |"
+    lines = ["# Dataset analysis (paper Table 1, Fig. 5)", "",
+             f"Reference CLIP: `{scorers['reference_clip']}`; DINO: `{scorers['dino']}`; "
+             f"BERTScore: `{scorers['bertscore']}`. A dash: no scorer given, or no paper value.", "",
+             head, "| --- |" + " --- | --- |" * len(names)]
+    fmt = lambda v: "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
+    for key, label in metrics:
+        cells = []
+        for n in names:
+            cells += [fmt(summaries[n].get(key)), fmt(PAPER_TABLE1.get(modes[n] or "", {}).get(key))]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "Category shares: " + "; ".join(f"{n}: " + ", ".join(f"{k} {v:.0%}" for k, v in
+                                                                        summaries[n]["category_shares"].items())
+                                                 for n in names), ""]
+    lines += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
+    return "\n".join(lines) + "\n"

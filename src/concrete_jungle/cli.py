@@ -324,12 +324,17 @@ def run_gallery_command(args, console: Console) -> int:
 def add_analyze_parser(sub) -> None:
     p = sub.add_parser(
         "analyze",
-        help="analyses of the paper: gradient-share (Fig. 6)",
-        description="`analyze gradient-share`: the hard-negative gradient share of InfoNCE and each margin schedule "
-        "against batch size, on a model's features of a ConcreteBatch (paper Fig. 6).",
+        help="the paper's analyses: dataset statistics (Table 1, Fig. 5) and gradient share (Fig. 6)",
+        description="`analyze DATASET [DATASET ...]`: Table 1 statistics, Fig. 5 plots, stats.json and report.md. "
+        "`analyze gradient-share --data DATASET`: the hard-negative gradient share of InfoNCE and each margin "
+        "schedule against batch size (Fig. 6).",
     )
-    p.add_argument("analysis", choices=["gradient-share"])
-    p.add_argument("--data", required=True, help="a ConcreteBatch directory")
+    p.add_argument("targets", nargs="+", metavar="DATASET", help="ConcreteBatch directories, or gradient-share")
+    p.add_argument("--data", help="gradient-share: a ConcreteBatch directory")
+    p.add_argument("--dino-model", help="DINOv2 for DINOScore (name or path, e.g. facebook/dinov2-base)")
+    p.add_argument("--bertscore-model", help="BERTScore model (paper: roberta-large)")
+    p.add_argument("--bertscore-layers", type=int, help="BERTScore layer (needed for models bert-score does not know)")
+    p.add_argument("--no-rescale", action="store_true", help="BERTScore without baseline rescaling")
     p.add_argument("--batch-sizes", default="64,128,256,512,1024", help="anchors per batch (default %(default)s)")
     p.add_argument("--batches", type=int, default=8, help="random batches averaged per size")
     p.add_argument("--limit", type=int, help="use at most this many pairs")
@@ -347,9 +352,20 @@ def run_analyze_command(args, console: Console) -> int:
     from .analysis import LABELS, concretebatch_features, gradient_share_by_batch_size, plot_gradient_share
     from .records import atomic_write_json
 
+    if args.targets != ["gradient-share"]:
+        from .analysis import analyze_datasets
+
+        clip, device = load_model_from_args(args)
+        stats = analyze_datasets(args.targets, clip, args.out, device=device, dino_model=args.dino_model,
+                                 bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
+                                 bertscore_rescale=not args.no_rescale, limit=args.limit)
+        console.print(f"{len(stats['datasets'])} datasets analysed: {Path(args.out) / 'report.md'}, stats.json, figures")
+        return 0
+    if not args.data:
+        raise ValueError("analyze gradient-share needs --data DATASET")
     sizes = [int(n) for n in args.batch_sizes.split(",")]
     clip, device = load_model_from_args(args)
-    image, text, c = concretebatch_features(clip, args.data, device=device, limit=args.limit)
+    image, text, c, _, _ = concretebatch_features(clip, args.data, device=device, limit=args.limit)
     scale = args.logit_scale or clip.model.logit_scale.exp().item()
     curves = gradient_share_by_batch_size(image, text, c, scale, sizes, batches=args.batches)
     out = Path(args.out)

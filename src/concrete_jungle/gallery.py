@@ -96,7 +96,8 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
     (out / "thumbs").mkdir(parents=True, exist_ok=True)
     roots = [Path(d) for d in datasets]
     loaded = [load_dataset(r) for r in roots]
-    scores = json.loads(Path(stats).read_text()) if stats else {}
+    # an analysis stats.json keeps per-pair scores under "pairs": {dataset: {id: {score: value}}}
+    scores = json.loads(Path(stats).read_text()).get("pairs", {}) if stats else {}
     filters = filters or {}
     unknown = set(filters) - {"category", "mode"}
     if unknown:

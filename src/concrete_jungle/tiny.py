@@ -88,3 +88,39 @@ def build_tiny_sdxl_img2img(path: str | Path, seed: int = 0) -> Path:
     )
     pipe.save_pretrained(path)
     return path
+
+
+def build_tiny_dinov2(path: str | Path, seed: int = 0) -> Path:
+    """A 2-layer DINOv2 with its image processor, for DINOScore."""
+    from transformers import BitImageProcessor, Dinov2Config, Dinov2Model
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             image_size=32, patch_size=8)).save_pretrained(path)
+    BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}, do_center_crop=True,
+                      image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]).save_pretrained(path)
+    return path
+
+
+def build_tiny_roberta(path: str | Path, seed: int = 0) -> Path:
+    """A 2-layer RoBERTa encoder with a byte-level BPE tokenizer, for BERTScore."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaModel
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["A red car on a street.", "A cat sitting under a table.", string.ascii_letters],
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                        unk_token="<unk>", mask_token="<mask>", cls_token="<s>", sep_token="</s>",
+                                        model_max_length=512)
+    tokenizer.save_pretrained(path)
+    RobertaModel(RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=600, pad_token_id=1,
+                               bos_token_id=0, eos_token_id=2)).save_pretrained(path)
+    return path
