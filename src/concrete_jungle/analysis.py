@@ -80,7 +80,10 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
             dino_scores.extend(dino.similarity([r["image"] for r in buffer], [r["neg_image"] for r in buffer]))
         buffer.clear()
 
-    for n, record in enumerate(iter_records(source)):
+    from tqdm import tqdm
+
+    for n, record in enumerate(tqdm(iter_records(source), desc=f"encode {Path(source).name}", unit="pair",
+                                    total=limit, leave=False)):
         if limit is not None and n >= limit:
             break
         buffer.append(record)
