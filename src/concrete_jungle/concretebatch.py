@@ -22,7 +22,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .records import atomic_write_text
+from .records import atomic_write_jsonl, read_jsonl
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 
@@ -70,8 +70,7 @@ class ShardWriter:
 
 
 def write_shard_manifest(root: Path, shard_index: int, rows: list[dict]) -> None:
-    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
-    atomic_write_text(root / "manifests" / f"shard-{shard_index:06d}.jsonl", text)
+    atomic_write_jsonl(root / "manifests" / f"shard-{shard_index:06d}.jsonl", rows)
 
 
 def read_shard_manifests(root: Path, shard_indices=None) -> dict[int, list[dict]]:
@@ -80,7 +79,7 @@ def read_shard_manifests(root: Path, shard_indices=None) -> dict[int, list[dict]
     for path in sorted((root / "manifests").glob("shard-*.jsonl")):
         index = int(path.stem.split("-")[1])
         if shard_indices is None or index in shard_indices:
-            out[index] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+            out[index] = read_jsonl(path)
     return out
 
 
@@ -129,7 +128,7 @@ def read_manifest(root: str | Path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: the dataset is unfinished or its parts are not merged "
                                 "(`concrete-jungle plant merge`)")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return read_jsonl(path)
 
 
 def index_shards(urls: list[str]) -> list[dict[str, tuple[str, int, int]]]:

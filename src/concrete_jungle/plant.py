@@ -15,7 +15,6 @@ K GPUs or nodes split a dataset with no coordination; `merge` joins their manife
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -35,7 +34,7 @@ from .concreteness import load_ratings
 from .configs import ConfigError
 from .editors import Editor, make_editor
 from .keywords import SamplerConfig, load_spacy, run_keywords, sample_rng
-from .records import atomic_write_json, atomic_write_text, mean_median
+from .records import atomic_write_json, atomic_write_jsonl, atomic_write_text, mean_median, read_jsonl
 
 
 class PlantError(RuntimeError):
@@ -161,7 +160,7 @@ class Plant:
         run_keywords(list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model),
                      fmt=c.format, split=c.split, progress=self.progress,
                      keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        return read_jsonl(path)
 
     def check_images(self, records: list[dict], probe: int = 20) -> None:
         """A wrong --images is an error before any model loads, not a run of rejects."""
@@ -299,16 +298,12 @@ class Plant:
                   "attempts": 0, "status": "rejected", "reason": r["reason"], "stage": "keywords"}
                  for r in records if r["status"] != "ok"]
         name = "" if c.num_shards == 1 else f"-{c.part}"
-        write_rows(self.out / f"manifest{name}.jsonl", rows)
-        write_rows(self.out / f"rejects{name}.jsonl", [r for r in rows if r["status"] != "ok"])
+        atomic_write_jsonl(self.out / f"manifest{name}.jsonl", rows)
+        atomic_write_jsonl(self.out / f"rejects{name}.jsonl", [r for r in rows if r["status"] != "ok"])
         summary = summarize_manifest(rows) | {"seconds": round(seconds, 2), "captioner": captioner.name,
                                               "editor": editor.name, "part": c.part}
         atomic_write_json(self.out / f"summary{name}.json", summary)
         return summary
-
-
-def write_rows(path: Path, rows: list[dict]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows))
 
 
 def reason_kind(reason: str) -> str:
@@ -343,7 +338,7 @@ def merge_parts(out: str | Path) -> dict:
     missing = sorted(set(range(k)) - found)
     if missing:
         raise PlantError(f"parts {missing} of {k} have not finished in {out}; run them (--shard-index) first")
-    rows = [json.loads(line) for p in parts for line in p.read_text(encoding="utf-8").splitlines() if line]
+    rows = [row for p in parts for row in read_jsonl(p)]
     ids = Counter(r["id"] for r in rows)
     twice = [i for i, n in ids.items() if n > 1]
     if twice:
@@ -351,8 +346,8 @@ def merge_parts(out: str | Path) -> dict:
     absent = sorted({r["shard"] for r in rows if r["status"] == "ok"} - {p.name for p in out.glob("shard-*.tar")})
     if absent:
         raise PlantError(f"the manifests name shards that do not exist: {absent[:5]}")
-    write_rows(out / "manifest.jsonl", rows)
-    write_rows(out / "rejects.jsonl", [r for r in rows if r["status"] != "ok"])
+    atomic_write_jsonl(out / "manifest.jsonl", rows)
+    atomic_write_jsonl(out / "rejects.jsonl", [r for r in rows if r["status"] != "ok"])
     summary = summarize_manifest(rows) | {"parts": k}
     atomic_write_json(out / "summary.json", summary)
     return summary

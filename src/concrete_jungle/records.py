@@ -37,6 +37,16 @@ def atomic_write_json(path: str | Path, data) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def atomic_write_jsonl(path: str | Path, rows: list[dict]) -> None:
+    """One JSON object per line, the whole file replaced at once."""
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows))
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Every record of a JSONL file written whole (atomically); blank lines are skipped."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def read_jsonl_repairing(path: str | Path) -> list[dict]:
     """The complete records of an append-only JSONL file.
 

@@ -26,7 +26,7 @@ import torch
 
 from .configs import ConfigError, apply_overrides, from_dict, load_yaml
 from .loss import CementLoss
-from .records import JsonlAppender, atomic_write_json, read_jsonl_repairing
+from .records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
 
 LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
 
@@ -294,13 +294,13 @@ def check_config(config: TrainConfig) -> None:
 
 def count_records(config: TrainConfig) -> int:
     """Dataset size from the manifests (metadata only), to check the batch size before reading data."""
+    from .concretebatch import read_manifest
+
     n = 0
     for d in config.data.concretebatch:
-        manifest = Path(d) / "manifest.jsonl"
-        if manifest.exists():
-            n += sum(1 for line in manifest.read_text().splitlines() if '"status": "ok"' in line)
-        else:
+        if not (Path(d) / "manifest.jsonl").exists():
             return -1  # unknown until indexed
+        n += sum(row["status"] == "ok" for row in read_manifest(d))
     return n
 
 
@@ -370,7 +370,7 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
         atomic_write_json(out / "config.json", asdict(config))
         # rows after the checkpoint we resume from are redone: drop them so no step is logged twice
         kept = [r for r in read_jsonl_repairing(metrics_path) if r.get("step", 0) <= step]
-        metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        atomic_write_jsonl(metrics_path, kept)
     log = JsonlAppender(metrics_path) if rank == 0 else None
     tb = None
     if config.tensorboard and rank == 0:

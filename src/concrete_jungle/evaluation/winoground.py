@@ -13,6 +13,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from ..records import read_jsonl
 from .encoding import BenchmarkDataError, Encoder, check_images
 
 LAYOUT = "<root>/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and " \
@@ -46,7 +47,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     if not path.is_file():
         raise BenchmarkDataError(f"{path} not found; expected layout: {LAYOUT} (or export the HF dataset with "
                                  "concrete_jungle.evaluation.winoground.export_hf)")
-    items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    items = read_jsonl(path)
     for it in items:
         for k in (0, 1):
             it[f"path_{k}"] = root / "images" / f"{it[f'image_{k}']}.png"
