@@ -134,3 +134,21 @@ def test_word_edit_distance():
     assert word_edit_distance("a red car", "a blue car") == 1
     assert word_edit_distance("in front of the tree", "behind the tree") == 3
     assert word_edit_distance("", "a b") == 2
+
+
+def test_embeddings_are_computed_once_per_model_and_dataset(tmp_path):
+    from concrete_jungle.analysis import concretebatch_features
+    from concrete_jungle.models import load_model
+    from test_gallery import make_concretebatch
+
+    data = make_concretebatch(tmp_path, "D_hc")
+    clip = load_model("cj-tiny", "none", seed=0)
+    first = concretebatch_features(clip, data, cache_dir=tmp_path / "cache")
+    for shard in data.glob("shard-*.tar"):  # the second answer can only come from the cache
+        shard.unlink()
+    second = concretebatch_features(clip, data, cache_dir=tmp_path / "cache")
+    assert all(torch.equal(a, b) for a, b in zip(first[:3], second[:3])) and first[3] == second[3]
+    with pytest.raises(FileNotFoundError):  # another model is encoded afresh, and there is nothing left to read
+        concretebatch_features(load_model("cj-tiny", "none", seed=1), data, cache_dir=tmp_path / "cache")
+    with pytest.raises(FileNotFoundError):  # no cache: read the (now missing) shards
+        concretebatch_features(clip, data)

@@ -30,6 +30,8 @@ def candidates(nlp, ratings, caption):
     ("A man in a T-shirt riding a horse", ("T-shirt", "object")),
     ("Some sliced bread on a plate", ("sliced", "attribute")),
     ("A black and white dog on the grass", ("white", "attribute")),
+    # en_core_web_sm parses `green` as a compound of `ball` here; it is still the ball's colour
+    ("a small checkered green ball next to a tiny red star", ("green", "attribute")),
 ])
 def test_candidate_rules(nlp, ratings, caption, expected):
     assert expected in candidates(nlp, ratings, caption)

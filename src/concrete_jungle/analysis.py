@@ -53,11 +53,46 @@ def gradient_share_by_batch_size(
     return out
 
 
-@torch.no_grad()
+def feature_cache_path(clip, source, limit: int | None, dino, cache_dir: str | Path) -> Path:
+    """Where the features of (model, dataset contents, limit, DINO model) are kept: the dataset is named by
+    its manifest's bytes, so a re-planted dataset is encoded again and a moved one is not."""
+    import hashlib
+
+    manifest = Path(source) / "manifest.jsonl"
+    digest = hashlib.sha1(manifest.read_bytes() if manifest.is_file() else str(Path(source).resolve()).encode())
+    digest.update(f"{limit}|{getattr(dino, 'name', None)}".encode())
+    return Path(cache_dir) / clip.hash / f"{Path(source).name}-{digest.hexdigest()[:16]}"
+
+
 def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 64, limit: int | None = None,
-                           dino=None):
+                           dino=None, cache_dir: str | Path | None = None, progress: bool = True):
     """(image features, text features, concreteness, metadata, DINO similarities) of a ConcreteBatch under a
-    model; features are ``[anchors; negatives]``. ``dino`` (a `DinoScorer`) adds image-image DINOScores."""
+    model; features are ``[anchors; negatives]``. ``dino`` (a `DinoScorer`) adds image-image DINOScores.
+    With ``cache_dir`` they are computed once per model and dataset and read back afterwards."""
+    if cache_dir is None:
+        return _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress)
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from .records import atomic_write_text
+
+    path = feature_cache_path(clip, source, limit, dino, cache_dir)
+    if (path / "metas.json").is_file():
+        t = load_file(str(path / "features.safetensors"))
+        return (t["image"], t["text"], t["concreteness"], json.loads((path / "metas.json").read_text()),
+                t["dino"].tolist() if "dino" in t else [])
+    image, text, c, metas, dino_scores = _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {"image": image, "text": text, "concreteness": c} | (
+        {"dino": torch.tensor(dino_scores)} if dino_scores else {})
+    save_file(tensors, str(path / "features.safetensors"))
+    atomic_write_text(path / "metas.json", json.dumps(metas))  # written last: it marks the entry complete
+    return image, text, c, metas, dino_scores
+
+
+@torch.no_grad()
+def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int | None, dino, progress: bool):
     from .concretebatch import iter_records
 
     dino_scores: list[float] = []
@@ -83,7 +118,7 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
     from tqdm import tqdm
 
     for n, record in enumerate(tqdm(iter_records(source), desc=f"encode {Path(source).name}", unit="pair",
-                                    total=limit, leave=False)):
+                                    total=limit, leave=False, disable=not progress)):
         if limit is not None and n >= limit:
             break
         buffer.append(record)
@@ -282,8 +317,9 @@ def plot_dataset_figures(per_dataset: dict[str, list[dict]], out: Path) -> list[
 def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: str = "cpu",
                      dino_model: str | None = None, bertscore_model: str | None = None,
                      bertscore_layers: int | None = None, bertscore_rescale: bool = True,
-                     limit: int | None = None) -> dict:
-    """Table 1 statistics, Fig. 5 and per-pair scores for each dataset; writes stats.json and report.md."""
+                     limit: int | None = None, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
+    """Table 1 statistics, Fig. 5 and per-pair scores for each dataset; writes stats.json and report.md.
+    Embeddings are cached in ``cache_dir`` (default ``<out>/embeddings``) by model and dataset."""
     from .records import atomic_write_json, atomic_write_text
 
     out = Path(out)
@@ -293,7 +329,9 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
     per_dataset, summaries, modes = {}, {}, {}
     for d in datasets:
         name = Path(d).name
-        image, text, _, metas, dino_scores = concretebatch_features(clip, d, device=device, limit=limit, dino=dino)
+        image, text, _, metas, dino_scores = concretebatch_features(clip, d, device=device, limit=limit, dino=dino,
+                                                                    cache_dir=cache_dir or out / "embeddings",
+                                                                    progress=progress)
         bert = (bertscore_f1([m["neg_caption"] for m in metas], [m["caption"] for m in metas], bertscore_model,
                              bertscore_layers, bertscore_rescale, device) if bertscore_model else None)
         per_dataset[name] = pair_rows(image, text, metas, scale, dino_scores, bert)
@@ -311,24 +349,32 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
     return stats
 
 
-def report_markdown(summaries: dict[str, dict], modes: dict[str, str | None], scorers: dict, figures) -> str:
-    metrics = [("mean_c", "Mean c"), ("median_c", "Median c"), ("i2t", "I2T acc."), ("t2i", "T2I acc."),
-               ("bertscore", "BERTScore"), ("clip_l", "CLIP-L"), ("dino", "DINOScore"), ("clip_v", "CLIP-V"),
-               ("unique_keywords", "# Unique"), ("edit_distance", "Word edit distance")]
+TABLE1_METRICS = [("mean_c", "Mean c"), ("median_c", "Median c"), ("i2t", "I2T acc."), ("t2i", "T2I acc."),
+                  ("bertscore", "BERTScore"), ("clip_l", "CLIP-L"), ("dino", "DINOScore"), ("clip_v", "CLIP-V"),
+                  ("unique_keywords", "# Unique"), ("edit_distance", "Word edit distance")]
+
+
+def table1_markdown(summaries: dict[str, dict], modes: dict[str, str | None]) -> str:
+    """Each dataset's statistics beside the paper's Table 1 value for its mode, and the category shares."""
     names = list(summaries)
-    head = "| metric | " + " | ".join(f"{n} | paper D_{modes[n]}" for n in names) + " |"
-    lines = ["# Dataset analysis (paper Table 1, Fig. 5)", "",
-             f"Reference CLIP: `{scorers['reference_clip']}`; DINO: `{scorers['dino']}`; "
-             f"BERTScore: `{scorers['bertscore']}`. A dash: no scorer given, or no paper value.", "",
-             head, "| --- |" + " --- | --- |" * len(names)]
+    lines = ["| metric | " + " | ".join(f"{n} | paper D_{modes[n]}" for n in names) + " |",
+             "| --- |" + " --- | --- |" * len(names)]
     fmt = lambda v: "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
-    for key, label in metrics:
+    for key, label in TABLE1_METRICS:
         cells = []
         for n in names:
             cells += [fmt(summaries[n].get(key)), fmt(PAPER_TABLE1.get(modes[n] or "", {}).get(key))]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Category shares: " + "; ".join(f"{n}: " + ", ".join(f"{k} {v:.0%}" for k, v in
                                                                         summaries[n]["category_shares"].items())
-                                                 for n in names), ""]
+                                                 for n in names)]
+    return "\n".join(lines)
+
+
+def report_markdown(summaries: dict[str, dict], modes: dict[str, str | None], scorers: dict, figures) -> str:
+    lines = ["# Dataset analysis (paper Table 1, Fig. 5)", "",
+             f"Reference CLIP: `{scorers['reference_clip']}`; DINO: `{scorers['dino']}`; "
+             f"BERTScore: `{scorers['bertscore']}`. A dash: no scorer given, or no paper value.", "",
+             table1_markdown(summaries, modes), ""]
     lines += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
     return "\n".join(lines) + "\n"

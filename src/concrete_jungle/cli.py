@@ -100,6 +100,9 @@ def add_plant_parser(sub) -> None:
         "--num-shards run.",
     )
     p.add_argument("action", nargs="?", choices=["merge"], help="merge: check and join the parts in DIR")
+    p.add_argument("--config", help="a YAML file of PlantConfig settings (e.g. configs/paper/plant_hc.yaml) instead "
+                   "of the dataset flags below; change one with --set key=value")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a --config setting")
     p.add_argument("merge_dir", nargs="?", metavar="DIR", help="dataset directory to merge")
     add_input_args(p, required=False)
     add_sampler_args(p, required=False)
@@ -121,6 +124,7 @@ def add_plant_parser(sub) -> None:
     g.add_argument("--vae", help="a fp16-safe VAE to use instead of the model's (e.g. madebyollin/sdxl-vae-fp16-fix)")
     g.add_argument("--compile", action="store_true", help="torch.compile the UNet")
     g.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    g.add_argument("--toy-world", help="the toy world's directory, for --editor toyworld (demo: <out>/world)")
     g = p.add_argument_group("run")
     g.add_argument("--batch-size", type=int, default=16, help="samples per rewrite/edit batch")
     g.add_argument("--samples-per-shard", type=int, default=1000)
@@ -139,6 +143,17 @@ def run_plant_command(args, console: Console) -> int:
         if not args.merge_dir:
             raise ValueError("usage: concrete-jungle plant merge DIR")
         summary = merge_parts(args.merge_dir)
+    elif args.config:
+        from .configs import apply_overrides, from_dict, load_yaml
+
+        given = [f"--{n}" for n in ("captions", "images", "out") if getattr(args, n)]
+        if given:
+            raise ValueError(f"{', '.join(given)} with --config: put them in the file or pass --set key=value")
+        env_index, env_count = shard_from_environment()
+        data = apply_overrides(load_yaml(args.config), args.set)
+        data.setdefault("num_shards", args.num_shards if args.num_shards is not None else env_count)
+        data.setdefault("shard_index", args.shard_index if args.shard_index is not None else env_index)
+        summary = Plant(from_dict(PlantConfig, data, where=args.config), progress=not args.no_progress).run()
     else:
         missing = [f"--{n}" for n in ("captions", "images", "out", "mode") if not getattr(args, n)]
         if missing:
@@ -158,6 +173,10 @@ def run_plant_command(args, console: Console) -> int:
         if args.editor == "diffusers":
             editor_options = {"model": args.editor_model, "strength": args.strength, "steps": args.steps,
                               "size": args.size, "vae": args.vae, "compile": args.compile, "device": args.device}
+        if args.editor == "toyworld":
+            if not args.toy_world:
+                raise ValueError("--editor toyworld needs --toy-world DIR (the world's directory)")
+            editor_options = {"world": args.toy_world}
         config = PlantConfig(
             captions=list(args.captions), images=args.images, out=args.out, mode=args.mode, format=args.format,
             split=args.split, sampler=sampler_config(args), scale=args.scale, spacy_model=args.spacy_model,
@@ -340,6 +359,7 @@ def add_analyze_parser(sub) -> None:
     p.add_argument("--limit", type=int, help="use at most this many pairs")
     p.add_argument("--logit-scale", type=float, help="default: the model's own")
     p.add_argument("--out", default="report", help="output folder (default %(default)s)")
+    p.add_argument("--cache-dir", help="embeddings cache, by model and dataset (default <out>/embeddings)")
     add_model_args(p)
     p.set_defaults(run=run_analyze_command)
 
@@ -358,14 +378,15 @@ def run_analyze_command(args, console: Console) -> int:
         clip, device = load_model_from_args(args)
         stats = analyze_datasets(args.targets, clip, args.out, device=device, dino_model=args.dino_model,
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
-                                 bertscore_rescale=not args.no_rescale, limit=args.limit)
+                                 bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir)
         console.print(f"{len(stats['datasets'])} datasets analysed: {Path(args.out) / 'report.md'}, stats.json, figures")
         return 0
     if not args.data:
         raise ValueError("analyze gradient-share needs --data DATASET")
     sizes = [int(n) for n in args.batch_sizes.split(",")]
     clip, device = load_model_from_args(args)
-    image, text, c, _, _ = concretebatch_features(clip, args.data, device=device, limit=args.limit)
+    image, text, c, _, _ = concretebatch_features(clip, args.data, device=device, limit=args.limit,
+                                                  cache_dir=args.cache_dir or Path(args.out) / "embeddings")
     scale = args.logit_scale or clip.model.logit_scale.exp().item()
     curves = gradient_share_by_batch_size(image, text, c, scale, sizes, batches=args.batches)
     out = Path(args.out)
@@ -384,6 +405,32 @@ def run_analyze_command(args, console: Console) -> int:
     return 0
 
 
+def add_demo_parser(sub) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the whole method offline on a CPU: toy world, ConcreteBatch, Cement fine-tuning, evaluation, report",
+        description="Render a toy world, pretrain a tiny CLIP, make D_hc/D_lc/D_wo with ConcretePlant, fine-tune "
+        "with InfoNCE, static margin and Cement, evaluate, and write <out>/report.md. Finished stages are reused.",
+    )
+    p.add_argument("--quick", action="store_true", help="a smaller world, fewer steps, one seed (about 3 minutes)")
+    p.add_argument("--out", default="runs/demo", help="output directory (default %(default)s)")
+    p.add_argument("--seeds", help="fine-tuning seeds, comma-separated (default 0,1,2; --quick: 0)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run=run_demo_command)
+
+
+def run_demo_command(args, console: Console) -> int:
+    from .demo import QUICK, Demo, DemoConfig, rich_table
+
+    options = dict(QUICK) if args.quick else {}
+    if args.seeds:
+        options["seeds"] = tuple(int(s) for s in args.seeds.split(","))
+    result = Demo(DemoConfig(out=args.out, **options), progress=not args.no_progress, console=console).run()
+    Console(width=max(console.width, 150)).print(rich_table(result["table"]))  # whole rows in a log file too
+    console.print(f"report: {args.out}/report.md", highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="concrete-jungle",
@@ -396,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(sub)
     add_gallery_parser(sub)
     add_analyze_parser(sub)
+    add_demo_parser(sub)
     return parser
 
 

@@ -178,6 +178,8 @@ def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
             (dep in ("amod", "acomp") and pos in ("ADJ", "NUM"))
             or (dep == "nummod" and pos == "NUM")
             or (dep == "conj" and pos == "ADJ" and tok.head.dep_ in ("amod", "acomp"))
+            # an adjective the parser attached as a compound (`a checkered green ball`) still describes the noun
+            or (dep == "compound" and pos == "ADJ" and tok.head.pos_ in _NOMINAL)
         ):
             add(i, i + 1, "attribute", tok.lemma_, lowers[i])
         elif pos in _NOMINAL:

@@ -46,6 +46,7 @@ class DataConfig:
     concretebatch: list[str] = field(default_factory=list)  # ConcreteBatch directories
     pairs: list[str] = field(default_factory=list)  # caption files of plain pairs (no negative: masked)
     pairs_images: str | None = None
+    pairs_split: str | None = None  # Karpathy files: which split(s), e.g. train,restval (never the test images)
     workers: int = 4
 
 
@@ -117,11 +118,12 @@ def load_config(path: str | None, overrides: list[str]) -> TrainConfig:
 class PairsDataset:
     """Plain image-caption pairs (the anchor caption of each sample); they have no hard negative."""
 
-    def __init__(self, caption_files: list[str], images: str):
+    def __init__(self, caption_files: list[str], images: str, split: str | None = None):
         from .keywords import anchor_caption
         from .sources import read_samples
 
-        self.items = [(Path(images) / s.image, anchor_caption(s.captions)) for s in read_samples(caption_files)
+        self.items = [(Path(images) / s.image, anchor_caption(s.captions))
+                      for s in read_samples(caption_files, split=split)
                       if not s.error and s.image and anchor_caption(s.captions)]
 
     def __len__(self):
@@ -328,7 +330,8 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
     from .concretebatch import IndexedConcreteBatch
 
     parts = ([IndexedConcreteBatch(config.data.concretebatch)] if config.data.concretebatch else [])
-    parts += [PairsDataset(config.data.pairs, config.data.pairs_images)] if config.data.pairs else []
+    parts += [PairsDataset(config.data.pairs, config.data.pairs_images, config.data.pairs_split)] \
+        if config.data.pairs else []
     dataset = TrainingSet(parts, clip.preprocess, clip.tokenizer)
     if len(dataset) < config.batch_size:
         raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(dataset)} records)")

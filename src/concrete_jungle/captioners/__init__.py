@@ -7,6 +7,7 @@ per request: the raw text it produced, or an error. Cleaning and validation are 
 - ``rules``: offline substitution, the NegCLIP-style baseline and the CPU default (`rules.py`)
 - ``openai``: any OpenAI-compatible server, e.g. vLLM serving Qwen3-32B (`openai_api.py`)
 - ``transformers``: in-process batched generation with a causal LM (`transformers_lm.py`)
+- ``toyworld``: the offline demo's world, whose grammar it rewrites exactly (`toyworld/rewrite.py`)
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class CaptionerError(RuntimeError):
     """A captioner that cannot work at all (unreachable server, missing model): stop before losing work."""
 
 
-CAPTIONERS = ("rules", "openai", "transformers")
+CAPTIONERS = ("rules", "openai", "transformers", "toyworld")
 
 
 def make_captioner(name: str, **options) -> Captioner:
@@ -62,4 +63,8 @@ def make_captioner(name: str, **options) -> Captioner:
         from .transformers_lm import TransformersCaptioner
 
         return TransformersCaptioner(**options)
+    if name == "toyworld":
+        from ..toyworld.rewrite import ToyCaptioner
+
+        return ToyCaptioner(**options)
     raise ValueError(f"captioner {name!r} is not one of {CAPTIONERS}")

@@ -2,9 +2,9 @@
 
 - ``diffusers``: image-to-image with SDXL-Turbo or any img2img-capable model (`diffusers_img2img.py`)
 - ``none``: text-only hard negatives; the anchor image is reused and the record says so
+- ``toyworld``: the offline demo's exact re-renderer (`toyworld/rewrite.py`; option ``world``)
 
-An editor is anything with a ``name`` and ``edit(images, prompts, seeds) -> images``; the toy world's exact
-re-renderer is one more.
+An editor is anything with a ``name`` and ``edit(images, prompts, seeds) -> images``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class NoEditor:
         return list(images)
 
 
-EDITORS = ("none", "diffusers")
+EDITORS = ("none", "diffusers", "toyworld")
 
 
 def make_editor(name: str, **options) -> Editor:
@@ -41,4 +41,8 @@ def make_editor(name: str, **options) -> Editor:
         from .diffusers_img2img import DiffusersEditor
 
         return DiffusersEditor(**options)
+    if name == "toyworld":
+        from ..toyworld.rewrite import ToyEditor
+
+        return ToyEditor(**options)
     raise ValueError(f"editor {name!r} is not one of {EDITORS}")

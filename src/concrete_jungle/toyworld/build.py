@@ -1,0 +1,147 @@
+"""Write a toy world to disk: training scenes with captions, and a held-out test set.
+
+Layout of ``<dir>``::
+
+    scenes.jsonl                 every scene: id, split, content key, layout seed, pixel hash, image
+    captions.jsonl               training samples in the JSONL caption format (`id`, `captions`, `image`)
+    images/{train,test}/<id>.png
+    test/sugarcrepe/<subset>.json  the compositional test in the official SugarCrepe format
+    test/retrieval.json          a Karpathy-format split file (all test images, split "test")
+    world.json                   the settings it was made with
+
+Test scenes are drawn after the training scenes and kept only when their content (`Scene.key`) is not a
+training scene's, so the test has no scene from training. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from ..records import atomic_write_json, atomic_write_jsonl
+from .rewrite import FALSE_RELATIONS
+from .world import COLOURS, SHAPES, SIZES, TEXTURES, Scene, Thing, captions, pixel_hash, relation_phrase, render, \
+    sample_scene
+
+SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    train: int = 2000
+    test: int = 600
+    seed: int = 0
+
+
+def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> dict:
+    """Render the world into ``out`` (reused when it was already made with the same settings)."""
+    from tqdm import tqdm
+
+    out = Path(out)
+    done = out / "world.json"
+    if done.is_file() and json.loads(done.read_text()).get("config") == asdict(config):
+        return json.loads(done.read_text())
+    rng = random.Random(config.seed)
+    train, seen = [], set()
+    while len(train) < config.train:
+        s = sample_scene(rng)
+        if s.key() not in seen:
+            seen.add(s.key())
+            train.append(s)
+    test, test_keys = [], set()
+    while len(test) < config.test:
+        s = sample_scene(rng)
+        if s.key() not in seen and s.key() not in test_keys:
+            test_keys.add(s.key())
+            test.append(s)
+
+    rows, samples = [], []
+    for split, scenes in (("train", train), ("test", test)):
+        (out / "images" / split).mkdir(parents=True, exist_ok=True)
+        for i, s in enumerate(tqdm(scenes, desc=f"render {split}", unit="scene", disable=not progress)):
+            sid = f"{split}-{i:06d}"
+            image = render(s)
+            name = f"{split}/{sid}.png"
+            image.save(out / "images" / name)
+            caps = captions(s, random.Random(f"{config.seed}\x00captions\x00{sid}"))
+            rows.append({"id": sid, "split": split, "key": s.key(), "layout": s.layout, "pixel_hash": pixel_hash(image),
+                         "image": name, "captions": caps})
+            if split == "train":
+                samples.append({"id": sid, "captions": caps, "image": name})
+    atomic_write_jsonl(out / "captions.jsonl", samples)
+    atomic_write_jsonl(out / "scenes.jsonl", rows)
+
+    items = compositional_test(test, [r["id"] for r in rows if r["split"] == "test"], config.seed)
+    for subset, entries in items.items():
+        atomic_write_json(out / "test" / "sugarcrepe" / f"{subset}.json",
+                          {str(k): e for k, e in enumerate(entries)})
+    retrieval = {"images": [{"split": "test", "filename": f"{r['id']}.png",
+                             "sentences": [{"raw": c} for c in r["captions"]]} for r in rows if r["split"] == "test"]}
+    atomic_write_json(out / "test" / "retrieval.json", retrieval)
+    summary = {"config": asdict(config), "train": len(train), "test": len(test),
+               "test_items": {k: len(v) for k, v in items.items()}}
+    atomic_write_json(done, summary)
+    return summary
+
+
+def _other(rng: random.Random, options, current):
+    return rng.choice([o for o in options if o != current])
+
+
+def _with_thing(s: Scene, i: int, **change) -> Scene:
+    things = list(s.things)
+    things[i] = replace(things[i], **change)
+    return replace(s, things=tuple(things))
+
+
+def negatives(s: Scene, rng: random.Random) -> dict[str, tuple[str, str]]:
+    """(caption, negative caption) of this scene for every SugarCrepe subset it can make, built from the scene
+    and a changed copy, so the negative is false of the picture by construction."""
+    out = {}
+    n = len(s.things)
+    positive = relation_phrase(s)
+    i = rng.randrange(n)
+    attribute = rng.choice(["colour", "size"] + (["texture"] if s.things[i].texture else []))
+    if attribute == "colour":
+        changed = _with_thing(s, i, colour=_other(rng, COLOURS, s.things[i].colour))
+    elif attribute == "size":
+        changed = _with_thing(s, i, size=_other(rng, SIZES, s.things[i].size))
+    else:
+        changed = _with_thing(s, i, texture=_other(rng, TEXTURES, s.things[i].texture))
+    out["replace_att"] = (positive, relation_phrase(changed))
+    absent = [x for x in SHAPES if x not in {t.shape for t in s.things}]
+    out["replace_obj"] = (positive, relation_phrase(_with_thing(s, i, shape=rng.choice(absent))))
+    if n > 1:
+        j = rng.randrange(n - 1)
+        rels = list(s.relations)
+        rels[j] = rng.choice(FALSE_RELATIONS[rels[j]])
+        out["replace_rel"] = (positive, relation_phrase(replace(s, relations=tuple(rels))))
+        a, b = rng.sample(range(n), 2)
+        out["swap_obj"] = (positive, relation_phrase(
+            _with_thing(_with_thing(s, a, shape=s.things[b].shape), b, shape=s.things[a].shape)))
+        pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if s.things[a].colour != s.things[b].colour]
+        if pairs:
+            a, b = rng.choice(pairs)
+            out["swap_att"] = (positive, relation_phrase(
+                _with_thing(_with_thing(s, a, colour=s.things[b].colour), b, colour=s.things[a].colour)))
+    if n < 3:
+        extra = Thing(rng.choice(absent), rng.choice(list(COLOURS)), rng.choice(list(SIZES)))
+        rel = rng.choice(["left", "right", "above", "below"])
+        out["add_obj"] = (positive, relation_phrase(replace(s, things=s.things + (extra,),
+                                                            relations=s.relations + (rel,))))
+    plain = relation_phrase(s, attributes=False)
+    k = rng.randrange(n)
+    wrong = _other(rng, COLOURS, s.things[k].colour)
+    out["add_att"] = (plain, re.sub(rf"\ba {s.things[k].shape}\b", f"a {wrong} {s.things[k].shape}", plain, count=1))
+    return out
+
+
+def compositional_test(scenes: list[Scene], ids: list[str], seed: int) -> dict[str, list[dict]]:
+    items: dict[str, list[dict]] = {k: [] for k in SUBSETS}
+    for s, sid in zip(scenes, ids):
+        for subset, (caption, negative) in negatives(s, random.Random(f"{seed}\x00test\x00{sid}")).items():
+            items[subset].append({"filename": f"{sid}.png", "caption": caption, "negative_caption": negative})
+    return items

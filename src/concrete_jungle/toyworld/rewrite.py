@@ -1,0 +1,91 @@
+"""The toy world's captioner and editor, behind the generation pipeline's interfaces.
+
+`ToyCaptioner` rewrites the sampled keyword into another word of its slot (a colour into another colour,
+`to the left of` into `above`, `calm` into `busy`), always into something false of the scene; `ToyEditor`
+parses the rewritten caption and renders it with the anchor's layout, so the negative image differs from
+the anchor exactly where the caption does. `plant --captioner toyworld --editor toyworld --toy-world DIR` runs
+them like any other captioner and editor.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PIL import Image
+
+from ..captioners import Reply, RewriteRequest
+from ..captioners.validation import replaced_span
+from ..keywords import sample_rng
+from .world import COLOURS, LIGHTS, MOODS, RELATIONS, SHAPES, SIZES, SYNONYMS, TEXTURES, WORD_VALUE, parse_caption, \
+    pixel_hash, render
+
+# for `A <rel> B`, relations that are false of the same picture (`next to` touches, so `left of` is not false)
+FALSE_RELATIONS = {"left": ("right", "above", "below"), "right": ("left", "above", "below"),
+                   "above": ("below", "left", "right"), "below": ("above", "left", "right"),
+                   "next": ("above", "below"), "top": ("below", "left", "right"), "inside": ("next", "above", "below")}
+_PHRASE_RELATION = {p: k for k, p in RELATIONS.items()}
+
+
+class ToyCaptioner:
+    """Rewrites a toy-world keyword into a word of the same slot with another meaning; other words fail."""
+
+    name = "toyworld"
+
+    def rewrite(self, requests: list[RewriteRequest]) -> list[Reply]:
+        return [self._one(r) for r in requests]
+
+    def _one(self, r: RewriteRequest) -> Reply:
+        rng = sample_rng(r.seed, f"toyworld\x00{r.id}\x00{r.attempt}")
+        start, end = replaced_span(r.caption, *r.span, r.category)
+        old = r.caption[start:end].lower()
+        if old in _PHRASE_RELATION:
+            new = RELATIONS[rng.choice(FALSE_RELATIONS[_PHRASE_RELATION[old]])]
+        elif old in SHAPES:
+            present = {w for w in r.caption.lower().replace(";", " ").replace(",", " ").split()}
+            new = rng.choice([s for s in SHAPES if s not in present])
+        elif old in COLOURS:
+            new = rng.choice([c for c in COLOURS if c != old])
+        elif old in TEXTURES:
+            new = rng.choice([t for t in TEXTURES if t != old])
+        elif old in WORD_VALUE:
+            value = WORD_VALUE[old]
+            group = next(g for g in (list(SIZES), list(LIGHTS), list(MOODS)) if value in g)
+            new = rng.choice(SYNONYMS[next(v for v in group if v != value)])
+        else:
+            return Reply("", error=f"not a toy-world word: {old!r}")
+        return Reply(r.caption[:start] + new + r.caption[end:])
+
+    def close(self) -> None:
+        pass
+
+
+class EditorInputError(ValueError):
+    pass
+
+
+class ToyEditor:
+    """Re-renders the scene a rewritten caption describes, with the layout of the anchor image's scene."""
+
+    name = "toyworld"
+    reuses_anchor = False
+
+    def __init__(self, world: str | Path):
+        path = Path(world) / "scenes.jsonl"
+        if not path.is_file():
+            raise EditorInputError(f"{path} not found; --toy-world DIR must name a directory made by "
+                                   "the toy world (concrete-jungle demo writes one under <out>/world)")
+        self.layouts = {}
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            self.layouts[row["pixel_hash"]] = row["layout"]
+
+    def edit(self, images: list[Image.Image], prompts: list[str], seeds: list[int]) -> list[Image.Image]:
+        out = []
+        for image, prompt in zip(images, prompts):
+            layout = self.layouts.get(pixel_hash(image))
+            if layout is None:
+                raise EditorInputError("an anchor image the toy world did not render: the toy editor re-renders "
+                                       "toy scenes only; use --editor diffusers for real images")
+            out.append(render(parse_caption(prompt, layout)))
+        return out

@@ -1,0 +1,50 @@
+"""The main job end to end: `concrete-jungle demo --quick` (CI's one real end-to-end run, ~3 minutes)."""
+
+import json
+import math
+
+from concrete_jungle.cli import main
+from concrete_jungle.demo import BASELINE, FINETUNES, RETRIEVAL_COLUMNS, TEST_COLUMNS
+
+
+def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "results.json").read_text())
+    labels = [BASELINE] + [f[0] for f in FINETUNES]
+    assert sorted(result["table"]) == sorted(labels)
+    report = (out / "report.md").read_text()
+    for label in labels:
+        row = result["table"][label]
+        for column in TEST_COLUMNS + RETRIEVAL_COLUMNS:
+            mean, _, n = row[column]
+            assert n == 1 and math.isfinite(mean) and 0 <= mean <= 100, (label, column, row[column])
+        line = next(x for x in report.splitlines() if x.startswith(f"| {label} |"))
+        assert line.count("|") == len(TEST_COLUMNS + RETRIEVAL_COLUMNS) + 2 and f"{row['M.Avg'][0]:.1f}" in line
+        assert label in printed
+    # fine-tuning changed the weights: the fine-tuned models do not all score exactly like the baseline
+    assert any(result["table"][label] != result["table"][BASELINE] for label in labels[1:])
+
+    # the report's links and pictures exist: gallery of D_hc and D_lc, analysis, curves, gradient share
+    assert "(gallery/index.html)" in report and (out / "gallery" / "index.html").is_file()
+    gallery = (out / "gallery" / "index.html").read_text()
+    assert "D_hc" in gallery and "D_lc" in gallery
+    for picture in ["training_curves.png", *[line.split("](")[1].rstrip(")") for line in report.splitlines()
+                                              if line.startswith("![gradient share]")]]:
+        assert (out / picture).stat().st_size > 5000
+    for mode in ("hc", "lc", "wo"):  # stable names for the datasets, as configs/tiny_cpu.yaml uses
+        assert (out / f"D_{mode}" / "manifest.jsonl").is_file()
+    analysis = next(out.glob("analysis-*"))
+    assert (analysis / "report.md").is_file() and (analysis / "stats.json").is_file()
+    share = result["analysis"]["gradient_share"]
+    assert set(share) == {"none", "static", "adaptive", "inverse"}
+    sizes = sorted(share["none"], key=int)
+    assert share["none"][sizes[0]] > share["none"][sizes[-1]]  # more easy negatives dilute the share
+
+    # a second run reuses every finished stage: no checkpoint is written again
+    weights = {p: p.stat().st_mtime_ns for p in out.glob("*/run/checkpoints/*/open_clip_model.safetensors")}
+    assert len(weights) == 1 + len(FINETUNES)
+    assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
+    assert weights == {p: p.stat().st_mtime_ns for p in out.glob("*/run/checkpoints/*/open_clip_model.safetensors")}
+    assert json.loads((out / "results.json").read_text())["table"] == result["table"]

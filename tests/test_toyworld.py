@@ -1,0 +1,184 @@
+"""The toy world: deterministic rendering, captions the real keyword sampler reads as intended, rewrites
+and edits that agree, and a test set without training scenes."""
+
+import json
+import random
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from concrete_jungle.captioners import RewriteRequest, make_captioner
+from concrete_jungle.captioners.validation import check_rewrite
+from concrete_jungle.cli import main
+from concrete_jungle.concretebatch import iter_records, read_manifest
+from concrete_jungle.editors import make_editor
+from concrete_jungle.keywords import extract_candidates
+from concrete_jungle.toyworld.build import SUBSETS, WorldConfig, build_world
+from concrete_jungle.toyworld.world import (COLOURS, RELATIONS, SHAPES, TEXTURES, WORD_VALUE, CaptionError, Scene,
+                                            Thing, full_caption, parse_caption, pixel_hash, render, sample_scene)
+
+EXPECTED = {**{w: "object" for w in SHAPES}, **{w: "attribute" for w in [*COLOURS, *TEXTURES, *WORD_VALUE]},
+            **{p.split()[-2] if len(p.split()) > 1 else p: "relation" for p in RELATIONS.values()}}
+EXPECTED["next"] = "relation"  # `next to`: the content word is `next`
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("world")
+    build_world(d, WorldConfig(train=120, test=60, seed=3), progress=False)
+    return d
+
+
+def scenes(n, seed=0):
+    rng = random.Random(seed)
+    return [sample_scene(rng) for _ in range(n)]
+
+
+def test_rendering_is_deterministic_and_depends_on_content_and_layout(tmp_path):
+    s = scenes(20)
+    assert all(render(x).tobytes() == render(x).tobytes() for x in s)
+    a = build_world(tmp_path / "a", WorldConfig(train=30, test=10, seed=1), progress=False)
+    b = build_world(tmp_path / "b", WorldConfig(train=30, test=10, seed=1), progress=False)
+    assert a == b
+    for name in ("scenes.jsonl", "captions.jsonl", "test/retrieval.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    first = json.loads((tmp_path / "a" / "scenes.jsonl").read_text().splitlines()[0])
+    assert pixel_hash(Image.open(tmp_path / "a" / "images" / first["image"])) == first["pixel_hash"]
+    x = s[0]
+    assert render(replace(x, layout=x.layout + 1)).tobytes() != render(x).tobytes()
+    other = "red" if x.things[0].colour != "red" else "blue"
+    changed = replace(x, things=(replace(x.things[0], colour=other),) + x.things[1:])
+    assert render(changed).tobytes() != render(x).tobytes()
+
+
+def test_scene_words_change_the_picture_a_little_and_everywhere():
+    x = Scene((Thing("ball", "red", "big"),), (), "bright", "calm", layout=7)
+    base = np.asarray(render(x), np.float32)
+    for changed in (replace(x, light="dim"), replace(x, mood="busy")):
+        diff = np.abs(np.asarray(render(changed), np.float32) - base)
+        assert 0.5 < diff.mean() < 0.06 * 255  # a few percent, not nothing
+        assert (diff.mean(axis=2) > 0).mean() > 0.5  # global, not one object
+
+
+def test_captions_parse_back_to_their_scene():
+    for i, s in enumerate(scenes(500)):
+        caption = full_caption(s, random.Random(i))
+        assert parse_caption(caption, s.layout).content() == s.content(), caption
+    with pytest.raises(CaptionError, match="toy world"):
+        parse_caption("a big red dragon; it is dim and calm")
+    with pytest.raises(CaptionError, match="clause"):
+        parse_caption("a dog on a couch")
+
+
+def test_every_keyword_is_found_by_the_real_sampler_with_its_category(nlp, ratings):
+    captions = [full_caption(s, random.Random(i)) for i, s in enumerate(scenes(600, seed=5))]
+    for caption, doc in zip(captions, nlp.pipe(captions)):
+        found = {(c.text.lower(), c.category) for c in extract_candidates(doc, ratings)}
+        content = [w for w in re.findall(r"[a-z]+", caption.lower()) if w in EXPECTED]
+        missing = [w for w in content if (w, EXPECTED[w]) not in found]
+        assert not missing, (caption, missing, found)
+        extra = {c for c in found if c[0] not in EXPECTED}
+        assert not extra, (caption, extra)
+
+
+def test_the_rewrite_and_the_edit_change_the_same_one_thing(world, nlp, ratings):
+    rows = [json.loads(line) for line in (world / "scenes.jsonl").read_text().splitlines()]
+    captioner, editor = make_captioner("toyworld"), make_editor("toyworld", world=str(world))
+    checked = set()
+    for row in [r for r in rows if r["split"] == "train"][:60]:
+        caption = row["captions"][0]
+        anchor = Image.open(world / "images" / row["image"]).convert("RGB")
+        original = parse_caption(caption, row["layout"])
+        for cand in extract_candidates(nlp(caption), ratings):
+            req = RewriteRequest(row["id"], caption, cand.text, (cand.start, cand.end), cand.category, "hc")
+            reply = captioner.rewrite([req])[0]
+            assert reply.error is None and check_rewrite(caption, (cand.start, cand.end), cand.category,
+                                                         reply.text) is None, (caption, cand, reply)
+            negative = editor.edit([anchor], [reply.text], [0])[0]
+            edited = parse_caption(reply.text, row["layout"])
+            assert negative.tobytes() == render(edited).tobytes()
+            assert negative.tobytes() != anchor.tobytes()
+            changes = scene_changes(original, edited)
+            assert len(changes) == 1, (caption, reply.text, changes)
+            assert changes[0][0] == kind_of(cand.text), (cand.text, changes)
+            checked.add(changes[0][0])
+    assert checked == {"shape", "colour", "size", "texture", "relation", "light", "mood"}
+    with pytest.raises(ValueError, match="did not render"):
+        editor.edit([Image.new("RGB", (64, 64))], [caption], [0])
+    assert captioner.rewrite([RewriteRequest("x", "a dog on a couch", "dog", (2, 5), "object", "hc")])[0].error
+
+
+def kind_of(word: str) -> str:
+    w = word.lower()
+    if w in SHAPES:
+        return "shape"
+    if w in COLOURS:
+        return "colour"
+    if w in TEXTURES:
+        return "texture"
+    if w in ("left", "right", "above", "below", "next", "top", "inside"):
+        return "relation"
+    value = WORD_VALUE[w]
+    return "size" if value in ("big", "small") else "light" if value in ("bright", "dim") else "mood"
+
+
+def scene_changes(a: Scene, b: Scene) -> list[tuple[str, int]]:
+    assert len(a.things) == len(b.things)
+    out = [(f, i) for i, (x, y) in enumerate(zip(a.things, b.things))
+           for f in ("shape", "colour", "size", "texture") if getattr(x, f) != getattr(y, f)]
+    out += [("relation", i) for i, (x, y) in enumerate(zip(a.relations, b.relations)) if x != y]
+    out += [(f, 0) for f in ("light", "mood") if getattr(a, f) != getattr(b, f)]
+    return out
+
+
+def test_the_test_set_holds_no_training_scene_and_is_in_sugarcrepe_format(world):
+    from concrete_jungle.evaluation import retrieval, sugarcrepe
+
+    rows = [json.loads(line) for line in (world / "scenes.jsonl").read_text().splitlines()]
+    train = {r["key"] for r in rows if r["split"] == "train"}
+    test = [r for r in rows if r["split"] == "test"]
+    assert len(test) == 60 and not train & {r["key"] for r in test}
+    data = sugarcrepe.load(world / "test" / "sugarcrepe", world / "images" / "test")
+    assert set(data["items"]) == set(SUBSETS) and all(data["items"].values())
+    assert not any(data["skipped"].values())
+    for subset, items in data["items"].items():
+        for _, path, caption, negative in items:
+            assert path.exists() and caption != negative, (subset, caption)
+    assert len(retrieval.load(world / "test" / "retrieval.json", world / "images" / "test")["items"]) == 60
+
+
+def test_plant_runs_the_toy_captioner_and_editor_through_the_cli(world, tmp_path):
+    out = tmp_path / "D_hc"
+    assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
+                 "--out", str(out), "--mode", "hc", "--captioner", "toyworld", "--editor", "toyworld",
+                 "--toy-world", str(world), "--no-progress"]) == 0
+    ok = [r for r in read_manifest(out) if r["status"] == "ok"]
+    assert len(ok) == 120
+    for record in iter_records(out):
+        assert record["meta"]["editor"] == "toyworld" and not record["meta"]["neg_image_is_anchor"]
+        parse_caption(record["neg_caption"])  # the negative caption is in the world's grammar
+    assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
+                 "--out", str(tmp_path / "x"), "--mode", "hc", "--editor", "toyworld", "--no-progress"]) == 2
+
+
+def test_plant_from_a_config_file_equals_plant_from_flags(world, tmp_path):
+    import yaml
+
+    flags = tmp_path / "flags"
+    assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
+                 "--out", str(flags), "--mode", "lc", "--captioner", "toyworld", "--editor", "toyworld",
+                 "--toy-world", str(world), "--no-progress"]) == 0
+    config = tmp_path / "plant.yaml"
+    config.write_text(yaml.safe_dump({
+        "captions": [str(world / "captions.jsonl")], "images": str(world / "images"), "out": "unused", "mode": "lc",
+        "sampler": {"mode": "lc"}, "captioner": "toyworld", "editor": "toyworld",
+        "editor_options": {"world": str(world)}}))
+    from_file = tmp_path / "file"
+    assert main(["plant", "--config", str(config), "--set", f"out={from_file}", "--no-progress"]) == 0
+    assert (from_file / "manifest.jsonl").read_bytes() == (flags / "manifest.jsonl").read_bytes()
+    shards = sorted(p.name for p in flags.glob("shard-*.tar"))
+    assert shards and all((from_file / s).read_bytes() == (flags / s).read_bytes() for s in shards)
+    assert main(["plant", "--config", str(config), "--out", str(tmp_path / "x"), "--no-progress"]) == 2
