@@ -96,3 +96,28 @@ def test_gallery_in_headless_chromium(tmp_path):
         assert driver.save_screenshot(str(ARTIFACTS / "gallery.png"))
     finally:
         driver.quit()
+
+
+def test_thumbnails_shrink_large_images_and_enlarge_tiny_ones_crisply(tmp_path):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from concrete_jungle.gallery import THUMB, thumbnail
+
+    def png(size, colour):
+        buf = io.BytesIO()
+        Image.new("RGB", size, colour).save(buf, "PNG")
+        return buf.getvalue()
+
+    thumbnail(png((1024, 512), (200, 10, 10)), tmp_path / "big.jpg")
+    assert Image.open(tmp_path / "big.jpg").size == (THUMB, THUMB // 2)
+    tiny = Image.new("RGB", (64, 64), (255, 255, 255))
+    tiny.paste((0, 0, 0), (0, 0, 32, 64))  # left half black: a sharp edge
+    buf = io.BytesIO()
+    tiny.save(buf, "PNG")
+    thumbnail(buf.getvalue(), tmp_path / "tiny.jpg")
+    out = np.asarray(Image.open(tmp_path / "tiny.jpg").convert("L"), np.float32)
+    assert out.shape == (THUMB, THUMB)
+    assert out[:, : THUMB // 2 - 4].mean() < 20 and out[:, THUMB // 2 + 4:].mean() > 235  # no blur across the edge

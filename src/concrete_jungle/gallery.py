@@ -56,6 +56,9 @@ def thumbnail(data: bytes, path: Path) -> None:
 
     with Image.open(io.BytesIO(data)) as im:
         im = im.convert("RGB")
+        if max(im.size) * 2 <= THUMB:  # tiny images (the toy world's 64 px): enlarge with crisp pixels
+            k = THUMB // max(im.size)
+            im = im.resize((im.width * k, im.height * k), Image.Resampling.NEAREST)
         im.thumbnail((THUMB, THUMB))
         im.save(path, "JPEG", quality=85)
 
