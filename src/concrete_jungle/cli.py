@@ -79,7 +79,7 @@ def run_keywords_command(args, console: Console) -> int:
     config = sampler_config(args)
     ratings = load_ratings(args.scale, args.ratings, args.word_column, args.score_column)
     nlp = load_spacy(args.spacy_model)
-    summary = run_keywords(
+    summary, _ = run_keywords(
         args.captions, args.out, config, ratings, nlp, fmt=args.format, split=args.split,
         limits=FilterConfig(max_words=args.max_words), batch_size=args.batch_size, workers=args.workers,
         progress=not args.no_progress,

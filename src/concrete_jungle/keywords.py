@@ -412,13 +412,13 @@ def run_keywords(
     workers: int = 1,
     progress: bool = True,
     keep: Callable[[str], bool] | None = None,
-) -> dict:
+) -> tuple[dict, list[dict]]:
     """Sample one keyword per caption sample into ``out`` (JSONL), resuming whatever ``out`` already holds.
 
     Every input sample gets exactly one line, ``status`` ``ok`` or ``skipped`` with a ``reason``. Lines are
     written in input order, so the quota counts rebuilt from the ok lines on restart equal those of an
     uninterrupted run. ``keep`` selects samples by id (a part of a sharded run); the others are not written.
-    Returns the summary, also written to ``<out stem>.summary.json``.
+    Returns the summary (also written to ``<out stem>.summary.json``) and the records, as in ``out``.
     """
     from tqdm import tqdm
 
@@ -494,4 +494,4 @@ def run_keywords(
     summary = summarize(records)
     summary["settings"] = settings
     atomic_write_json(out_path.with_name(out_path.stem + ".summary.json"), summary)
-    return summary
+    return summary, records

@@ -157,10 +157,11 @@ class Plant:
     def sample_keywords(self) -> list[dict]:
         c = self.config
         path = self.out / f"keywords-{c.part}.jsonl"
-        run_keywords(list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model),
-                     fmt=c.format, split=c.split, progress=self.progress,
-                     keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
-        return read_jsonl(path)
+        _, records = run_keywords(
+            list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model), fmt=c.format,
+            split=c.split, progress=self.progress,
+            keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
+        return records
 
     def check_images(self, records: list[dict], probe: int = 20) -> None:
         """A wrong --images is an error before any model loads, not a run of rejects."""
