@@ -12,8 +12,10 @@ The tiny ``cj-tiny`` architecture (configs in ``model_configs/``) serves tests a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +70,21 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def _random_init_is_intended(quiet: bool):
+    """Silence open_clip's "No pretrained weights loaded" warning when random init is what was asked for."""
+    def drop(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No pretrained weights loaded")
+
+    root = logging.getLogger()
+    if quiet:
+        root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
+
+
 def load_model(
     name: str | None = None,
     pretrained: str | None = None,
@@ -98,8 +115,9 @@ def load_model(
                          f"{open_clip.list_pretrained_tags_by_model(name)} (or a local weights file, or 'none')")
     if tag is None:
         torch.manual_seed(seed)
-    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=tag, device=device,
-                                                                 precision=precision)
+    with _random_init_is_intended(tag is None):
+        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=tag, device=device,
+                                                                     precision=precision)
     model_cfg = open_clip.get_model_config(name)
     model_cfg["quick_gelu"] = uses_quick_gelu(model)  # OpenAI weights come with QuickGELU
     # through JSON, so a config compares equal to the one its checkpoint carries
