@@ -17,8 +17,9 @@ from concrete_jungle.concretebatch import iter_records, read_manifest
 from concrete_jungle.editors import make_editor
 from concrete_jungle.keywords import extract_candidates
 from concrete_jungle.toyworld.build import SUBSETS, WorldConfig, build_world
-from concrete_jungle.toyworld.world import (COLOURS, RELATIONS, SHAPES, TEXTURES, WORD_VALUE, CaptionError, Scene,
-                                            Thing, full_caption, parse_caption, pixel_hash, render, sample_scene)
+from concrete_jungle.toyworld.world import (COLOURS, RELATIONS, SHAPES, SIZES, TEXTURES, WORD_VALUE, CaptionError,
+                                            Scene, Thing, full_caption, layout_positions, parse_caption, pixel_hash,
+                                            render, sample_scene)
 
 EXPECTED = {**{w: "object" for w in SHAPES}, **{w: "attribute" for w in [*COLOURS, *TEXTURES, *WORD_VALUE]},
             **{p.split()[-2] if len(p.split()) > 1 else p: "relation" for p in RELATIONS.values()}}
@@ -105,10 +106,21 @@ def test_the_rewrite_and_the_edit_change_the_same_one_thing(world, nlp, ratings)
             assert len(changes) == 1, (caption, reply.text, changes)
             assert changes[0][0] == kind_of(cand.text), (cand.text, changes)
             checked.add(changes[0][0])
+            if changes[0][0] in ("shape", "colour", "texture"):  # same layout: only that thing's pixels change
+                assert changed_pixels_outside(anchor, negative, original, changes[0][1]) == 0, (caption, reply.text)
     assert checked == {"shape", "colour", "size", "texture", "relation", "light", "mood"}
     with pytest.raises(ValueError, match="did not render"):
         editor.edit([Image.new("RGB", (64, 64))], [caption], [0])
     assert captioner.rewrite([RewriteRequest("x", "a dog on a couch", "dog", (2, 5), "object", "hc")])[0].error
+
+
+def changed_pixels_outside(a: Image.Image, b: Image.Image, scene: Scene, i: int) -> int:
+    """How many pixels differ between two renders outside thing i's box (one pixel of anti-aliasing allowed)."""
+    diff = np.any(np.asarray(a) != np.asarray(b), axis=2)
+    (x, y), half = layout_positions(scene)[i], SIZES[scene.things[i].size] / 2 + 1
+    y0, y1, x0, x1 = (max(0, int(np.floor(v))) for v in (y - half, y + half + 1, x - half, x + half + 1))
+    diff[y0:y1, x0:x1] = False
+    return int(diff.sum())
 
 
 def kind_of(word: str) -> str:
