@@ -139,6 +139,10 @@ def run_plant_command(args, console: Console) -> int:
 
     from .plant import Plant, PlantConfig, merge_parts, shard_from_environment
 
+    # this part of a split run: the flags, else torchrun's or SLURM's environment, else the whole run
+    env_index, env_count = shard_from_environment()
+    shard_index = args.shard_index if args.shard_index is not None else env_index
+    num_shards = args.num_shards if args.num_shards is not None else env_count
     if args.action == "merge":
         if not args.merge_dir:
             raise ValueError("usage: concrete-jungle plant merge DIR")
@@ -149,16 +153,14 @@ def run_plant_command(args, console: Console) -> int:
         given = [f"--{n}" for n in ("captions", "images", "out") if getattr(args, n)]
         if given:
             raise ValueError(f"{', '.join(given)} with --config: put them in the file or pass --set key=value")
-        env_index, env_count = shard_from_environment()
         data = apply_overrides(load_yaml(args.config), args.set)
-        data.setdefault("num_shards", args.num_shards if args.num_shards is not None else env_count)
-        data.setdefault("shard_index", args.shard_index if args.shard_index is not None else env_index)
+        data.setdefault("num_shards", num_shards)
+        data.setdefault("shard_index", shard_index)
         summary = Plant(from_dict(PlantConfig, data, where=args.config), progress=not args.no_progress).run()
     else:
         missing = [f"--{n}" for n in ("captions", "images", "out", "mode") if not getattr(args, n)]
         if missing:
             raise ValueError(f"concrete-jungle plant needs {', '.join(missing)}")
-        env_index, env_count = shard_from_environment()
         captioner_options = {}
         if args.captioner in ("openai", "transformers"):
             if not args.model:
@@ -183,8 +185,7 @@ def run_plant_command(args, console: Console) -> int:
             captioner=args.captioner, captioner_options=captioner_options, editor=args.editor,
             editor_options=editor_options, max_attempts=args.max_attempts, batch_size=args.batch_size,
             samples_per_shard=args.samples_per_shard,
-            num_shards=args.num_shards if args.num_shards is not None else env_count,
-            shard_index=args.shard_index if args.shard_index is not None else env_index,
+            num_shards=num_shards, shard_index=shard_index,
         )
         summary = Plant(config, progress=not args.no_progress).run()
     table = Table(title="ConcreteBatch")

@@ -103,11 +103,13 @@ class Demo:
         from .train import train
 
         d = stage_dir(self.out, name, settings)
-        latest = d / "run" / "checkpoints" / "latest.json"
-        if latest.is_file() and json.loads(latest.read_text()).get("reason") == "final":
-            return d / "run" / "checkpoints" / json.loads(latest.read_text())["name"]
-        train(config(str(d / "run")), resume="latest" if latest.is_file() else None, progress=self.progress)
-        return d / "run" / "checkpoints" / json.loads(latest.read_text())["name"]
+        checkpoints = d / "run" / "checkpoints"
+        latest = json.loads((checkpoints / "latest.json").read_text()) if (checkpoints / "latest.json").is_file() \
+            else None
+        if latest is None or latest["reason"] != "final":
+            train(config(str(d / "run")), resume="latest" if latest else None, progress=self.progress)
+            latest = json.loads((checkpoints / "latest.json").read_text())
+        return checkpoints / latest["name"]
 
     def baseline(self, world: Path) -> Path:
         from .train import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig

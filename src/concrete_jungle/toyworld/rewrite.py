@@ -17,14 +17,13 @@ from PIL import Image
 from ..captioners import Reply, RewriteRequest
 from ..captioners.validation import replaced_span
 from ..keywords import sample_rng
-from .world import COLOURS, LIGHTS, MOODS, RELATIONS, SHAPES, SIZES, SYNONYMS, TEXTURES, WORD_VALUE, parse_caption, \
-    pixel_hash, render
+from .world import COLOURS, LIGHTS, MOODS, RELATION_OF_PHRASE, RELATIONS, SHAPES, SIZES, SYNONYMS, TEXTURES, \
+    WORD_VALUE, parse_caption, pixel_hash, render
 
 # for `A <rel> B`, relations that are false of the same picture (`next to` touches, so `left of` is not false)
 FALSE_RELATIONS = {"left": ("right", "above", "below"), "right": ("left", "above", "below"),
                    "above": ("below", "left", "right"), "below": ("above", "left", "right"),
                    "next": ("above", "below"), "top": ("below", "left", "right"), "inside": ("next", "above", "below")}
-_PHRASE_RELATION = {p: k for k, p in RELATIONS.items()}
 
 
 class ToyCaptioner:
@@ -39,8 +38,8 @@ class ToyCaptioner:
         rng = sample_rng(r.seed, f"toyworld\x00{r.id}\x00{r.attempt}")
         start, end = replaced_span(r.caption, *r.span, r.category)
         old = r.caption[start:end].lower()
-        if old in _PHRASE_RELATION:
-            new = RELATIONS[rng.choice(FALSE_RELATIONS[_PHRASE_RELATION[old]])]
+        if old in RELATION_OF_PHRASE:
+            new = RELATIONS[rng.choice(FALSE_RELATIONS[RELATION_OF_PHRASE[old]])]
         elif old in SHAPES:
             present = {w for w in r.caption.lower().replace(";", " ").replace(",", " ").split()}
             new = rng.choice([s for s in SHAPES if s not in present])

@@ -34,6 +34,7 @@ TEXTURES = ("striped", "dotted", "checkered")
 # relation of thing i to thing i+1: the phrase written in captions
 RELATIONS = {"left": "to the left of", "right": "to the right of", "above": "above", "below": "below",
              "next": "next to", "top": "on top of", "inside": "inside"}
+RELATION_OF_PHRASE = {p: k for k, p in RELATIONS.items()}
 MIRROR = {"left": "right", "right": "left", "above": "below", "below": "above"}
 LIGHTS = {"bright": 1.03, "dim": 0.97}  # brightness factor: 6% apart
 MOODS = {"calm": 2.0, "busy": 7.0}  # pixel noise, standard deviation in grey levels
@@ -158,7 +159,7 @@ def parse_caption(text: str, layout: int = 0) -> Scene:
     things, relations = [], []
     for i, piece in enumerate(pieces):
         if i % 2:
-            relations.append(next(k for k, p in RELATIONS.items() if p == piece))
+            relations.append(RELATION_OF_PHRASE[piece])
             continue
         t = _THING.fullmatch(piece.strip())
         if not t or t["shape"] not in SHAPES or t["colour"] not in COLOURS or WORD_VALUE.get(t["size"], t["size"]) \
