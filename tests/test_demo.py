@@ -3,6 +3,8 @@
 import json
 import math
 
+import pytest
+
 from concrete_jungle.cli import main
 from concrete_jungle.demo import BASELINE, FINETUNES, RETRIEVAL_COLUMNS, TEST_COLUMNS
 
@@ -48,3 +50,10 @@ def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsy
     assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
     assert weights == {p: p.stat().st_mtime_ns for p in out.glob("*/run/checkpoints/*/open_clip_model.safetensors")}
     assert json.loads((out / "results.json").read_text())["table"] == result["table"]
+
+
+def test_demo_refuses_malformed_seeds_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--quick", "--seeds", "0,one", "--out", str(tmp_path / "demo")])
+    assert exit_.value.code == 2 and "comma-separated list of integers" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()

@@ -109,6 +109,8 @@ def test_the_rewrite_and_the_edit_change_the_same_one_thing(world, nlp, ratings)
             if changes[0][0] in ("shape", "colour", "texture"):  # same layout: only that thing's pixels change
                 assert changed_pixels_outside(anchor, negative, original, changes[0][1]) == 0, (caption, reply.text)
     assert checked == {"shape", "colour", "size", "texture", "relation", "light", "mood"}
+    with pytest.raises(ValueError, match="scenes.jsonl not found"):
+        make_editor("toyworld", world=str(world / "images"))
     with pytest.raises(ValueError, match="did not render"):
         editor.edit([Image.new("RGB", (64, 64))], [caption], [0])
     assert captioner.rewrite([RewriteRequest("x", "a dog on a couch", "dog", (2, 5), "object", "hc")])[0].error

@@ -415,11 +415,18 @@ def add_demo_parser(sub) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a smaller world, fewer steps, one seed (about 3 minutes)")
     p.add_argument("--out", default="runs/demo", help="output directory (default %(default)s)")
-    p.add_argument("--seeds", help="fine-tuning seeds, comma-separated (default 0,1,2; --quick: 0)")
+    p.add_argument("--seeds", type=seed_list, help="fine-tuning seeds, comma-separated (default 0,1,2; --quick: 0)")
     p.add_argument("--pretrain-steps", type=int, help="baseline pretraining steps (default 250; --quick: 120)")
     p.add_argument("--finetune-steps", type=int, help="steps of each fine-tune (default 40; --quick: 25)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=run_demo_command)
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 0,1,2") from None
 
 
 def run_demo_command(args, console: Console) -> int:
@@ -427,7 +434,7 @@ def run_demo_command(args, console: Console) -> int:
 
     options = dict(QUICK) if args.quick else {}
     if args.seeds:
-        options["seeds"] = tuple(int(s) for s in args.seeds.split(","))
+        options["seeds"] = args.seeds
     for name in ("pretrain_steps", "finetune_steps"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
