@@ -75,7 +75,8 @@ def main() -> None:
         return
 
     steps = {name: make_step(name) for name in ("cement", "clip")}
-    print(f"CPU fp32, D = {args.d}, {args.threads} threads, {args.rounds} interleaved rounds; torch {torch.__version__}\n")
+    print(f"CPU fp32, D = {args.d}, {args.threads} threads, {args.rounds} interleaved rounds; "
+          f"torch {torch.__version__}\n")
     print("| N | ClipLoss ms | CementLoss ms | time ratio | ClipLoss peak MiB | CementLoss peak MiB | memory ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for n in map(int, args.n.split(",")):

@@ -38,7 +38,8 @@ def main() -> None:
     parsed = [(s.id, extract_candidates(doc, ratings)) for s, doc in zip(samples, nlp.pipe(texts, batch_size=256))]
     parsed = [(i, c) for i, c in parsed if c]
     print(f"{len(parsed)} captions with candidates\n")
-    print("| policy | targets A,O,R | lc softmax | k | T | hc mean / median | lc mean / median | wo mean / median | max abs err vs Table 1 | hc shares A/O/R |")
+    print("| policy | targets A,O,R | lc softmax | k | T | hc mean / median | lc mean / median | wo mean / median "
+          "| max abs err vs Table 1 | hc shares A/O/R |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     settings = itertools.product(args.policies.split(","), args.targets, args.lc_softmax.split(","),
                                  map(int, args.top_k.split(",")), map(float, args.temperature.split(",")))
@@ -57,8 +58,10 @@ def main() -> None:
             cells.append(f"{mean:.2f} / {median:.2f}")
             if mode == "hc":
                 n = len(picks)
-                shares = "/".join(f"{sum(p.category == c for p in picks) / n:.0%}" for c in ("attribute", "object", "relation"))
-        print(f"| {policy} | {targets if policy != 'none' else '-'} | {lc_softmax} | {k} | {t:g} | " + " | ".join(cells) + f" | {err:.2f} | {shares} |")
+                shares = "/".join(f"{sum(p.category == c for p in picks) / n:.0%}"
+                                  for c in ("attribute", "object", "relation"))
+        print(f"| {policy} | {targets if policy != 'none' else '-'} | {lc_softmax} | {k} | {t:g} | "
+              + " | ".join(cells) + f" | {err:.2f} | {shares} |")
 
 
 if __name__ == "__main__":

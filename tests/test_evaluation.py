@@ -148,13 +148,14 @@ def test_winoground_scores(tmp_path, clip):
         noise_image(tmp_path / "images" / f"ex{i}_img0.png", 2 * i)
         noise_image(tmp_path / "images" / f"ex{i}_img1.png", 2 * i + 1)
         rows.append({"id": i, "caption_0": f"a dog {i} on a cat", "caption_1": f"a cat {i} on a dog",
-                     "image_0": f"ex{i}_img0", "image_1": f"ex{i}_img1", "collapsed_tag": ["Object", "Relation"][i % 2]})
+                     "image_0": f"ex{i}_img0", "image_1": f"ex{i}_img1",
+                     "collapsed_tag": ["Object", "Relation"][i % 2]})
     (tmp_path / "examples.jsonl").write_text("\n".join(map(json.dumps, rows)))
     metrics = winoground.evaluate(Encoder(clip, progress=False), winoground.load(tmp_path))["metrics"]
     ref = Reference(clip)
     text = image = group = 0
     for r in rows:
-        i0, i1 = ref.image(tmp_path / "images" / f"{r['image_0']}.png"), ref.image(tmp_path / "images" / f"{r['image_1']}.png")
+        i0, i1 = (ref.image(tmp_path / "images" / f"{r[k]}.png") for k in ("image_0", "image_1"))
         c0, c1 = ref.text(r["caption_0"]), ref.text(r["caption_1"])
         t = bool(c0 @ i0 > c1 @ i0 and c1 @ i1 > c0 @ i1)
         m = bool(c0 @ i0 > c0 @ i1 and c1 @ i1 > c1 @ i0)
@@ -228,7 +229,8 @@ def test_eval_command_writes_json_markdown_and_compares(data_root, tmp_path, cap
     assert a["model"] == {"name": "cj-tiny", "pretrained": "none", "seed": 0}
     assert "| M.Avg |" in (tmp_path / "a" / "results.md").read_text()
     capsys.readouterr()
-    assert main(["eval", "--compare", str(tmp_path / "a" / "sugarcrepe.json"), str(tmp_path / "b" / "sugarcrepe.json")]) == 0
+    assert main(["eval", "--compare", str(tmp_path / "a" / "sugarcrepe.json"),
+                 str(tmp_path / "b" / "sugarcrepe.json")]) == 0
     assert "M.Avg" in capsys.readouterr().out
     assert main(["eval", "--data-root", str(data_root), "--model", "ViT-B-32", "--pretrained", "nope"]) == 2
     assert "pretrained tag 'nope' does not exist" in capsys.readouterr().err

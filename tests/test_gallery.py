@@ -20,7 +20,8 @@ RECORDS = [  # (id, caption, negative, keyword, category, concreteness)
     ("a1", "A red car parked on the street", "A blue car parked on the street", "red", "attribute", 4.24),
     ("a2", "A cat sitting under a table", "A cat sitting on a table", "under", "relation", 3.45),
     ("a3", "A dog running in the park", "A horse running in the park", "dog", "object", 4.85),
-    ("a4", "A man holding a cup <script>window.pwned = 1</script>", "A man holding a mug <script>window.pwned = 1</script>",
+    ("a4", "A man holding a cup <script>window.pwned = 1</script>",
+     "A man holding a mug <script>window.pwned = 1</script>",
      "cup", "object", 4.9),
     ("a5", "A lamp to the left of the sofa", "A lamp to the right of the sofa", "left", "relation", 3.7),
 ]

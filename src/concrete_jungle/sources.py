@@ -74,7 +74,8 @@ def _json_kind(path: Path, data) -> str:
     keys = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
     raise SourceError(
         f"cannot detect the caption format of {path} (top level: {keys}); expected a Karpathy split file "
-        f"(images[].sentences), COCO captions (images + annotations) or SugarCrepe JSON; set --format to one of {FORMATS}"
+        f"(images[].sentences), COCO captions (images + annotations) or SugarCrepe JSON; "
+        f"set --format to one of {FORMATS}"
     )
 
 

@@ -114,7 +114,8 @@ def build_tiny_roberta(path: str | Path, seed: int = 0) -> Path:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(["A red car on a street.", "A cat sitting under a table.", string.ascii_letters],
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                            trainers.BpeTrainer(vocab_size=300,
+                                                special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
                                         unk_token="<unk>", mask_token="<mask>", cls_token="<s>", sep_token="</s>",

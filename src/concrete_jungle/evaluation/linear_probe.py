@@ -10,6 +10,7 @@ Features come from the shared `Encoder`, so they are computed once per model and
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -34,7 +35,8 @@ def load_image_folder(root: str | Path, skip_missing: bool = False) -> dict:
     classes = sorted({c for _, c in splits["train"]})
     problems = check_images([p for items in splits.values() for p, _ in items], FOLDER_LAYOUT, skip_missing)
     index = {c: i for i, c in enumerate(classes)}
-    out = {s: ([p for p, c in items if p not in problems], torch.tensor([index[c] for p, c in items if p not in problems]))
+    out = {s: ([p for p, c in items if p not in problems],
+               torch.tensor([index[c] for p, c in items if p not in problems]))
            for s, items in splits.items()}
     return {"kind": "folder", "splits": out, "classes": classes, "skipped": len(problems)}
 
@@ -94,7 +96,7 @@ def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, s
         logits = head(x_val)
     if multilabel:
         aps = [average_precision(logits[:, c], y_val[:, c]) for c in range(y_val.shape[1])]
-        aps = [a for a in aps if a == a]
+        aps = [a for a in aps if not math.isnan(a)]  # a class without positives has no AP
         metrics = {"mAP": sum(aps) / len(aps) if aps else float("nan")}
     else:
         top = logits.topk(min(5, logits.shape[1]), dim=1).indices
