@@ -4,10 +4,14 @@ Same model architecture and initial weights, same 2N images and 2N texts per ste
 Reference: open_clip_train's epoch loop with ClipLoss over the 2N pairs (its scheduler, AdamW, grad-clip).
 Ours: `concrete_jungle.train.training_step` with CementLoss (adaptive margin, diagnostics on). Each round
 runs K steps of one, then K steps of the other (alternating order); medians of per-step time.
-Goal: ratio <= 1.10.
+Goal: ratio <= 1.10. On CUDA the batches are placed on the GPU before timing (as a prefetching loader leaves
+them), so a step is the model's work, not the host-to-device copy (`--from-host` keeps them in pinned host
+memory and times the copy too), and both trainers get open_clip_train's TF32 and cuDNN settings;
+`--compile` runs both through torch.compile (open_clip_train's --torchcompile).
 
     python benchmarks/train_step.py --model cj-tiny --n 64 --steps 4 --rounds 9
     python benchmarks/train_step.py --model ViT-B-32 --n 1024 --device cuda --precision amp_bf16   # GPU, MFU
+    bash benchmarks/gpu_check.sh   # the GPU measurements as one call of the device tool (see that file)
 """
 
 from __future__ import annotations
@@ -52,13 +56,22 @@ def main() -> None:
     ap.add_argument("--gflops-per-pair", type=float, default=8.82 + 5.96,
                     help="forward GFLOPs of one image + one 77-token text (ViT-B-32: 8.82 + 5.96) for MFU")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the accelerator's dense bf16 peak (H100/H200)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile both models (warm-up includes compiling)")
+    ap.add_argument("--from-host", action="store_true",
+                    help="CUDA: batches stay in pinned host memory and each step copies them over, as from a loader")
     args = ap.parse_args()
     device, autocast = args.device, args.precision == "amp_bf16"
+    if device.startswith("cuda"):  # what open_clip_train's main and our train() set on CUDA
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.benchmark = True
 
     size = open_clip.get_model_config(args.model)["vision_cfg"]["image_size"]
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(2 * args.n, 3, size, size, generator=g),
                 torch.randint(1, 49407, (2 * args.n, 77), generator=g)) for _ in range(args.steps)]
+    if device.startswith("cuda"):
+        place = (lambda t: t.pin_memory()) if args.from_host else (lambda t: t.to(device))
+        batches = [(place(images), place(texts)) for images, texts in batches]
     c = 1 + 4 * torch.rand(args.n, generator=g)
     has_negative = torch.ones(args.n, dtype=torch.bool)
 
@@ -69,6 +82,7 @@ def main() -> None:
     opt_ours = torch.optim.AdamW(param_groups(ours, 0.1), lr=1e-5, betas=(0.9, 0.98), eps=1e-6)
     opt_theirs = torch.optim.AdamW(param_groups(theirs, 0.1), lr=1e-5, betas=(0.9, 0.98), eps=1e-6)
     scheduler = cosine_lr(opt_theirs, 1e-5, 2, 10_000)
+    forward_ours, forward_theirs = (torch.compile(ours), torch.compile(theirs)) if args.compile else (ours, theirs)
     cement = CementLoss("adaptive")
     targs = SimpleNamespace(accum_freq=1, batch_size=2 * args.n, device=device, distill=False, grad_clip_norm=1.0,
                             horovod=False, log_every_n_steps=10**9, precision=args.precision, skip_scheduler=False,
@@ -77,13 +91,12 @@ def main() -> None:
 
     def run_ours():
         for images, texts in batches:
-            images, texts = images.to(device), texts.to(device)
             batch = (images[: args.n], images[args.n:], texts[: args.n], texts[args.n:], c, has_negative)
-            training_step(ours, ours, cement, opt_ours, batch, 1e-5, 1.0, device, autocast)
+            training_step(forward_ours, ours, cement, opt_ours, batch, 1e-5, 1.0, device, autocast)
         sync()
 
     def run_theirs():
-        train_one_epoch(theirs, data, ClipLoss(), 0, opt_theirs, None, scheduler, None, targs)
+        train_one_epoch(forward_theirs, data, ClipLoss(), 0, opt_theirs, None, scheduler, None, targs)
         sync()
 
     def sync():
@@ -101,10 +114,14 @@ def main() -> None:
     o, t = statistics.median(times["ours"]), statistics.median(times["open_clip_train"])
     params = sum(p.numel() for p in ours.parameters()) / 1e6
     where = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU {torch.get_num_threads()} threads"
+    setting = [args.precision] + ["torch.compile"] * args.compile
+    setting += ["batches copied from pinned host memory"] * (args.from_host and device.startswith("cuda"))
     print(f"model {args.model} ({params:.1f} M parameters), N = {args.n} anchors (2N = {2 * args.n} pairs), "
-          f"{args.precision}, {where}, {args.steps} steps x {args.rounds} rounds (medians)\n")
+          f"{', '.join(setting)}, {where}, torch {torch.__version__}, {args.steps} steps x {args.rounds} rounds "
+          "(medians)\n")
     print("| trainer | ms per step |\n| --- | --- |")
-    print(f"| open_clip_train (ClipLoss) | {1e3 * t:.1f} |\n| concrete-jungle (CementLoss, diagnostics) | {1e3 * o:.1f} |")
+    print(f"| open_clip_train (ClipLoss) | {1e3 * t:.1f} |")
+    print(f"| concrete-jungle (CementLoss, diagnostics) | {1e3 * o:.1f} |")
     print(f"ratio ours / open_clip_train: {o / t:.3f} (goal <= 1.10)")
     pairs_per_s = 2 * args.n / o  # 2N images and 2N texts per step
     mfu = pairs_per_s * 3 * args.gflops_per_pair * 1e9 / (args.peak_tflops * 1e12)

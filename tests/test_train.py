@@ -50,7 +50,7 @@ def test_training_lowers_the_loss_and_logs_every_field(tmp_path, concretebatch):
     train(cfg, progress=False)
     rows = metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == list(range(1, 31))
-    assert all(FIELDS <= r.keys() for r in rows)
+    assert all(FIELDS <= r.keys() and 0 < r["samples_per_s"] < float("inf") for r in rows)
     first, last = sum(r["loss"] for r in rows[:5]) / 5, sum(r["loss"] for r in rows[-5:]) / 5
     assert last < first, (first, last)
     latest = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
@@ -108,6 +108,29 @@ def test_checkpoint_reopens_with_quickgelu_and_the_same_embeddings(tmp_path, con
         torch.testing.assert_close(plain.eval().encode_image(x), e)
         assert (gelu.eval().encode_image(x) - e).abs().max() > 1e-4
 
+
+@pytest.mark.parametrize("option", ["model.grad_checkpointing=true",
+                                    pytest.param("model.compile=true", marks=pytest.mark.slow)])
+def test_memory_and_speed_options_take_effect_and_train_the_same_weights(tmp_path, concretebatch, option,
+                                                                          monkeypatch):
+    import open_clip.transformer
+    from torch._dynamo.utils import counters
+
+    checkpointed = []  # a spy on open_clip's activation checkpointing; the real function still runs
+    real = open_clip.transformer.checkpoint
+    monkeypatch.setattr(open_clip.transformer, "checkpoint", lambda *a, **k: checkpointed.append(1) or real(*a, **k))
+    counters.clear()
+    train(config(tmp_path / "plain", concretebatch, "steps=4", "save_every=0"), progress=False)
+    assert not checkpointed and not counters["stats"]["unique_graphs"]
+    train(config(tmp_path / "option", concretebatch, "steps=4", "save_every=0", option), progress=False)
+    assert checkpointed if "grad_checkpointing" in option else counters["stats"]["unique_graphs"] > 0
+    a, b = (load_file(tmp_path / name / "run" / "checkpoints" / "step-0000004" / "open_clip_model.safetensors")
+            for name in ("plain", "option"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], atol=1e-5, rtol=1e-4)
+    la, lb = ([r["loss"] for r in metrics(tmp_path / name / "run")] for name in ("plain", "option"))
+    assert lb == pytest.approx(la, abs=1e-5)
 
 @pytest.mark.parametrize("overrides, match", [
     (["colour=red"], r"unknown key\(s\) \['colour'\]"),

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The training issue's GPU measurements as one call of the device tool (about 6 minutes of an H200 lease).
+#
+#   bash benchmarks/gpu_check.sh prepare
+#       here, once per checkout: .whl/ gets the wheels the device image lacks (open_clip, ftfy, wcwidth, for its
+#       Python 3.12) and .gpu_check/D_hc a small toy-world ConcreteBatch for the trainer's CUDA run. Both ignored.
+#   device tool: run(command="bash benchmarks/gpu_check.sh", carry=[".whl", ".gpu_check"], timeout_s=560)
+#       then put the numbers of train_step.txt into docs/benchmarks.md and the training row of docs/reproduce.md.
+#
+# What it runs there, most important first, each under its own time limit, each output a file in $OUT:
+#   gpu.txt                 the GPU, driver and torch version
+#   train_step.txt          benchmarks/train_step.py: ViT-B-32, N = 1024 anchors (2N images and texts), bf16:
+#                           ms/step against open_clip_train, samples/s, model FLOPs utilisation (goal >= 35%)
+#   trainer_cuda.txt        `train()` itself on CUDA (bf16 autocast, fused AdamW, pinned loader, CUDA RNG in the
+#                           checkpoint): 40 steps straight and 20 + resume + 20; the loss falls, both runs agree
+#   train_step_host.txt     train_step.txt with the batches in pinned host memory: what the copy costs a step
+#   train_step_compile.txt  train_step.txt with torch.compile for both trainers
+# DEVICE, MODEL, N and PRECISION change the setting, e.g. a dry run on a CPU:
+#   DEVICE=cpu MODEL=cj-tiny N=16 PRECISION=fp32 bash benchmarks/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = prepare ]; then
+  set -e
+  rm -rf .whl .gpu_check && mkdir -p .whl .gpu_check
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl open_clip_torch=="$(python3 -c 'import open_clip; print(open_clip.__version__)')" ftfy wcwidth
+  world=$(mktemp -d)
+  python3 -c "import sys; from concrete_jungle.toyworld.build import WorldConfig, build_world
+build_world(sys.argv[1], WorldConfig(train=300, test=20), progress=False)" "$world"
+  concrete-jungle plant --captions "$world/captions.jsonl" --images "$world/images" --out .gpu_check/D_hc \
+    --mode hc --captioner toyworld --editor toyworld --toy-world "$world" --no-progress
+  rm -rf "$world"
+  du -sh .whl .gpu_check
+  exit 0
+fi
+
+DEVICE=${DEVICE:-cuda} MODEL=${MODEL:-ViT-B-32} N=${N:-1024} PRECISION=${PRECISION:-amp_bf16}
+OUT=${OUT:-runs/gpu_check}
+mkdir -p "$OUT"
+[ -d .whl ] && [ -d .gpu_check/D_hc ] || { echo "run 'bash benchmarks/gpu_check.sh prepare' first" >&2; exit 2; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_check_site \
+  .whl/*.whl || exit 1
+export PYTHONPATH=$PWD/src:/tmp/gpu_check_site PYTHONUNBUFFERED=1
+status=0
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } | tee "$OUT/gpu.txt"
+
+bench=(benchmarks/train_step.py --model "$MODEL" --n "$N" --device "$DEVICE" --precision "$PRECISION" --steps 5 --rounds 3)
+timeout 240 python3 "${bench[@]}" 2>&1 | tee "$OUT/train_step.txt" || status=1
+
+timeout 150 python3 - "$DEVICE" "$PRECISION" <<'EOF' 2>&1 | tee "$OUT/trainer_cuda.txt" || status=1
+import json, math, statistics, sys, tempfile
+from concrete_jungle.train import load_config, train
+
+device, precision = sys.argv[1:]
+root = tempfile.mkdtemp()
+base = ["model.name=cj-demo", "model.pretrained=none", f"model.precision={precision}", f"device={device}",
+        "data.concretebatch=['.gpu_check/D_hc']", "data.workers=4", "optim.lr=0.002", "optim.warmup=5",
+        "batch_size=64", "steps=40", "save_every=20"]
+train(load_config(None, base + [f"out={root}/straight"]), progress=False)
+resumed = load_config(None, base + [f"out={root}/resumed"])
+train(resumed, progress=False, stop_at=20)
+train(resumed, progress=False, resume="latest")
+rows = {k: [json.loads(line) for line in open(f"{root}/{k}/metrics.jsonl")] for k in ("straight", "resumed")}
+loss = {k: [r["loss"] for r in v] for k, v in rows.items()}
+first, last = statistics.mean(loss["straight"][:5]), statistics.mean(loss["straight"][-5:])
+gap = max(abs(a - b) for a, b in zip(loss["straight"], loss["resumed"]))
+print(f"{device} {precision}: steps {len(loss['straight'])} and {len(loss['resumed'])}; "
+      f"loss {first:.4f} (first 5) -> {last:.4f} (last 5); straight vs 20 + resume + 20: max |loss difference| "
+      f"{gap:.2e}; median {statistics.median(r['samples_per_s'] for r in rows['straight']):.0f} anchors/s (cj-demo)")
+assert all(math.isfinite(x) for v in loss.values() for x in v) and last < first
+assert [r["step"] for r in rows["resumed"]] == list(range(1, 41))
+EOF
+
+timeout 120 python3 "${bench[@]}" --from-host 2>&1 | tee "$OUT/train_step_host.txt" || status=1
+
+timeout 300 python3 "${bench[@]}" --compile 2>&1 | tee "$OUT/train_step_compile.txt" || status=1
+exit $status
