@@ -128,6 +128,8 @@ def main() -> None:
     print(f"ours: {pairs_per_s:.0f} image-text pairs/s ({args.n / o:.0f} anchors/s)")
     if device.startswith("cuda"):  # the FLOPs per pair are ViT-B-32's unless --gflops-per-pair says otherwise
         print(f"model FLOPs utilisation {100 * mfu:.1f}% of {args.peak_tflops:g} TFLOP/s (forward + backward = 3x)")
+        print(f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB (both models, their optimizers "
+              "and the batches included)")
     assert math.isfinite(o) and math.isfinite(t)
 
 
