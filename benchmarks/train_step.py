@@ -30,7 +30,7 @@ from open_clip_train.train import train_one_epoch
 
 from concrete_jungle import models  # noqa: F401  (registers cj-tiny)
 from concrete_jungle.loss import CementLoss
-from concrete_jungle.train import param_groups, training_step
+from concrete_jungle.train import param_groups, training_step, use_open_clip_cuda_settings
 
 
 class Loader(list):
@@ -61,9 +61,8 @@ def main() -> None:
                     help="CUDA: batches stay in pinned host memory and each step copies them over, as from a loader")
     args = ap.parse_args()
     device, autocast = args.device, args.precision == "amp_bf16"
-    if device.startswith("cuda"):  # what open_clip_train's main and our train() set on CUDA
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cudnn.benchmark = True
+    if device.startswith("cuda"):
+        use_open_clip_cuda_settings()  # as our train() and open_clip_train's main: the same for both trainers
 
     size = open_clip.get_model_config(args.model)["vision_cfg"]["image_size"]
     g = torch.Generator().manual_seed(0)

@@ -306,6 +306,13 @@ def count_records(config: TrainConfig) -> int:
     return n
 
 
+def use_open_clip_cuda_settings() -> None:
+    """What open_clip_train sets on CUDA: TF32 for the float32 matmuls outside autocast (the loss), and cuDNN
+    choosing its fastest kernel for the patch convolution."""
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.benchmark = True
+
+
 def train(config: TrainConfig, resume: str | None = None, progress: bool = True, stop_at: int | None = None) -> dict:
     """Train; ``stop_at`` ends the run after that step with a checkpoint (continue with ``resume``)."""
     check_config(config)
@@ -315,9 +322,7 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
         raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({known} records)")
     device = config.device or (f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda"):
-        # as open_clip_train: TF32 for the float32 matmuls outside autocast (the loss), cuDNN's fastest patch conv
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cudnn.benchmark = True
+        use_open_clip_cuda_settings()
     out = Path(config.out)
     ckpt_root = out / "checkpoints"
 
