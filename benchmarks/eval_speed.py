@@ -6,7 +6,7 @@ use the tiny random-init `cj-tiny` open_clip model on the CPU and the official J
 images under the official file names; both give the same per-item answers (checked here too).
 Goal: >= 4x faster.
 
-    python benchmarks/eval_speed.py --json-dir ../shared/data/sugarcrepe
+    python benchmarks/eval_speed.py --json-dir data/sugarcrepe
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ if [ "${1:-}" = prepare ]; then
   python3 -c "import sys; from concrete_jungle.toyworld.build import WorldConfig, build_world
 build_world(sys.argv[1], WorldConfig(train=300, test=20), progress=False)" "$world"
   concrete-jungle plant --captions "$world/captions.jsonl" --images "$world/images" --out .gpu_check/D_hc \
-    --mode hc --captioner toyworld --editor toyworld --toy-world "$world" --no-progress
+    --mode hc --captioner toyworld --editor toyworld --editor-option "world=$world" --no-progress
   rm -rf "$world"
   du -sh .whl .gpu_check
   exit 0
@@ -53,7 +53,8 @@ timeout 240 python3 "${bench[@]}" 2>&1 | tee "$OUT/train_step.txt" || status=1
 
 timeout 150 python3 - "$DEVICE" "$PRECISION" <<'EOF' 2>&1 | tee "$OUT/trainer_cuda.txt" || status=1
 import json, math, statistics, sys, tempfile
-from concrete_jungle.train import load_config, train
+from concrete_jungle.train import train
+from concrete_jungle.train_config import load_config
 
 device, precision = sys.argv[1:]
 root = tempfile.mkdtemp()

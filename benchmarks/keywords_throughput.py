@@ -5,7 +5,7 @@ rounds alternate between the two so machine noise hits both alike. The sampler's
 reading the caption files, anchor selection, pre-checks, candidate extraction, sampling and writing
 the JSONL output; the bare time is `nlp.pipe` over the anchor captions alone. Goal: ratio >= 0.8.
 
-    python benchmarks/keywords_throughput.py --captions ../shared/data/sugarcrepe --rounds 3
+    python benchmarks/keywords_throughput.py --captions data/sugarcrepe --rounds 3
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from concrete_jungle.concreteness import load_ratings
-from concrete_jungle.keywords import SamplerConfig, anchor_caption, load_spacy, run_keywords
-from concrete_jungle.sources import read_samples
+from concrete_jungle.keywords import SamplerConfig, load_spacy, run_keywords
+from concrete_jungle.sources import anchor_caption, read_samples
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ The closest real COCO captions available offline are the 4,345 unique SugarCrepe
 val2017); the paper's Table 1 was measured on COCO Karpathy train. Each caption is parsed once and every
 setting samples from the same candidates, so settings differ only in the sampler.
 
-    python benchmarks/table1_policies.py --captions ../shared/data/sugarcrepe
+    python benchmarks/table1_policies.py --captions data/sugarcrepe
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import itertools
 import statistics
 
 from concrete_jungle.concreteness import load_ratings
-from concrete_jungle.keywords import (MODES, KeywordSampler, SamplerConfig, anchor_caption, extract_candidates,
-                                      load_spacy)
-from concrete_jungle.sources import read_samples
+from concrete_jungle.keywords import MODES, KeywordSampler, SamplerConfig, extract_candidates, load_spacy
+from concrete_jungle.sources import anchor_caption, read_samples
 
 PAPER = {"hc": (4.77, 4.85), "lc": (3.81, 3.89), "wo": (4.29, 4.63)}
 

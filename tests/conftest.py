@@ -1,15 +1,16 @@
+import sys
 from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).parent))
+import benchmark_fixtures  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED_DATA.exists():
-        pytest.fail(f"tests read the benchmark files from {SHARED_DATA}; check out the repo beside shared/")
-    return SHARED_DATA
+def data_root(tmp_path_factory) -> Path:
+    """SugarCrepe, SugarCrepe++ and their images in the layout `eval --data-root` expects, from our captions."""
+    return benchmark_fixtures.write_data_root(tmp_path_factory.mktemp("bench"))
 
 
 @pytest.fixture(scope="session")

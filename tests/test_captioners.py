@@ -1,6 +1,9 @@
 """Caption rewriters: rules (offline), transformers (a tiny Llama built here), openai (a local server)."""
 
 import json
+import os
+import subprocess
+import sys
 import re
 import threading
 import time
@@ -179,7 +182,6 @@ def test_openai_captioner_retries_and_reports(server, monkeypatch):
     body = FakeOpenAI.calls["_bodies"][0]
     assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["model"] == "Qwen/Qwen3-32B"
     assert body["temperature"] == 0.0
-    assert "sk-secret" not in repr(captioner.__dict__.get("name")) and "sk-secret" not in captioner.name
 
 
 def test_openai_unreachable_server_is_an_error_before_any_work():
@@ -190,3 +192,70 @@ def test_openai_unreachable_server_is_an_error_before_any_work():
 def test_openai_wrong_model_is_an_error(server):
     with pytest.raises(CaptionerError, match="serves \\['Qwen/Qwen3-32B'\\], not 'llama'"):
         make_captioner("openai", model="llama", base_urls=server)
+
+
+class KeyEchoServer(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server that records the Authorization header and, in the failing modes, echoes it
+    back in its error bodies (as careless servers and proxies do)."""
+
+    mode = "ok"
+    seen: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.seen.append(self.headers.get("Authorization"))
+        self._send(200, {"data": [{"id": "Qwen/Qwen3-32B"}]})
+
+    def do_POST(self):
+        auth = self.headers.get("Authorization")
+        self.seen.append(auth)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.mode != "ok":
+            return self._send(401 if self.mode == "401" else 500, {"error": f"rejected credentials: {auth}"})
+        caption, keyword = re.search(r"Input: ([^,]*?) Keyword: (.*?) Output:$",
+                                     body["messages"][0]["content"]).groups()
+        self._send(200, {"choices": [{"message": {"content": caption.replace(keyword, "purple", 1)}}]})
+
+
+@pytest.mark.parametrize("mode", ["ok", "401", "500"])
+def test_the_api_key_reaches_the_server_and_nothing_else(tmp_path, mode):
+    from test_plant import make_dataset
+
+    key = "sk-test-7f3a9c41e2b84d06"
+    KeyEchoServer.mode, KeyEchoServer.seen = mode, []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), KeyEchoServer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    captions, images = make_dataset(tmp_path, 12)
+    out = tmp_path / "cb"
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "concrete_jungle.cli", "plant", "--captions", str(captions), "--images",
+             str(images), "--out", str(out), "--mode", "hc", "--captioner", "openai", "--model", "Qwen/Qwen3-32B",
+             "--base-url", f"http://127.0.0.1:{httpd.server_address[1]}/v1", "--api-key-env", "CJ_TEST_KEY",
+             "--captioner-option", "max_retries=1", "--captioner-option", "backoff=0.01"],
+            env={**os.environ, "CJ_TEST_KEY": key}, capture_output=True, text=True, timeout=300)
+    finally:
+        httpd.shutdown()
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert KeyEchoServer.seen and set(KeyEchoServer.seen) == {f"Bearer {key}"}  # every request carried it
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert {p.name for p in written} >= {"config.yaml", "manifest.jsonl", "rejects.jsonl", "summary.json"}
+    leaks = [str(p) for p in written if key.encode() in p.read_bytes()]
+    assert not leaks and key not in run.stdout and key not in run.stderr
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    if mode == "ok":
+        assert list(out.glob("shard-*.tar")) and not rejects
+    elif mode == "401":  # the server's complaint is kept, without the key it echoed
+        assert len(rejects) == 12 and all("rejected credentials: Bearer [API key]" in r["reason"] for r in rejects)
+    else:  # retried, then rejected with the status
+        assert len(rejects) == 12 and all("HTTP 500" in r["reason"] for r in rejects)

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from concrete_jungle.cli import main
-from concrete_jungle.demo import BASELINE, FINETUNES, RETRIEVAL_COLUMNS, TEST_COLUMNS
+from concrete_jungle.demo import BASELINE, CONTROL, FINETUNES, RETRIEVAL_COLUMNS, TEST_COLUMNS, signed
 
 
 def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsys):
@@ -14,7 +14,7 @@ def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsy
     assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     result = json.loads((out / "results.json").read_text())
-    labels = [BASELINE] + [f[0] for f in FINETUNES]
+    labels = [BASELINE] + [f.label for f in FINETUNES]
     assert sorted(result["table"]) == sorted(labels)
     report = (out / "report.md").read_text()
     for label in labels:
@@ -27,6 +27,14 @@ def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsy
         assert label in printed
     # fine-tuning changed the weights: the fine-tuned models do not all score exactly like the baseline
     assert any(result["table"][label] != result["table"][BASELINE] for label in labels[1:])
+    # the findings are printed as well as written, naming the control, and no difference reads "-0.0"
+    assert CONTROL.label in labels and result["findings"]
+    for finding in result["findings"]:
+        assert finding.split(":")[0] in " ".join(printed.split()) and "-0.0 points" not in finding
+    assert "-0.0 points" not in report
+    # a finished fine-tune keeps its weights, not the optimizer state nothing resumes from
+    finals = list(out.glob("*/run/checkpoints/step-*"))
+    assert finals and all(not (d / "trainer_state.safetensors").exists() for d in finals)
 
     # the report's links and pictures exist: gallery of D_hc and D_lc, analysis, curves, gradient share
     assert "(gallery/index.html)" in report and (out / "gallery" / "index.html").is_file()
@@ -50,6 +58,10 @@ def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsy
     assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
     assert weights == {p: p.stat().st_mtime_ns for p in out.glob("*/run/checkpoints/*/open_clip_model.safetensors")}
     assert json.loads((out / "results.json").read_text())["table"] == result["table"]
+
+
+def test_signed_differences_never_read_minus_zero():
+    assert [signed(x) for x in (-0.04, 0.0, -0.06, 1.25)] == ["+0.0", "+0.0", "-0.1", "+1.2"]
 
 
 def test_demo_refuses_malformed_seeds_before_any_work(tmp_path, capsys):

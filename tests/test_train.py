@@ -16,7 +16,9 @@ from safetensors.torch import load_file
 from concrete_jungle.cli import main
 from concrete_jungle.configs import ConfigError
 from concrete_jungle.models import load_model, uses_quick_gelu
-from concrete_jungle.train import TrainingError, load_config, train
+from concrete_jungle.errors import TrainingError
+from concrete_jungle.train import train
+from concrete_jungle.train_config import load_config
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plant import make_dataset  # noqa: E402
@@ -75,7 +77,9 @@ def test_two_process_torchrun_equals_one_process(tmp_path, concretebatch):
             "--set", "model.precision=fp32", "--set", "data.workers=0", "--set", "optim.lr=0.002",
             "--set", "optim.warmup=2", "--set", "save_every=0", "--batch-size", "8", "--steps", "4",
             "--data", str(concretebatch)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # torchrun's elastic agent leaves a torchelastic_* folder in the temporary directory: keep it in tmp_path
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "tmp")}
     one = subprocess.run([sys.executable, "-m", "concrete_jungle.cli", *args, "--out", str(tmp_path / "one")],
                          env=env, capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-2000:]

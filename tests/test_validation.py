@@ -1,4 +1,4 @@
-"""Cleaning and validating LLM rewrites (SPEC §2) on real-looking replies."""
+"""Cleaning and validating LLM rewrites (docs/method.md §2) on real-looking replies."""
 
 import pytest
 

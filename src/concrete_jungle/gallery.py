@@ -43,7 +43,7 @@ def word_diff(before: str, after: str) -> tuple[str, str]:
 
 
 def adaptive_margin(c: float) -> float:
-    """What Cement's default adaptive schedule gives a keyword of concreteness c (SPEC §5)."""
+    """What Cement's default adaptive schedule gives a keyword of concreteness c (docs/method.md §5)."""
     import torch
 
     from .loss import AdaptiveMargin
@@ -95,19 +95,23 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
                   stats: str | Path | None = None) -> Path:
     if sort not in ("concreteness", "category", "random"):
         raise ValueError(f"--sort {sort!r} is not one of concreteness, category, random")
-    out = Path(out)
-    (out / "thumbs").mkdir(parents=True, exist_ok=True)
-    roots = [Path(d) for d in datasets]
-    loaded = [load_dataset(r) for r in roots]
-    # an analysis stats.json keeps per-pair scores under "pairs": {dataset: {id: {score: value}}}
-    scores = json.loads(Path(stats).read_text()).get("pairs", {}) if stats else {}
     filters = filters or {}
     unknown = set(filters) - {"category", "mode"}
     if unknown:
         raise ValueError(f"--filter keys {sorted(unknown)} are not supported; use category=… or mode=…")
+    if stats and not Path(stats).is_file():
+        raise ValueError(f"--stats {stats} not found; it is the stats.json of `concrete-jungle analyze`")
+    roots = [Path(d) for d in datasets]
+    loaded = [load_dataset(r) for r in roots]  # every dataset is read before anything is written
+    # an analysis stats.json keeps per-pair scores under "pairs": {dataset: {id: {score: value}}}
+    scores = json.loads(Path(stats).read_text()).get("pairs", {}) if stats else {}
+    out = Path(out)
+    (out / "thumbs").mkdir(parents=True, exist_ok=True)
 
-    # anchors: ids of the first dataset that pass the filters, sampled with the seed
-    first = [m for m in loaded[0][0] if all(str(m.get(k)) == v for k, v in filters.items())]
+    # anchors: ids of the first dataset of which some dataset's record passes the filters, sampled with the seed
+    meta_by_id = [{m["id"]: m for m in metas} for metas, _ in loaded]
+    passes = lambda m: m is not None and all(str(m.get(k)) == v for k, v in filters.items())  # noqa: E731
+    first = [m for m in loaded[0][0] if any(passes(by_id.get(m["id"])) for by_id in meta_by_id)]
     rng = random.Random(seed)
     chosen = first if len(first) <= sample else rng.sample(first, sample)
     if sort == "concreteness":
@@ -118,10 +122,9 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
         rng.shuffle(chosen)
 
     names = [r.name for r in roots]
-    meta_by_id = [{m["id"]: m for m in metas} for metas, _ in loaded]
-    rows = []
+    rows, categories = [], set()
     for n, anchor in enumerate(chosen):
-        cards = []
+        cards, texts = [], []
         for d, (_, locs) in enumerate(loaded):
             m = meta_by_id[d].get(anchor["id"])
             if m is None:
@@ -131,17 +134,19 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
             thumbnail(read_member(locs[m["id"]]["jpg"]), out / "thumbs" / f"{stem}-a.jpg")
             thumbnail(read_member(locs[m["id"]]["neg.jpg"]), out / "thumbs" / f"{stem}-n.jpg")
             cards.append(card(m, names[d], stem, scores.get(names[d], {}).get(m["id"])))
-        rows.append(f'<section class="row" tabindex="0" data-category="{html.escape(anchor["category"])}" '
-                    f'data-c="{anchor["concreteness"]:.3f}" '
-                    f'data-text="{html.escape((anchor["caption"] + " " + anchor["neg_caption"]).lower(), quote=True)}">'
+            categories.add(m["category"])
+            texts.append(m["caption"] + " " + m["neg_caption"])
+        # each card carries its own category and concreteness (the datasets of one anchor differ in both);
+        # the page's filters show a row when one of its cards passes them
+        rows.append(f'<section class="row" tabindex="0" data-c="{anchor["concreteness"]:.3f}" '
+                    f'data-text="{html.escape(" ".join(texts).lower(), quote=True)}">'
                     f'<h2>{html.escape(anchor["id"])}</h2><div class="cards">{"".join(cards)}</div></section>')
 
     headers = "".join(header(name, dataset_summary(root, metas)) for name, root, (metas, _) in
                       zip(names, roots, loaded))
-    categories = sorted({m["category"] for m in chosen})
     atomic_write_text(out / "index.html", PAGE.format(
         title=html.escape(" · ".join(names)), headers=headers, rows="\n".join(rows), count=len(rows),
-        options="".join(f'<option value="{html.escape(c)}">{html.escape(c)}</option>' for c in categories)))
+        options="".join(f'<option value="{html.escape(c)}">{html.escape(c)}</option>' for c in sorted(categories))))
     atomic_write_text(out / "gallery.css", CSS)
     atomic_write_text(out / "gallery.js", JS)
     return out / "index.html"
@@ -156,7 +161,8 @@ def card(m: dict, dataset: str, stem: str, pair_scores: dict | None) -> str:
     for k, v in (pair_scores or {}).items():
         facts.append((k, f"{v:.3f}" if isinstance(v, float) else str(v)))
     dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts)
-    return (f'<article class="card"><div class="pair"><figure><img src="thumbs/{stem}-a.jpg" alt="anchor">'
+    return (f'<article class="card" data-category="{html.escape(m["category"])}" data-c="{m["concreteness"]:.3f}">'
+            f'<div class="pair"><figure><img src="thumbs/{stem}-a.jpg" alt="anchor">'
             f'<figcaption class="anchor">{before}</figcaption></figure><figure><img src="thumbs/{stem}-n.jpg" '
             f'alt="hard negative"><figcaption class="negative">{after}</figcaption></figure></div><dl>{dl}</dl>'
             '</article>')
@@ -198,7 +204,7 @@ h1{font-size:18px;margin:0 0 6px}.summaries{display:flex;gap:24px;flex-wrap:wrap
 .row{padding:8px 16px;border-bottom:1px solid #e4e4e0}.row:focus{outline:3px solid #4a7;background:#eef8f1}
 .row h2{font-size:12px;color:#777;margin:0 0 4px}.cards{display:flex;gap:16px;overflow-x:auto}
 .card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px;min-width:540px}
-.card.missing{min-width:120px;color:#999}.pair{display:flex;gap:8px}figure{margin:0;width:256px}
+.card.missing{min-width:120px;color:#999}.card.dim{opacity:.3}.pair{display:flex;gap:8px}figure{margin:0;width:256px}
 img{width:256px;height:auto;display:block;border-radius:4px}figcaption{margin-top:4px}
 mark.del{background:#fbd3d0;text-decoration:line-through}mark.ins{background:#cdeccd}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 10px;margin:6px 0 0;font-size:12px}
@@ -210,13 +216,21 @@ JS = """// Filters, sort and keyboard navigation. Reads data-* attributes only; 
   const rows = Array.from(document.querySelectorAll('.row'));
   const main = document.getElementById('rows');
   const el = (id) => document.getElementById(id);
+  // a card passes when its own category and concreteness do; a row shows when a card passes and its
+  // captions hold the search text; cards that do not pass are dimmed, not hidden, to keep datasets aligned
   function apply() {
     const cat = el('category').value, q = el('search').value.toLowerCase().trim();
     const lo = parseFloat(el('cmin').value || '1'), hi = parseFloat(el('cmax').value || '5');
     let shown = 0;
     for (const r of rows) {
-      const c = parseFloat(r.dataset.c);
-      const ok = (!cat || r.dataset.category === cat) && c >= lo && c <= hi && (!q || r.dataset.text.includes(q));
+      let any = false;
+      for (const card of r.querySelectorAll('.card[data-category]')) {
+        const c = parseFloat(card.dataset.c);
+        const pass = (!cat || card.dataset.category === cat) && c >= lo && c <= hi;
+        card.classList.toggle('dim', !pass);
+        any = any || pass;
+      }
+      const ok = any && (!q || r.dataset.text.includes(q));
       r.hidden = !ok;
       if (ok) shown++;
     }

@@ -1,4 +1,4 @@
-"""Keyword candidates and concreteness-aware sampling (SPEC §1, paper §2.2 and App. A.1).
+"""Keyword candidates and concreteness-aware sampling (docs/method.md §1, paper §2.2 and App. A.1).
 
 A caption is parsed once with spaCy; `extract_candidates` lists every replaceable keyword with its
 ARO category (attribute / relation / object), its character span and its concreteness rating;
@@ -20,13 +20,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .concreteness import Ratings
+from .sources import anchor_caption
 
 CATEGORIES = ("attribute", "object", "relation")
 MODES = ("hc", "lc", "wo")
 POLICIES = ("relation-first", "quota", "none")
 
 # Multi-word spatial phrases; the int is the position of the content word that is rated and replaced
-# (SPEC §1.4: "front", "left", "top"). Longest phrases first so `to the left of` wins over `left of`.
+# (docs/method.md §1: "front", "left", "top"). Longest phrases first so `to the left of` wins over `left of`.
 SPATIAL_PHRASES: list[tuple[tuple[str, ...], int]] = sorted(
     [
         (("to", "the", "left", "of"), 2),
@@ -63,7 +64,6 @@ SPATIAL_PREPOSITIONS = frozenset(
 
 _PHRASE_STARTS = frozenset(p[0] for p, _ in SPATIAL_PHRASES)
 _NOMINAL = ("NOUN", "PROPN")
-_WORD = re.compile(r"\w+|[^\w\s]")
 
 
 @dataclass(frozen=True)
@@ -81,20 +81,6 @@ class Candidate:
         # written once per candidate of every sample: a plain dict is ~10x faster than dataclasses.asdict
         return {"text": self.text, "start": self.start, "end": self.end, "category": self.category,
                 "concreteness": self.concreteness, "rated": self.rated}
-
-
-def anchor_caption(captions: list[str]) -> str | None:
-    """The caption with the most word tokens (ties: the first), SPEC §1.1; ``None`` if all are blank.
-
-    Tokens are counted with a word/punctuation regex instead of a full spaCy parse of every caption,
-    which would cost one parse per caption instead of one per sample.
-    """
-    best, best_len = None, -1
-    for caption in captions:
-        n = len(_WORD.findall(caption)) if caption and caption.strip() else -1
-        if n > best_len:
-            best, best_len = caption, n
-    return best if best_len > 0 else None
 
 
 def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
@@ -196,8 +182,8 @@ class SamplerConfig:
     temperature: float = 2.0
     policy: str = "none"
     # Which way `lc` samples among its k least concrete candidates. "c": softmax(c / T), the paper's App. A.1
-    # ("top-k sampling from softmax(C_i)", one rule for every mode); "-c": softmax(-c / T), SPEC §1.5.
-    # The paper's reading is the default because it reproduces Table 1 (see README); SPEC's is kept.
+    # ("top-k sampling from softmax(C_i)", one rule for every mode); "-c": softmax(-c / T), the other reading.
+    # The paper's reading is the default because it reproduces Table 1 (docs/method.md §1); the other is kept.
     lc_softmax: str = "c"
     targets: dict[str, float] = field(default_factory=lambda: {c: 1 / 3 for c in CATEGORIES})
     seed: int = 0
@@ -225,7 +211,7 @@ def sample_rng(seed: int, sample_id: str) -> random.Random:
 
 
 class KeywordSampler:
-    """Top-k by concreteness, category step, softmax sampling (SPEC §1.5).
+    """Top-k by concreteness, category step, softmax sampling (docs/method.md §1).
 
     The per-sample randomness is order-independent; the quota counts are not (they are running
     counts), so they are part of the sampler's state: `state_dict` / `load_state_dict`, or
@@ -426,6 +412,8 @@ def run_keywords(
     from .sources import read_samples
 
     out_path = Path(out)
+    # every input file is read (and a malformed one reported) before anything is written
+    samples = [s for s in read_samples(captions, fmt=fmt, split=split) if keep is None or keep(s.id)]
     settings = {
         "sampler": asdict(sampler_config), "filter": asdict(limits), "scale": ratings.name,
         "spacy_model": f"{nlp.meta['lang']}_{nlp.meta['name']}-{nlp.meta['version']}",
@@ -449,7 +437,6 @@ def run_keywords(
             sampler.record(r["category"])
     records = list(done)
 
-    samples = [s for s in read_samples(captions, fmt=fmt, split=split) if keep is None or keep(s.id)]
     stop_words = nlp.Defaults.stop_words
     todo, seen = [], set(done_ids)
     for sample in samples:

@@ -1,6 +1,6 @@
 """Cement loss: InfoNCE over anchors and hard negatives with a per-sample margin on the hard-negative logit.
 
-SPEC §5 (paper §2.3). A batch holds N anchor pairs and their N hard-negative pairs, features ordered
+docs/method.md §5 (paper §2.3). A batch holds N anchor pairs and their N hard-negative pairs, features ordered
 ``[anchors; negatives]`` (2N images, 2N texts, L2-normalised). With ``S = s * I @ T.T``:
 
     h(a)      = (a + N) mod 2N                   the hard-negative column of row a
@@ -114,7 +114,7 @@ def nll_sum(log_probs: torch.Tensor, labels: torch.Tensor, valid_rows: torch.Ten
 
 @torch.no_grad()
 def row_statistics(log_probs: torch.Tensor, labels: torch.Tensor, hard_cols: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Per row: p_ii and the hard-negative gradient share p_{i,h(i)} / (1 - p_ii) (SPEC §5)."""
+    """Per row: p_ii and the hard-negative gradient share p_{i,h(i)} / (1 - p_ii) (docs/method.md §5)."""
     p_pos = log_probs.gather(1, labels[:, None]).squeeze(1).exp()
     p_hard = log_probs.gather(1, hard_cols[:, None]).squeeze(1).exp()
     return p_pos, p_hard / (1 - p_pos).clamp_min(torch.finfo(p_pos.dtype).tiny)
@@ -147,7 +147,7 @@ def anchors_then_negatives(gathered: torch.Tensor, world_size: int) -> torch.Ten
 
 
 class CementLoss(nn.Module):
-    """InfoNCE over anchors + hard negatives with a concreteness-driven margin (SPEC §5).
+    """InfoNCE over anchors + hard negatives with a concreteness-driven margin (docs/method.md §5).
 
     ``forward(image_features, text_features, logit_scale, concreteness, has_negative=None)``:
     features are 2n x D (n anchors then their n negatives, on this rank), ``concreteness`` is n,
@@ -282,7 +282,7 @@ class CementLoss(nn.Module):
         if self.local_loss:
             log_probs = [F.log_softmax(logits, dim=1) for logits in directions]
         else:
-            # S~.T needs no second matrix: the margins are symmetric (SPEC §5), and the text-to-image
+            # S~.T needs no second matrix: the margins are symmetric (docs/method.md §5), and the text-to-image
             # row softmax of S~.T is the column softmax of S~
             log_probs = [F.log_softmax(directions[0], dim=1), F.log_softmax(directions[0], dim=0).T]
 

@@ -22,6 +22,8 @@ from pathlib import Path
 import open_clip
 import torch
 
+from .records import file_digest
+
 CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
 
@@ -62,14 +64,6 @@ def _preprocess_cfg(model: torch.nn.Module) -> dict:
     return {"size": list(size) if isinstance(size, tuple) else size}
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 @contextlib.contextmanager
 def _random_init_is_intended(quiet: bool):
     """Silence open_clip's "No pretrained weights loaded" warning when random init is what was asked for."""
@@ -102,7 +96,7 @@ def load_model(
         model, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{path}", device=device,
                                                                      precision=precision)
         tokenizer = open_clip.get_tokenizer(f"local-dir:{path}")
-        identity = {"checkpoint": _file_digest(path / WEIGHTS_FILE)}
+        identity = {"checkpoint": file_digest(path / WEIGHTS_FILE, "sha1")}
         return ClipModel(model.eval(), preprocess, tokenizer, config, identity)
 
     if name is None:
@@ -128,14 +122,15 @@ def load_model(
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict, extra: dict | None = None) -> Path:
     """Weights as safetensors and the exact open_clip config, written to a temporary dir and renamed."""
-    from safetensors.torch import save_model
+    from .records import atomic_write_safetensors, atomic_write_text
 
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
     tmp.mkdir(parents=True, exist_ok=True)
     config = {**config, "model_cfg": {**config["model_cfg"], "quick_gelu": uses_quick_gelu(model)}}
-    save_model(model, str(tmp / WEIGHTS_FILE))
-    (tmp / CONFIG_FILE).write_text(json.dumps(config | (extra or {}), indent=2, sort_keys=True))
+    # CLIP ties no weights, so every state_dict entry is its own tensor (safetensors refuses shared ones)
+    atomic_write_safetensors(tmp / WEIGHTS_FILE, model.state_dict())
+    atomic_write_text(tmp / CONFIG_FILE, json.dumps(config | (extra or {}), indent=2, sort_keys=True))
     if directory.exists():
         import shutil
 

@@ -1,4 +1,4 @@
-"""ConcretePlant: keyword sampling -> caption rewrite -> image edit -> ConcreteBatch (paper §2.2, SPEC §1-4).
+"""ConcretePlant: keyword sampling -> caption rewrite -> image edit -> ConcreteBatch (paper §2.2, docs/method.md §1-4).
 
 One run (a "part") handles the samples whose id hashes to ``shard_index`` of ``num_shards``, so K copies on
 K GPUs or nodes split a dataset with no coordination; `merge` joins their manifests. Within a part:
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -29,16 +30,14 @@ from .captioners import Captioner, RewriteRequest, make_captioner
 from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
 from .captioners.validation import check_rewrite, clean_reply
 from .concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, read_shard_manifests, sample_key,
-                            write_shard_manifest)
+                            shard_problem, write_shard_manifest)
 from .concreteness import load_ratings
 from .configs import ConfigError
 from .editors import Editor, make_editor
+from .errors import PlantError
 from .keywords import SamplerConfig, load_spacy, run_keywords, sample_rng
+from .sources import UnsafePathError, join_under
 from .records import atomic_write_json, atomic_write_jsonl, atomic_write_text, mean_median, read_jsonl
-
-
-class PlantError(RuntimeError):
-    """A plant run that cannot go on; what is written so far stays and is resumed."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +69,19 @@ class PlantConfig:
         for name in ("max_attempts", "batch_size", "samples_per_shard", "num_shards"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def check_inputs(self) -> None:
+        """The caption files and image folder exist and the captioner and editor names resolve: checked
+        before any file is written or any model loads."""
+        from .plugins import target
+        from .sources import expand_paths
+
+        expand_paths(self.captions)
+        if not Path(self.images).is_dir():
+            raise PlantError(f"image directory not found: {self.images}; pass the folder the captions' image "
+                             "paths are relative to with --images")
+        target("captioner", self.captioner)
+        target("editor", self.editor)
 
     @property
     def part(self) -> str:
@@ -114,7 +126,10 @@ def load_image(root: Path, name: str | None) -> tuple[Image.Image | None, bytes 
     """(image, original bytes, None) or (None, None, reason)."""
     if not name:
         return None, None, "no image file named for this sample"
-    path = root / name
+    try:
+        path = join_under(root, name)
+    except UnsafePathError as e:
+        return None, None, str(e)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -129,6 +144,13 @@ def load_image(root: Path, name: str | None) -> tuple[Image.Image | None, bytes 
     except (UnidentifiedImageError, OSError, ValueError) as e:
         return None, None, f"unreadable image: {path} ({type(e).__name__})"
     return image.convert("RGB"), data, None
+
+
+def safely_exists(root: Path, name: str) -> bool:
+    try:
+        return join_under(root, name).exists()
+    except UnsafePathError:
+        return False
 
 
 def check_config_matches(out: Path, settings: dict) -> None:
@@ -165,11 +187,8 @@ class Plant:
 
     def check_images(self, records: list[dict], probe: int = 20) -> None:
         """A wrong --images is an error before any model loads, not a run of rejects."""
-        if not self.images.is_dir():
-            raise PlantError(f"image directory not found: {self.images}; pass the folder the captions' image "
-                             "paths are relative to with --images")
         named = [r for r in records if r.get("image")][:probe]
-        if named and not any((self.images / r["image"]).exists() for r in named):
+        if named and not any(safely_exists(self.images, r["image"]) for r in named):
             raise PlantError(f"none of the first {len(named)} images exist under {self.images} (e.g. "
                              f"{self.images / named[0]['image']}); check --images")
 
@@ -200,6 +219,7 @@ class Plant:
     def run(self) -> dict:
         c = self.config
         started = time.perf_counter()
+        c.check_inputs()
         self.out.mkdir(parents=True, exist_ok=True)
         settings = c.dataset_settings()
         check_config_matches(self.out, settings)
@@ -218,12 +238,27 @@ class Plant:
 
         chunks = [ok[j: j + c.samples_per_shard] for j in range(0, len(ok), c.samples_per_shard)]
         shard_of = [j * c.num_shards + c.shard_index for j in range(len(chunks))]
-        done = read_shard_manifests(self.out, set(shard_of))
+        done = self.verified_shards(set(shard_of))
         pending = [(s, chunk) for s, chunk in zip(shard_of, chunks) if s not in done]
         n_done = sum(len(rows) for rows in done.values())
         self._process(pending, captioner, editor, n_done, len(ok))
         captioner.close()
         return self.finish(records, shard_of, captioner, editor, time.perf_counter() - started)
+
+    def verified_shards(self, shard_indices: set[int]) -> dict[int, list[dict]]:
+        """The finished shards' manifest rows; a shard that is missing or not the bytes that were written
+        (truncated, a flipped byte) loses its manifest, so this run makes it again."""
+        done = read_shard_manifests(self.out, shard_indices)
+        for index in sorted(done):
+            problem = shard_problem(self.out, index)
+            if problem:
+                print(f"plant: {problem}; making it again", file=sys.stderr)
+                stem = Path(SHARD_PATTERN.format(index)).stem
+                (self.out / "manifests" / f"{stem}.jsonl").unlink()
+                (self.out / "manifests" / f"{stem}.sha256").unlink(missing_ok=True)
+                (self.out / SHARD_PATTERN.format(index)).unlink(missing_ok=True)
+                del done[index]
+        return done
 
     def _process(self, pending, captioner, editor, n_done: int, total: int) -> None:
         from tqdm import tqdm
@@ -249,8 +284,7 @@ class Plant:
                     bar.update(len(batch))
                     bar.set_postfix(rejected=sum(rejects.values()))
                     if last_of_shard:
-                        writer.commit()
-                        write_shard_manifest(self.out, shard, rows)
+                        write_shard_manifest(self.out, shard, rows, writer.commit())
                         writer = None
             except BaseException:
                 if writer is not None:

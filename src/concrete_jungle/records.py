@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
+
+from .errors import JobError
+
+
+class WriteError(JobError):
+    """A file could not be written (disk full, quota, permissions): nothing half-written is left as done."""
+
+
+def write_error(path: str | Path, error: OSError) -> WriteError:
+    return WriteError(f"could not write {path}: {error.strerror or error}; free space (or fix the permissions) "
+                      "and run the same command again: it resumes where it stopped")
+
+
+def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
+    """The hex digest of a file's bytes, read in 4 MiB blocks."""
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def mean_median(values: list[float]) -> tuple[float | None, float | None]:
@@ -17,20 +38,51 @@ def mean_median(values: list[float]) -> tuple[float | None, float | None]:
     return sum(values) / n, (values[(n - 1) // 2] + values[n // 2]) / 2
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+def create_temporary(path: Path) -> tuple[int, Path]:
+    """A new, uniquely named file beside ``path`` (a descriptor open for writing, its path).
+
+    Created with mode 0666 like any file `open` makes, so the umask decides who can read it;
+    `tempfile.mkstemp` would make it 0600 and every result file unreadable to collaborators.
+    """
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temporary file in the same directory, fsync, rename: readers see old or new, never half."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = create_temporary(path)
+    except OSError as e:
+        raise write_error(path, e) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise write_error(path, e) from None
         raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_safetensors(path: str | Path, tensors: dict) -> None:
+    """Tensors as a safetensors file, written like every other file here (atomically, honouring the umask:
+    safetensors' own ``save_file`` makes its files 0600)."""
+    from safetensors.torch import save
+
+    atomic_write_bytes(path, save({k: v.contiguous() for k, v in tensors.items()}))
 
 
 def atomic_write_json(path: str | Path, data) -> None:
@@ -84,11 +136,17 @@ class JsonlAppender:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict) -> None:
-        self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        try:
+            self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise write_error(self.path, e) from None
 
     def flush(self) -> None:
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as e:
+            raise write_error(self.path, e) from None
 
     def close(self) -> None:
         self.flush()

@@ -22,6 +22,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,41 @@ FORMATS = ("karpathy", "coco", "sugarcrepe", "jsonl", "csv")
 
 class SourceError(ValueError):
     """A caption file that cannot be read as a whole."""
+
+
+class UnsafePathError(ValueError):
+    """A file name from a data file that would read outside the folder it must be in."""
+
+
+def join_under(root: str | Path, name: str) -> Path:
+    """``root / name`` for a file name read from a captions or benchmark file, which must stay inside ``root``.
+
+    The name must be relative and must not climb out with ``..``; this is checked on the name itself, not on
+    the resolved path, so symbolic links the user made inside ``root`` keep working. Otherwise a data file
+    could make `plant` copy any readable file of the machine into a shard.
+    """
+    norm = os.path.normpath(name)
+    if os.path.isabs(norm) or norm == os.pardir or norm.startswith(os.pardir + os.sep):
+        raise UnsafePathError(f"image path {name!r} points outside {root}; image names must be relative to it")
+    return Path(root) / norm
+
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def anchor_caption(captions: list[str]) -> str | None:
+    """The caption with the most word tokens (ties: the first), docs/method.md §1; ``None`` if all are blank.
+
+    Tokens are counted with a word/punctuation regex instead of a full spaCy parse of every caption,
+    which would cost one parse per caption instead of one per sample.
+    """
+    best, best_len = None, -1
+    for caption in captions:
+        n = len(_WORD.findall(caption)) if caption and caption.strip() else -1
+        if n > best_len:
+            best, best_len = caption, n
+    return best if best_len > 0 else None
+
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Slipform: fine-tune an open_clip model with Cement loss on ConcreteBatch (paper §3, SPEC §6).
+"""Slipform: fine-tune an open_clip model with Cement loss on ConcreteBatch (paper §3, docs/method.md §6).
 
 Run with ``concrete-jungle train --config configs/slipform_vitb32.yaml [--set key=value ...]``, or under
 ``torchrun --nproc_per_node K -m concrete_jungle.cli train ...`` for data parallel (nccl on GPU, gloo on
@@ -19,166 +19,18 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from .configs import ConfigError, apply_overrides, from_dict, load_yaml
+from .configs import ConfigError
+from .errors import TrainingError
 from .loss import CementLoss
-from .records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
-
-LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    name: str | None = "ViT-B-32"
-    pretrained: str | None = "openai"
-    checkpoint: str | None = None
-    precision: str = "amp_bf16"  # bf16 autocast on CUDA; fp32 on the CPU
-    grad_checkpointing: bool = False
-    compile: bool = False
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    concretebatch: list[str] = field(default_factory=list)  # ConcreteBatch directories
-    pairs: list[str] = field(default_factory=list)  # caption files of plain pairs (no negative: masked)
-    pairs_images: str | None = None
-    pairs_split: str | None = None  # Karpathy files: which split(s), e.g. train,restval (never the test images)
-    workers: int = 4
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    name: str = "cement"  # cement (adaptive margin) | infonce | static | inverse
-    m_min: float = -2.0
-    m_max: float = 2.0
-    center: float = 4.0
-    tau: float = 0.15
-    static_margin: float = 1.0
-    local_loss: bool = False
-    gather_with_grad: bool = True
-
-    def __post_init__(self):
-        if self.name not in LOSS_SCHEDULES:
-            raise ValueError(f"loss.name {self.name!r} is not one of {sorted(LOSS_SCHEDULES)}")
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 1e-5
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.98
-    eps: float = 1e-6
-    warmup: int = 50
-    grad_clip: float | None = 1.0
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    benchmarks: list[str] = field(default_factory=list)
-    data_root: str | None = None
-    every: int = 0  # steps; 0 = never
-    subset: int = 200  # items per benchmark subset
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    out: str
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    batch_size: int = 1024
-    epochs: int = 1
-    steps: int | None = None  # overrides epochs when set
-    seed: int = 0
-    log_every: int = 1
-    save_every: int = 500
-    tensorboard: bool = False
-    device: str | None = None
-
-    def __post_init__(self):
-        if self.batch_size < 1 or self.epochs < 1 or (self.steps is not None and self.steps < 1):
-            raise ValueError("batch_size, epochs and steps must be >= 1")
-
-
-def load_config(path: str | None, overrides: list[str]) -> TrainConfig:
-    data = load_yaml(path) if path else {}
-    return from_dict(TrainConfig, apply_overrides(data, overrides), where=str(path or "config"))
-
-
-# ------------------------------------------------------------------------------------------------ data
-
-
-class PairsDataset:
-    """Plain image-caption pairs (the anchor caption of each sample); they have no hard negative."""
-
-    def __init__(self, caption_files: list[str], images: str, split: str | None = None):
-        from .keywords import anchor_caption
-        from .sources import read_samples
-
-        self.items = [(Path(images) / s.image, anchor_caption(s.captions))
-                      for s in read_samples(caption_files, split=split)
-                      if not s.error and s.image and anchor_caption(s.captions)]
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, i):
-        from PIL import Image
-
-        path, caption = self.items[i]
-        with Image.open(path) as im:
-            image = im.convert("RGB")
-        return {"image": image, "caption": caption, "neg_image": image, "neg_caption": caption,
-                "concreteness": 0.0, "has_negative": False}
-
-
-class TrainingSet(torch.utils.data.Dataset):
-    """ConcreteBatch records and plain pairs as tensors: preprocessed images and tokenized captions."""
-
-    def __init__(self, parts, preprocess, tokenizer):
-        self.parts, self.preprocess, self.tokenizer = parts, preprocess, tokenizer
-        self.offsets = [0]
-        for p in parts:
-            self.offsets.append(self.offsets[-1] + len(p))
-
-    def __len__(self):
-        return self.offsets[-1]
-
-    def __getitem__(self, i):
-        k = next(j for j in range(len(self.parts)) if i < self.offsets[j + 1])
-        r = self.parts[k][i - self.offsets[k]]
-        return (self.preprocess(r["image"]), self.preprocess(r["neg_image"]), self.tokenizer([r["caption"]])[0],
-                self.tokenizer([r["neg_caption"]])[0], torch.tensor(r["concreteness"], dtype=torch.float32),
-                torch.tensor(r["has_negative"]))
-
-
-class EpochBatches(torch.utils.data.Sampler):
-    """This rank's index batches for one epoch, from `start_step` on (the DistributedSampler equivalent)."""
-
-    def __init__(self, n: int, batch_size: int, rank: int, world: int, seed: int, epoch: int, start_step: int = 0):
-        self.steps = n // batch_size
-        self.order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
-        self.per_rank = batch_size // world
-        self.batch_size, self.rank, self.start_step = batch_size, rank, start_step
-
-    def __len__(self):
-        return self.steps - self.start_step
-
-    def __iter__(self):
-        for s in range(self.start_step, self.steps):
-            at = s * self.batch_size + self.rank * self.per_rank
-            yield self.order[at: at + self.per_rank]
-
-
-# ------------------------------------------------------------------------------------------------ state
-
+from .records import (JsonlAppender, atomic_write_json, atomic_write_jsonl, atomic_write_safetensors,
+                      atomic_write_text, read_jsonl_repairing)
+from .train_config import LOSS_SCHEDULES, OptimConfig, TrainConfig, check_config, count_records
+from .train_data import EpochBatches, epoch_batches, training_set
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """open_clip's rule: no weight decay on gains, biases, norms and the logit scale."""
@@ -198,8 +50,6 @@ def lr_at(step: int, total: int, config: OptimConfig) -> float:
 
 def save_trainer_state(directory: Path, optimizer: torch.optim.Optimizer, position: dict) -> None:
     """Optimizer tensors and RNG state as safetensors, everything else as JSON: no pickles."""
-    from safetensors.torch import save_file
-
     tensors, scalars = {}, {}
     state = optimizer.state_dict()
     for pid, values in state["state"].items():
@@ -212,9 +62,9 @@ def save_trainer_state(directory: Path, optimizer: torch.optim.Optimizer, positi
     if torch.cuda.is_available():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{i}"] = s
-    save_file(tensors, str(directory / "trainer_state.safetensors"))
+    atomic_write_safetensors(directory / "trainer_state.safetensors", tensors)
     py_state = random.getstate()
-    (directory / "trainer_state.json").write_text(json.dumps({
+    atomic_write_text(directory / "trainer_state.json", json.dumps({
         "position": position, "param_groups": state["param_groups"], "optimizer_scalars": scalars,
         "rng_python": [py_state[0], list(py_state[1]), py_state[2]],
     }, indent=1))
@@ -246,10 +96,6 @@ def load_trainer_state(directory: Path, optimizer: torch.optim.Optimizer) -> dic
 # ------------------------------------------------------------------------------------------------ trainer
 
 
-class TrainingError(RuntimeError):
-    pass
-
-
 def distributed() -> tuple[int, int, int]:
     """(rank, world size, local rank), initialising the process group under torchrun."""
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -262,48 +108,19 @@ def distributed() -> tuple[int, int, int]:
     return dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", 0))
 
 
-def check_config(config: TrainConfig) -> None:
-    """Everything that can be wrong before any data is read or any model is built."""
+def check_pretrained(config: TrainConfig) -> None:
+    """The pretrained tag exists for the model (needs open_clip, so it comes after `check_config`)."""
+    m = config.model
+    if m.checkpoint is not None or m.pretrained in (None, "none") or Path(m.pretrained).is_file():
+        return
     import open_clip
 
     from . import models  # noqa: F401  (registers our model configs, e.g. cj-tiny)
 
-    m = config.model
-    if m.checkpoint is None:
-        if not m.name or open_clip.get_model_config(m.name) is None:
-            raise ConfigError(f"model.name {m.name!r} is not an open_clip model (see open_clip.list_models())")
-        tags = open_clip.list_pretrained_tags_by_model(m.name)
-        if m.pretrained not in (None, "none") and m.pretrained not in tags and not Path(m.pretrained).is_file():
-            raise ConfigError(f"model.pretrained {m.pretrained!r} does not exist for {m.name}; known: {tags}")
-    elif not Path(m.checkpoint).is_dir():
-        raise ConfigError(f"model.checkpoint {m.checkpoint} is not a directory")
-    if not config.data.concretebatch and not config.data.pairs:
-        raise ConfigError("data: give data.concretebatch (ConcreteBatch directories) and/or data.pairs")
-    for d in config.data.concretebatch:
-        if not Path(d).is_dir() or not list(Path(d).glob("shard-*.tar")):
-            raise ConfigError(f"data.concretebatch {d} is not a ConcreteBatch directory (no shard-*.tar in it)")
-    for p in config.data.pairs:
-        if not Path(p).exists():
-            raise ConfigError(f"data.pairs {p} does not exist")
-    if config.data.pairs and not config.data.pairs_images:
-        raise ConfigError("data.pairs needs data.pairs_images, the folder their images are in")
-    if config.eval.every and (not config.eval.benchmarks or not config.eval.data_root):
-        raise ConfigError("eval.every needs eval.benchmarks and eval.data_root")
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    if config.batch_size % world:
-        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the {world} processes")
-
-
-def count_records(config: TrainConfig) -> int:
-    """Dataset size from the manifests (metadata only), to check the batch size before reading data."""
-    from .concretebatch import read_manifest
-
-    n = 0
-    for d in config.data.concretebatch:
-        if not (Path(d) / "manifest.jsonl").exists():
-            return -1  # unknown until indexed
-        n += sum(row["status"] == "ok" for row in read_manifest(d))
-    return n
+    tags = open_clip.list_pretrained_tags_by_model(m.name)
+    if m.pretrained not in tags:
+        raise ConfigError(f"model.pretrained {m.pretrained!r} does not exist for {m.name}; known: {tags} "
+                          "(or a weights file, or none)")
 
 
 def use_open_clip_cuda_settings() -> None:
@@ -313,9 +130,12 @@ def use_open_clip_cuda_settings() -> None:
     torch.backends.cudnn.benchmark = True
 
 
-def train(config: TrainConfig, resume: str | None = None, progress: bool = True, stop_at: int | None = None) -> dict:
-    """Train; ``stop_at`` ends the run after that step with a checkpoint (continue with ``resume``)."""
+def train(config: TrainConfig, resume: str | None = None, progress: bool = True, stop_at: int | None = None,
+          label: str = "train") -> dict:
+    """Train; ``stop_at`` ends the run after that step with a checkpoint (continue with ``resume``).
+    ``label`` names the run on its progress bar (the demo runs many)."""
     check_config(config)
+    check_pretrained(config)
     rank, world, local_rank = distributed()
     known = count_records(config)
     if not config.data.pairs and 0 <= known < config.batch_size:
@@ -336,12 +156,7 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
     if config.model.grad_checkpointing:
         model.set_grad_checkpointing(True)
 
-    from .concretebatch import IndexedConcreteBatch
-
-    parts = ([IndexedConcreteBatch(config.data.concretebatch)] if config.data.concretebatch else [])
-    parts += [PairsDataset(config.data.pairs, config.data.pairs_images, config.data.pairs_split)] \
-        if config.data.pairs else []
-    dataset = TrainingSet(parts, clip.preprocess, clip.tokenizer)
+    dataset = training_set(config.data, clip, progress=progress and rank == 0)
     if len(dataset) < config.batch_size:
         raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(dataset)} records)")
     steps_per_epoch = len(dataset) // config.batch_size
@@ -399,20 +214,22 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
                                 f"The last good checkpoint is kept in {ckpt_root}; lower optim.lr")
         name = f"step-{step:07d}"
         directory = save_checkpoint(ckpt_root / name, model, clip.config)
-        save_trainer_state(directory, optimizer, {"step": step, "epoch": epoch, "step_in_epoch": step_in_epoch})
+        # a finished run's last checkpoint is read for its weights; the optimizer state (2x the weights) is
+        # kept only where a run can be resumed from it, or when asked for
+        if tag != "final" or config.keep_final_state:
+            save_trainer_state(directory, optimizer, {"step": step, "epoch": epoch, "step_in_epoch": step_in_epoch})
         atomic_write_json(ckpt_root / "latest.json", {"name": name, "step": step, "reason": tag})
 
     eval_data = load_eval_data(config) if config.eval.every and rank == 0 else None
     from tqdm import tqdm
 
-    bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not progress or rank != 0,
+    bar = tqdm(total=total, initial=step, desc=label, unit="step", disable=not progress or rank != 0,
                dynamic_ncols=True)
     last: dict = {}
     end = min(total, stop_at) if stop_at else total
     while step < end:
         batches = EpochBatches(len(dataset), config.batch_size, rank, world, config.seed, epoch, step_in_epoch)
-        loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, num_workers=config.data.workers,
-                                             pin_memory=device.startswith("cuda"))
+        loader = epoch_batches(dataset, batches, config.data.workers, pin_memory=device.startswith("cuda"))
         tick = time.perf_counter()  # a step's time runs from here: waiting for its batch counts
         for image, neg_image, text, neg_text, c, has_negative in loader:
             if step >= end:
@@ -430,9 +247,9 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
             # .item() waits for the device to finish the step (the logit scale is clamped after the update), so
             # the time below is the whole step on a GPU too, not the time it took to queue it
             last = {"step": step, "epoch": epoch, "loss": loss.item(), "lr": lr,
-                    "logit_scale": model.logit_scale.exp().item(),
-                    "hn_grad_share": out_dict["hn_grad_share"].item(), "p_pos": out_dict["p_pos"].item(),
-                    "logit_gap": out_dict["logit_gap"].item(), "margin": out_dict["margin"].item()}
+                    "logit_scale": model.logit_scale.exp().item()}
+            # the hard-negative diagnostics are undefined (NaN) for a batch without negatives: logged as null
+            last |= {k: finite_or_none(out_dict[k].item()) for k in ("hn_grad_share", "p_pos", "logit_gap", "margin")}
             last["samples_per_s"] = config.batch_size / (time.perf_counter() - tick)
             if log is not None and step % config.log_every == 0:
                 log.write(last)
@@ -441,7 +258,8 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
                     for k, v in last.items():
                         tb.add_scalar(k, v, step)
             bar.update()
-            bar.set_postfix(loss=f"{last['loss']:.4f}", share=f"{last['hn_grad_share']:.3f}")
+            bar.set_postfix(loss=f"{last['loss']:.4f}", **({} if last["hn_grad_share"] is None else
+                                                           {"share": f"{last['hn_grad_share']:.3f}"}))
             if eval_data is not None and step % config.eval.every == 0:
                 scores = run_eval(clip, eval_data, device)
                 model.train()
@@ -459,6 +277,10 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
     if tb is not None:
         tb.close()
     return last
+
+
+def finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def training_step(dist_model, model, loss_fn: CementLoss, optimizer, batch, lr: float, grad_clip: float | None,
@@ -507,9 +329,16 @@ def load_eval_data(config: TrainConfig) -> dict:
 
 
 def run_eval(clip, loaded: dict, device: str) -> dict:
+    """The evaluation hook's scores, computed in full fp32 as the benchmarks' reference code does: training
+    on CUDA allows TF32 matmuls (`use_open_clip_cuda_settings`), which would shift scores near a tie."""
     from . import evaluation
     from .evaluation.encoding import Encoder
 
     clip.model.eval()
-    results = evaluation.run(Encoder(clip, device=device, progress=False), list(loaded), loaded)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        results = evaluation.run(Encoder(clip, device=device, progress=False), list(loaded), loaded)
+    finally:
+        torch.set_float32_matmul_precision(precision)
     return {f"eval/{name}/{k}": v for name, r in results.items() for k, v in r["metrics"].items()}

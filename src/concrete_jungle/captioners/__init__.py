@@ -7,13 +7,16 @@ per request: the raw text it produced, or an error. Cleaning and validation are 
 - ``rules``: offline substitution, the NegCLIP-style baseline and the CPU default (`rules.py`)
 - ``openai``: any OpenAI-compatible server, e.g. vLLM serving Qwen3-32B (`openai_api.py`)
 - ``transformers``: in-process batched generation with a causal LM (`transformers_lm.py`)
-- ``toyworld``: the offline demo's world, whose grammar it rewrites exactly (`toyworld/rewrite.py`)
+- any other class with this interface, by entry point or ``package.module:Class`` (`plugins.py`); the demo's
+  toy world joins that way
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+from ..errors import CaptionerError  # noqa: F401  (raised by every captioner)
 
 
 @dataclass(frozen=True)
@@ -42,29 +45,8 @@ class Captioner(Protocol):
     def close(self) -> None: ...
 
 
-class CaptionerError(RuntimeError):
-    """A captioner that cannot work at all (unreachable server, missing model): stop before losing work."""
-
-
-CAPTIONERS = ("rules", "openai", "transformers", "toyworld")
-
-
 def make_captioner(name: str, **options) -> Captioner:
-    """A captioner by name; ``options`` are its constructor's keyword arguments."""
-    if name == "rules":
-        from .rules import RulesCaptioner
+    """A captioner by name (built-in, registered plugin, or ``package.module:Class``; see `plugins`)."""
+    from ..plugins import create
 
-        return RulesCaptioner(**options)
-    if name == "openai":
-        from .openai_api import OpenAICaptioner
-
-        return OpenAICaptioner(**options)
-    if name == "transformers":
-        from .transformers_lm import TransformersCaptioner
-
-        return TransformersCaptioner(**options)
-    if name == "toyworld":
-        from ..toyworld.rewrite import ToyCaptioner
-
-        return ToyCaptioner(**options)
-    raise ValueError(f"captioner {name!r} is not one of {CAPTIONERS}")
+    return create("captioner", name, **options)

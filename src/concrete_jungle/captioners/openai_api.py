@@ -45,8 +45,8 @@ class OpenAICaptioner:
         self.base_urls = [u.rstrip("/") for u in ([base_urls] if isinstance(base_urls, str) else base_urls)]
         if not self.base_urls:
             raise CaptionerError("the openai captioner needs at least one --base-url")
-        key = os.environ.get(api_key_env, "")
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._key = os.environ.get(api_key_env, "")
+        self._headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         self.concurrency = concurrency
         self.timeout = timeout
         self.max_retries = max_retries
@@ -60,16 +60,21 @@ class OpenAICaptioner:
     def close(self) -> None:
         pass
 
+    def _redact(self, text: str) -> str:
+        """A server's text with the API key blanked out: error bodies end up in rejects.jsonl and on the
+        terminal, and some servers echo the request's headers."""
+        return text.replace(self._key, "[API key]") if self._key else text
+
     def check_servers(self) -> None:
         """Fail before any work if a server cannot be reached or does not serve the model."""
         for url in self.base_urls:
             try:
                 r = httpx.get(f"{url}/models", headers=self._headers, timeout=min(self.timeout, 30))
             except httpx.HTTPError as e:
-                raise CaptionerError(
+                raise CaptionerError(self._redact(
                     f"cannot reach the OpenAI-compatible server at {url} ({type(e).__name__}: {e}); start it "
                     f"(e.g. `vllm serve {self.model}`) or fix --base-url"
-                ) from None
+                )) from None
             if r.status_code in (401, 403):
                 raise CaptionerError(f"the server at {url} refused the API key (HTTP {r.status_code}); "
                                      "set the variable named by --api-key-env")
@@ -111,11 +116,11 @@ class OpenAICaptioner:
                 await asyncio.sleep(float(retry_after) if retry_after and retry_after.isdigit() else delay)
                 continue
             if r.status_code != 200:
-                return Reply("", error=f"HTTP {r.status_code} from {url}: {r.text[:200]}")
+                return Reply("", error=self._redact(f"HTTP {r.status_code} from {url}: {r.text[:200]}"))
             try:
                 return Reply(r.json()["choices"][0]["message"]["content"] or "")
             except (ValueError, KeyError, IndexError, TypeError):
-                error = f"malformed response body from {url}: {r.text[:120]!r}"
+                error = self._redact(f"malformed response body from {url}: {r.text[:120]!r}")
                 await asyncio.sleep(delay)
         return Reply("", error=f"{error} (after {self.max_retries + 1} tries)")
 

@@ -47,6 +47,6 @@ def examples_for(category: str, mode: str) -> list[tuple[str, str, str]]:
 
 
 def build_prompt(caption: str, keyword: str, category: str, mode: str) -> str:
-    """The full prompt for one caption (SPEC §2)."""
+    """The full prompt for one caption (docs/method.md §2)."""
     shots = " ".join(f"Input: {i}, Keyword: {k}, Output: {o}" for i, k, o in examples_for(category, mode))
     return PROMPT_TEMPLATE.format(examples=shots, caption=caption, keyword=keyword)

@@ -1,4 +1,4 @@
-"""Cleaning and validation of a rewritten caption (SPEC §2).
+"""Cleaning and validation of a rewritten caption (docs/method.md §2).
 
 `clean_reply` turns what an LLM said into one caption; `check_rewrite` says why a caption is not a valid
 hard negative of the original (or ``None``): empty, unchanged, keyword still where it stood, words outside

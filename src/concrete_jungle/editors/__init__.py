@@ -2,7 +2,8 @@
 
 - ``diffusers``: image-to-image with SDXL-Turbo or any img2img-capable model (`diffusers_img2img.py`)
 - ``none``: text-only hard negatives; the anchor image is reused and the record says so
-- ``toyworld``: the offline demo's exact re-renderer (`toyworld/rewrite.py`; option ``world``)
+- any other class with this interface, by entry point or ``package.module:Class`` (`plugins.py`); the demo's
+  toy world joins that way
 
 An editor is anything with a ``name`` and ``edit(images, prompts, seeds) -> images``.
 """
@@ -31,18 +32,8 @@ class NoEditor:
         return list(images)
 
 
-EDITORS = ("none", "diffusers", "toyworld")
-
-
 def make_editor(name: str, **options) -> Editor:
-    if name == "none":
-        return NoEditor()
-    if name == "diffusers":
-        from .diffusers_img2img import DiffusersEditor
+    """An editor by name (built-in, registered plugin, or ``package.module:Class``; see `plugins`)."""
+    from ..plugins import create
 
-        return DiffusersEditor(**options)
-    if name == "toyworld":
-        from ..toyworld.rewrite import ToyEditor
-
-        return ToyEditor(**options)
-    raise ValueError(f"editor {name!r} is not one of {EDITORS}")
+    return create("editor", name, **options)

@@ -1,4 +1,4 @@
-"""Image-to-image editing with diffusers: SDXL-Turbo by default (SPEC §3).
+"""Image-to-image editing with diffusers: SDXL-Turbo by default (docs/method.md §3).
 
 ``AutoPipelineForImage2Image`` loads any img2img-capable model id or local path. On CUDA the UNet runs
 in fp16 while the SDXL VAE, which overflows in fp16, is decoded in fp32 (the pipeline's own

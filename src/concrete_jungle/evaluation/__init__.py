@@ -1,4 +1,4 @@
-"""The evaluation suite (paper §3, SPEC §7): one module per benchmark, each with ``load`` (files checked
+"""The evaluation suite (paper §3, docs/method.md §7): one module per benchmark, each with ``load`` (files checked
 before any model loads) and ``evaluate(encoder, data)``; `run` ties them to a data root and writes results.
 
 Data root layout (every part optional; only the benchmarks asked for are read)::
@@ -49,6 +49,27 @@ def load_data(name: str, root: Path, skip_missing: bool):
                                      "prepares them")
         return root / "vtab"
     raise BenchmarkDataError(f"unknown benchmark {name!r}; choose from {BENCHMARKS}")
+
+
+def counts(data) -> tuple[int, int]:
+    """(usable items, skipped items) of what `load_data` returned, whatever the benchmark's structure."""
+    if isinstance(data, Path):  # vtab: a folder of tasks
+        return sum(1 for p in data.iterdir() if p.is_dir()), 0
+    skipped = data.get("skipped", 0)
+    skipped = sum(skipped.values()) if isinstance(skipped, dict) else skipped
+    if "splits" in data:
+        return sum(len(paths) for paths, _ in data["splits"].values()), skipped
+    items = data["items"]
+    return (sum(map(len, items.values())) if isinstance(items, dict) else len(items)), skipped
+
+
+def layout_report(loaded: dict) -> str:
+    """What `concrete-jungle eval --check` prints: each benchmark's usable and skipped items."""
+    lines = ["| benchmark | items | skipped (missing or unreadable images) |", "| --- | --- | --- |"]
+    for name, data in loaded.items():
+        items, skipped = counts(data)
+        lines.append(f"| {name} | {items} | {skipped} |")
+    return "\n".join(lines + ["", "The layout was checked and every image opened; no model was loaded."])
 
 
 def evaluate_one(name: str, encoder, data) -> dict:

@@ -46,6 +46,16 @@ def checked_subsets(data: dict[str, list[tuple]], layout: str, skip_missing: boo
             "skipped": {s: sum(it[path_at] in problems for it in items) for s, items in data.items()}}
 
 
+def image_path(image_dir: Path, name: str) -> Path:
+    """An image file named by a benchmark file, which must stay inside its image folder."""
+    from ..sources import UnsafePathError, join_under
+
+    try:
+        return join_under(image_dir, name)
+    except UnsafePathError as e:
+        raise BenchmarkDataError(f"{e}: a benchmark file may only name images inside its image folder") from None
+
+
 def load_json_file(path: Path, layout: str):
     import json
 
@@ -85,17 +95,16 @@ class Encoder:
     def _cached(self, kind: str, keys: list[str], compute) -> torch.Tensor:
         if self.cache_dir is None:
             return compute()
-        from safetensors.torch import load_file, save_file
+        from safetensors.torch import load_file
+
+        from ..records import atomic_write_safetensors
 
         digest = hashlib.sha1("\n".join(keys).encode()).hexdigest()[:20]
         path = self.cache_dir / f"{kind}-{digest}.safetensors"
         if path.exists():
             return load_file(path)["embeddings"]
         out = compute()
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        save_file({"embeddings": out.contiguous()}, str(tmp))
-        tmp.replace(path)
+        atomic_write_safetensors(path, {"embeddings": out})
         return out
 
     @torch.no_grad()

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .encoding import BenchmarkDataError, Encoder, check_images, load_json_file
+from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
 FOLDER_LAYOUT = "<root>/train/<class>/<image> and <root>/val/<class>/<image> (ImageFolder)"
@@ -51,7 +51,7 @@ def load_coco(root: str | Path, skip_missing: bool = False) -> dict:
         labels = {img["id"]: torch.zeros(len(categories)) for img in ann["images"]}
         for a in ann["annotations"]:
             labels[a["image_id"]][col[a["category_id"]]] = 1
-        paths = [root / f"{split}2017" / img["file_name"] for img in ann["images"]]
+        paths = [image_path(root / f"{split}2017", img["file_name"]) for img in ann["images"]]
         splits[split] = (paths, torch.stack([labels[img["id"]] for img in ann["images"]]))
     problems = check_images([p for paths, _ in splits.values() for p in paths], COCO_LAYOUT, skip_missing)
     out = {}

@@ -7,11 +7,12 @@ of its captions ranks in the top K; text -> image: a caption is a hit when its i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 
-from .encoding import Encoder, check_images, load_json_file
+from .encoding import Encoder, check_images, image_path, load_json_file
 
 LAYOUT = "<karpathy json> (images[].split, filename, filepath?, sentences[].raw) and <image_dir>/[filepath/]filename"
 
@@ -19,7 +20,7 @@ LAYOUT = "<karpathy json> (images[].split, filename, filepath?, sentences[].raw)
 def load(karpathy_json: str | Path, image_dir: str | Path, split: str = "test", skip_missing: bool = False) -> dict:
     raw = load_json_file(Path(karpathy_json), LAYOUT)
     images = [img for img in raw.get("images", []) if img.get("split") == split]
-    paths = [Path(image_dir) / img.get("filepath", "") / img["filename"] for img in images]
+    paths = [image_path(image_dir, os.path.join(img.get("filepath", ""), img["filename"])) for img in images]
     problems = check_images(paths, LAYOUT, skip_missing)
     kept = [(p, [s["raw"] for s in img["sentences"]]) for p, img in zip(paths, images) if p not in problems]
     return {"items": kept, "skipped": len(images) - len(kept)}

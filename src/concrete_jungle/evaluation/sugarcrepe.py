@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .encoding import Encoder, checked_subsets, load_json_file
+from .encoding import Encoder, checked_subsets, image_path, load_json_file
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 GROUPS = {"ADD": ("add_att", "add_obj"), "REPLACE": ("replace_att", "replace_obj", "replace_rel"),
@@ -25,7 +25,7 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=SUBSETS, skip_miss
     data = {}
     for subset in subsets:
         raw = load_json_file(json_dir / f"{subset}.json", LAYOUT)
-        data[subset] = [(key, image_dir / item["filename"], item["caption"], item["negative_caption"])
+        data[subset] = [(key, image_path(image_dir, item["filename"]), item["caption"], item["negative_caption"])
                         for key, item in raw.items()]
     return checked_subsets(data, LAYOUT, skip_missing)
 

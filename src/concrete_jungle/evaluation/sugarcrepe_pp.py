@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .encoding import Encoder, checked_subsets, load_json_file
+from .encoding import Encoder, checked_subsets, image_path, load_json_file
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
@@ -20,7 +20,7 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=SUBSETS, skip_miss
     data = {}
     for subset in subsets:
         raw = load_json_file(json_dir / f"{subset}.json", LAYOUT)
-        data[subset] = [(item["id"], image_dir / item["filename"], item["caption"], item["caption2"],
+        data[subset] = [(item["id"], image_path(image_dir, item["filename"]), item["caption"], item["caption2"],
                          item["negative_caption"]) for item in raw]
     return checked_subsets(data, LAYOUT, skip_missing)
 

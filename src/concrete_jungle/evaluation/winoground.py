@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..records import read_jsonl
-from .encoding import BenchmarkDataError, Encoder, check_images
+from .encoding import BenchmarkDataError, Encoder, check_images, image_path
 
 LAYOUT = "<root>/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and " \
          "<root>/images/<image_0>.png, <image_1>.png"
@@ -50,7 +50,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     items = read_jsonl(path)
     for it in items:
         for k in (0, 1):
-            it[f"path_{k}"] = root / "images" / f"{it[f'image_{k}']}.png"
+            it[f"path_{k}"] = image_path(root / "images", f"{it[f'image_{k}']}.png")
     problems = check_images([it[f"path_{k}"] for it in items for k in (0, 1)], LAYOUT, skip_missing)
     kept = [it for it in items if it["path_0"] not in problems and it["path_1"] not in problems]
     return {"items": kept, "skipped": len(items) - len(kept)}

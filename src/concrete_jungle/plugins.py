@@ -1,0 +1,80 @@
+"""Captioners and editors by name: the built-in ones, those installed packages register, any class by path.
+
+A name is resolved in this order:
+
+1. a built-in: captioners ``rules``, ``openai``, ``transformers``; editors ``none``, ``diffusers``;
+2. an entry point another installed package declares in its ``pyproject.toml``::
+
+       [project.entry-points."concrete_jungle.captioners"]
+       my-llm = "my_package.captioner:MyCaptioner"
+
+   (group ``concrete_jungle.editors`` for editors; the toy world of the demo registers itself this way);
+3. a ``package.module:Class`` path to any importable class, nothing installed.
+
+A captioner is a class with a ``name`` and ``rewrite(requests) -> replies`` (see `captioners.Captioner`), an
+editor one with ``name``, ``reuses_anchor`` and ``edit(images, prompts, seeds) -> images`` (see
+`editors.Editor`); their constructor takes the options as keyword arguments (``--captioner-option k=v``).
+Nothing is imported until a plugin is created, so naming one costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from importlib.metadata import entry_points
+
+GROUPS = {"captioner": "concrete_jungle.captioners", "editor": "concrete_jungle.editors"}
+BUILTIN = {
+    "captioner": {"rules": "concrete_jungle.captioners.rules:RulesCaptioner",
+                  "openai": "concrete_jungle.captioners.openai_api:OpenAICaptioner",
+                  "transformers": "concrete_jungle.captioners.transformers_lm:TransformersCaptioner"},
+    "editor": {"none": "concrete_jungle.editors:NoEditor",
+               "diffusers": "concrete_jungle.editors.diffusers_img2img:DiffusersEditor"},
+}
+_CLASS_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class PluginError(ValueError):
+    """A captioner or editor name that resolves to nothing importable."""
+
+
+def registered(kind: str) -> dict[str, str]:
+    """Name -> ``module:Class`` of every built-in and installed plugin of ``kind``."""
+    found = dict(BUILTIN[kind])
+    for ep in entry_points(group=GROUPS[kind]):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def target(kind: str, name: str) -> str:
+    """The ``module:Class`` a name stands for; an error listing the known names when it stands for nothing."""
+    known = registered(kind)
+    if name in known:
+        return known[name]
+    if _CLASS_PATH.match(name):
+        return name
+    raise PluginError(f"{kind} {name!r} is neither known ({', '.join(sorted(known))}) nor a package.module:Class "
+                      f"path; install a package that registers it under the entry-point group {GROUPS[kind]!r}")
+
+
+def load_class(kind: str, name: str) -> type:
+    module_name, _, attribute = target(kind, name).partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise PluginError(f"{kind} {name!r}: cannot import {module_name} ({e})") from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise PluginError(f"{kind} {name!r}: {module_name} has no {attribute}") from None
+
+
+def create(kind: str, name: str, **options):
+    """An instance of the named plugin, built with ``options``."""
+    cls = load_class(kind, name)
+    try:
+        inspect.signature(cls).bind(**options)
+    except TypeError as e:
+        raise PluginError(f"{kind} {name!r} does not take these options ({e}); check its options") from None
+    return cls(**options)

@@ -1,0 +1,187 @@
+"""Slipform's training config: typed sections, read from YAML with overrides, checked without torch.
+
+`load_config` builds a `TrainConfig` from a YAML file and ``key.path=value`` overrides; every unknown key,
+wrong type or bad value is reported at once (`configs.ConfigError`). `check_config` then checks what the
+config points at (model name, data folders, evaluation data) before anything heavy is imported, so a wrong
+config fails in a fraction of a second, before any data is read or model built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .configs import apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
+
+LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str | None = "ViT-B-32"
+    pretrained: str | None = "openai"
+    checkpoint: str | None = None
+    precision: str = "amp_bf16"  # bf16 autocast on CUDA; fp32 on the CPU
+    grad_checkpointing: bool = False
+    compile: bool = False
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    concretebatch: list[str] = field(default_factory=list)  # ConcreteBatch directories
+    pairs: list[str] = field(default_factory=list)  # caption files of plain pairs (no negative: masked)
+    pairs_images: str | None = None
+    pairs_split: str | None = None  # Karpathy files: which split(s), e.g. train,restval (never the test images)
+    workers: int = 4
+    # decode and preprocess the whole training set once into memory when it takes at most this many MiB
+    # (0: never); each step then reads tensors, no JPEG decoding
+    preload_mib: int = 2048
+    # false: every hard negative is masked out of the loss (the anchors alone, plain CLIP loss): the control
+    # that tells what the negatives add from what more training on the same anchors adds
+    negatives: bool = True
+
+    def __post_init__(self):
+        problems = [f"data.{k} must be >= 0, got {getattr(self, k)}" for k in ("workers", "preload_mib")
+                    if getattr(self, k) < 0]
+        raise_problems(problems)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    name: str = "cement"  # cement (adaptive margin) | infonce | static | inverse
+    m_min: float = -2.0
+    m_max: float = 2.0
+    center: float = 4.0
+    tau: float = 0.15
+    static_margin: float = 1.0
+    local_loss: bool = False
+    gather_with_grad: bool = True
+
+    def __post_init__(self):
+        problems = []
+        if self.name not in LOSS_SCHEDULES:
+            problems.append(f"loss.name {self.name!r} is not one of {sorted(LOSS_SCHEDULES)}")
+        if not self.tau > 0:
+            problems.append(f"loss.tau must be > 0, got {self.tau}")
+        raise_problems(problems)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.98
+    eps: float = 1e-6
+    warmup: int = 50
+    grad_clip: float | None = 1.0
+
+    def __post_init__(self):
+        problems = []
+        if not self.lr > 0:
+            problems.append(f"optim.lr must be > 0, got {self.lr} (flag --lr)")
+        if self.warmup < 0:
+            problems.append(f"optim.warmup must be >= 0, got {self.warmup}")
+        raise_problems(problems)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    benchmarks: list[str] = field(default_factory=list)
+    data_root: str | None = None
+    every: int = 0  # steps; 0 = never
+    subset: int = 200  # items per benchmark subset
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: str
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    batch_size: int = 1024
+    epochs: int = 1
+    steps: int | None = None  # overrides epochs when set
+    seed: int = 0
+    log_every: int = 1
+    save_every: int = 500
+    # the final checkpoint of a finished run keeps only the weights (what evaluation and fine-tuning read);
+    # true keeps the optimizer and RNG state too, as every intermediate checkpoint does
+    keep_final_state: bool = False
+    tensorboard: bool = False
+    device: str | None = None
+
+    def __post_init__(self):
+        flags = {"batch_size": "--batch-size", "epochs": "--epochs", "steps": "--steps", "log_every": None}
+        problems = [f"{k} must be >= 1, got {getattr(self, k)}" + (f" (flag {f})" if f else "")
+                    for k, f in flags.items() if getattr(self, k) is not None and getattr(self, k) < 1]
+        if self.save_every < 0:
+            problems.append(f"save_every must be >= 0 (0: only the final checkpoint), got {self.save_every}")
+        raise_problems(problems)
+
+
+def load_config(path: str | None, overrides: list[str]) -> TrainConfig:
+    data = load_yaml(path) if path else {}
+    return from_dict(TrainConfig, apply_overrides(data, overrides), where=str(path or "config"))
+
+
+def check_config(config: TrainConfig) -> None:
+    """Everything a config points at that can be wrong, all reported at once, before any data is read or
+    any model built (and before torch is imported). The pretrained tag is checked by `models.load_model`."""
+    problems = []
+    m = config.model
+    if m.checkpoint is None:
+        if not m.name:
+            problems.append("model: give model.name (flag --model) or model.checkpoint (flag --checkpoint)")
+        elif m.name.startswith("local-dir:"):
+            if not Path(m.name.removeprefix("local-dir:")).is_dir():
+                problems.append(f"model.name {m.name}: no such directory")
+        elif not m.name.startswith("hf-hub:") and m.name not in open_clip_model_names():
+            problems.append(f"model.name {m.name!r} is not an open_clip model (see open_clip.list_models())")
+    elif not Path(m.checkpoint).is_dir():
+        problems.append(f"model.checkpoint {m.checkpoint} is not a directory")
+    d = config.data
+    if not d.concretebatch and not d.pairs:
+        problems.append("no training data: pass --data DIR [DIR ...] (ConcreteBatch directories), or set "
+                        "data.concretebatch and/or data.pairs + data.pairs_images in the config")
+    for path in d.concretebatch:
+        if not Path(path).is_dir() or not list(Path(path).glob("shard-*.tar")):
+            problems.append(f"data.concretebatch {path} is not a ConcreteBatch directory (no shard-*.tar in it)")
+    for path in d.pairs:
+        if not Path(path).exists():
+            problems.append(f"data.pairs {path} does not exist")
+    if d.pairs and not d.pairs_images:
+        problems.append("data.pairs needs data.pairs_images, the folder their images are in")
+    elif d.pairs_images and not Path(d.pairs_images).is_dir():
+        problems.append(f"data.pairs_images {d.pairs_images} is not a directory")
+    if config.eval.every:
+        from .evaluation.names import BENCHMARKS
+
+        if not config.eval.benchmarks or not config.eval.data_root:
+            problems.append("eval.every needs eval.benchmarks and eval.data_root")
+        unknown = sorted(set(config.eval.benchmarks) - set(BENCHMARKS))
+        if unknown:
+            problems.append(f"eval.benchmarks {unknown} unknown; choose from {', '.join(BENCHMARKS)}")
+        if config.eval.data_root and not Path(config.eval.data_root).is_dir():
+            problems.append(f"eval.data_root {config.eval.data_root} is not a directory")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if config.batch_size % world:
+        problems.append(f"batch_size {config.batch_size} is not divisible by the {world} processes")
+    raise_problems(problems)
+
+
+def count_records(config: TrainConfig) -> int:
+    """Dataset size from the manifests (metadata only), to check the batch size before reading data;
+    -1 when a dataset has no manifest yet (unknown until its shards are indexed)."""
+    from .concretebatch import read_manifest
+
+    n = 0
+    for d in config.data.concretebatch:
+        if not (Path(d) / "manifest.jsonl").exists():
+            return -1
+        n += sum(row["status"] == "ok" for row in read_manifest(d))
+    return n
+

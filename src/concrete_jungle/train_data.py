@@ -1,0 +1,134 @@
+"""Slipform's data path: the training set, its per-epoch batches, and how they reach the step.
+
+- `TrainingSet`: ConcreteBatch records and plain pairs as tensors (preprocessed images, tokens, c, mask);
+  decoded per item by DataLoader workers.
+- `PreloadedSet`: the same tensors for a whole small dataset, decoded and preprocessed once, so each step
+  indexes memory instead of decoding JPEGs; bitwise the same batches as `TrainingSet`.
+- `EpochBatches`: every epoch a seeded permutation split into disjoint per-rank slices; (epoch, step) is the
+  exact data position a checkpoint stores.
+- `epoch_batches`: one epoch's batches from either set, from a given step on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from .train_config import DataConfig
+
+# one batch: images, negative images, tokens, negative tokens, concreteness, has_negative
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class PairsDataset:
+    """Plain image-caption pairs (the anchor caption of each sample); they have no hard negative."""
+
+    def __init__(self, caption_files: list[str], images: str, split: str | None = None):
+        from .sources import anchor_caption, join_under, read_samples
+
+        # an image name that leaves the image folder is an error (sources.join_under), not a silent skip
+        self.items = [(join_under(images, s.image), anchor_caption(s.captions))
+                      for s in read_samples(caption_files, split=split)
+                      if not s.error and s.image and anchor_caption(s.captions)]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        path, caption = self.items[i]
+        with Image.open(path) as im:
+            image = im.convert("RGB")
+        return {"image": image, "caption": caption, "neg_image": image, "neg_caption": caption,
+                "concreteness": 0.0, "has_negative": False}
+
+
+class TrainingSet(torch.utils.data.Dataset):
+    """ConcreteBatch records and plain pairs as tensors: preprocessed images and tokenized captions."""
+
+    def __init__(self, parts, preprocess, tokenizer, negatives: bool = True):
+        self.parts, self.preprocess, self.tokenizer, self.negatives = parts, preprocess, tokenizer, negatives
+        self.offsets = [0]
+        for p in parts:
+            self.offsets.append(self.offsets[-1] + len(p))
+
+    def __len__(self):
+        return self.offsets[-1]
+
+    def __getitem__(self, i):
+        k = next(j for j in range(len(self.parts)) if i < self.offsets[j + 1])
+        r = self.parts[k][i - self.offsets[k]]
+        return (self.preprocess(r["image"]), self.preprocess(r["neg_image"]), self.tokenizer([r["caption"]])[0],
+                self.tokenizer([r["neg_caption"]])[0], torch.tensor(r["concreteness"], dtype=torch.float32),
+                torch.tensor(r["has_negative"] and self.negatives))
+
+    def bytes_in_memory(self) -> int:
+        """What `PreloadedSet` would hold: both preprocessed images and both token rows of every item."""
+        if not len(self):
+            return 0
+        first = self[0]
+        return len(self) * sum(t.numel() * t.element_size() for t in first)
+
+
+class PreloadedSet:
+    """Every item of a `TrainingSet`, decoded and preprocessed once, kept as stacked tensors."""
+
+    def __init__(self, dataset: TrainingSet, workers: int = 0, progress: bool = True):
+        from tqdm import tqdm
+
+        loader = torch.utils.data.DataLoader(dataset, batch_size=256, num_workers=workers)
+        columns: list[list[torch.Tensor]] = [[] for _ in range(6)]
+        for batch in tqdm(loader, desc="preload", unit="batch", disable=not progress, leave=False):
+            for column, tensor in zip(columns, batch):
+                column.append(tensor)
+        self.tensors = tuple(torch.cat(c) for c in columns)
+
+    def __len__(self) -> int:
+        return self.tensors[0].shape[0]
+
+    def batch(self, indices: list[int]) -> Batch:
+        index = torch.tensor(indices)
+        return tuple(t.index_select(0, index) for t in self.tensors)
+
+
+class EpochBatches(torch.utils.data.Sampler):
+    """This rank's index batches for one epoch, from `start_step` on (the DistributedSampler equivalent)."""
+
+    def __init__(self, n: int, batch_size: int, rank: int, world: int, seed: int, epoch: int, start_step: int = 0):
+        self.steps = n // batch_size
+        self.order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+        self.per_rank = batch_size // world
+        self.batch_size, self.rank, self.start_step = batch_size, rank, start_step
+
+    def __len__(self):
+        return self.steps - self.start_step
+
+    def __iter__(self):
+        for s in range(self.start_step, self.steps):
+            at = s * self.batch_size + self.rank * self.per_rank
+            yield self.order[at: at + self.per_rank]
+
+
+def training_set(data: DataConfig, clip, progress: bool = True) -> TrainingSet | PreloadedSet:
+    """The training set of a config's data: preloaded into memory when it fits ``data.preload_mib``."""
+    from .concretebatch import IndexedConcreteBatch
+
+    parts = [IndexedConcreteBatch(data.concretebatch)] if data.concretebatch else []
+    if data.pairs:
+        parts.append(PairsDataset(data.pairs, data.pairs_images, data.pairs_split))
+    dataset = TrainingSet(parts, clip.preprocess, clip.tokenizer, negatives=data.negatives)
+    if len(dataset) and dataset.bytes_in_memory() <= data.preload_mib * 2**20:
+        return PreloadedSet(dataset, workers=data.workers, progress=progress)
+    return dataset
+
+
+def epoch_batches(dataset: TrainingSet | PreloadedSet, batches: EpochBatches, workers: int,
+                  pin_memory: bool) -> Iterator[Batch]:
+    """One epoch's batches: indexed from memory for a `PreloadedSet`, else decoded by DataLoader workers."""
+    if isinstance(dataset, PreloadedSet):
+        for indices in batches:
+            yield dataset.batch(indices)
+        return
+    yield from torch.utils.data.DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory)

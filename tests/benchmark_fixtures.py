@@ -1,0 +1,157 @@
+"""Benchmark files in the official formats, written by the tests from captions of our own.
+
+SugarCrepe (7 subsets: a dict keyed by item index, ``filename``, ``caption``, ``negative_caption``),
+SugarCrepe++ (5 subsets: a list of ``id``, ``filename``, ``caption``, ``caption2``, ``negative_caption``), COCO
+``captions_*.json`` and a Karpathy split file, with a noise JPEG under every file name. Some positives appear in
+two subsets, as in the real benchmark, so de-duplication is exercised; one subset's keys are not contiguous.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+# subset -> (image number, caption, negative caption)
+SUGARCREPE = {
+    "add_att": [
+        (1, "A dog sleeping on a sofa next to a window", "A brown dog sleeping on a sofa next to a window"),
+        (2, "A woman holding an umbrella on a street", "A woman holding a broken umbrella on a street"),
+        (3, "Two horses standing in a field", "Two horses standing in a muddy field"),
+        (4, "A man riding a bicycle down the road", "A man riding a red bicycle down the road"),
+        (5, "A cake on a plate beside a cup of coffee", "A chocolate cake on a plate beside a cup of coffee"),
+        (6, "A train passing under a bridge", "A train passing under a stone bridge"),
+    ],
+    "add_obj": [
+        (7, "A cat sitting on a wooden chair", "A cat and a dog sitting on a wooden chair"),
+        (8, "A boy flying a kite on the beach", "A boy flying a kite and a balloon on the beach"),
+        (9, "A bowl of soup on a table", "A bowl of soup and a spoon on a table"),
+        (10, "A bus parked in front of a building", "A bus and a truck parked in front of a building"),
+        (1, "A dog sleeping on a sofa next to a window", "A dog and a pillow sleeping on a sofa next to a window"),
+        (11, "A girl reading a book in the park", "A girl reading a book and a newspaper in the park"),
+    ],
+    "replace_att": [
+        (12, "A red car parked on the side of the street", "A blue car parked on the side of the street"),
+        (13, "A small white boat floating on the lake", "A small black boat floating on the lake"),
+        (14, "An old man wearing a green jacket", "An old man wearing a yellow jacket"),
+        (15, "A tall glass of orange juice on a counter", "A short glass of orange juice on a counter"),
+        (3, "Two horses standing in a field", "Two horses standing in a snowy field"),
+        (16, "A wet dog shaking water off its fur", "A dry dog shaking water off its fur"),
+    ],
+    "replace_obj": [
+        (17, "A pizza sitting on top of a stove", "A pie sitting on top of a stove"),
+        (18, "A giraffe eating leaves from a tree", "A zebra eating leaves from a tree"),
+        (19, "A laptop on a desk beside a lamp", "A keyboard on a desk beside a lamp"),
+        (4, "A man riding a bicycle down the road", "A man riding a motorcycle down the road"),
+        (20, "A teddy bear sitting on a bed", "A teddy bear sitting on a couch"),
+        (21, "A plate of broccoli and carrots", "A plate of broccoli and potatoes"),
+    ],
+    "replace_rel": [
+        (22, "A cat sleeping under a table", "A cat sleeping on a table"),
+        (23, "A lamp standing to the left of the sofa", "A lamp standing to the right of the sofa"),
+        (24, "A child standing in front of a tree", "A child standing behind a tree"),
+        (25, "A clock hanging above the door", "A clock hanging below the door"),
+        (26, "A man throwing a frisbee to a dog", "A man catching a frisbee from a dog"),
+        (27, "A bird perched on top of a fence", "A bird perched beneath a fence"),
+    ],
+    "swap_att": [
+        (28, "A black cat and a white dog on the grass", "A white cat and a black dog on the grass"),
+        (29, "A large elephant next to a small car", "A small elephant next to a large car"),
+        (30, "A red apple beside a green pear", "A green apple beside a red pear"),
+        (31, "A wooden table with a metal chair", "A metal table with a wooden chair"),
+        (32, "A young woman with an old man", "An old woman with a young man"),
+    ],
+    "swap_obj": [
+        (33, "A dog chasing a cat across the yard", "A cat chasing a dog across the yard"),
+        (34, "A cup on a saucer next to a spoon", "A saucer on a cup next to a spoon"),
+        (35, "A horse pulling a cart down the lane", "A cart pulling a horse down the lane"),
+        (22, "A cat sleeping under a table", "A table sleeping under a cat"),
+    ],
+}
+# keys of one subset are not contiguous, as in some official files
+KEYS = {"swap_obj": ["0", "3", "17", "40"]}
+
+# subset -> (image number, caption, paraphrase, negative caption)
+SUGARCREPE_PP = {
+    "replace_att": [(12, "A red car parked on the side of the street", "On the side of the street a red car is parked",
+                     "A blue car parked on the side of the street"),
+                    (13, "A small white boat floating on the lake", "A little white boat floats on the lake",
+                     "A small black boat floating on the lake")],
+    "replace_obj": [(17, "A pizza sitting on top of a stove", "On top of a stove sits a pizza",
+                     "A pie sitting on top of a stove"),
+                    (18, "A giraffe eating leaves from a tree", "Leaves from a tree are eaten by a giraffe",
+                     "A zebra eating leaves from a tree")],
+    "replace_rel": [(22, "A cat sleeping under a table", "Under a table a cat is sleeping",
+                     "A cat sleeping on a table"),
+                    (25, "A clock hanging above the door", "Above the door hangs a clock",
+                     "A clock hanging below the door")],
+    "swap_att": [(28, "A black cat and a white dog on the grass", "On the grass are a white dog and a black cat",
+                  "A white cat and a black dog on the grass")],
+    "swap_obj": [(33, "A dog chasing a cat across the yard", "Across the yard a dog chases a cat",
+                  "A cat chasing a dog across the yard"),
+                 (35, "A horse pulling a cart down the lane", "A cart is pulled down the lane by a horse",
+                  "A cart pulling a horse down the lane")],
+}
+
+
+def image_name(number: int) -> str:
+    return f"{number:012d}.jpg"  # COCO val2017 file names
+
+
+def unique_positives() -> set[str]:
+    return {caption for items in SUGARCREPE.values() for _, caption, _ in items}
+
+
+def noise_image(path: Path, seed: int, size=(48, 40)) -> None:
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(path)
+
+
+def write_sugarcrepe(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for subset, items in SUGARCREPE.items():
+        keys = KEYS.get(subset, [str(i) for i in range(len(items))])
+        data = {k: {"filename": image_name(n), "caption": c, "negative_caption": neg} for k, (n, c, neg) in
+                zip(keys, items)}
+        (folder / f"{subset}.json").write_text(json.dumps(data, indent=1))
+    return folder
+
+
+def write_sugarcrepe_pp(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for subset, items in SUGARCREPE_PP.items():
+        data = [{"id": i, "filename": image_name(n), "caption": c, "caption2": c2, "negative_caption": neg}
+                for i, (n, c, c2, neg) in enumerate(items)]
+        (folder / f"{subset}.json").write_text(json.dumps(data, indent=1))
+    return folder
+
+
+def write_images(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    numbers = {n for items in SUGARCREPE.values() for n, *_ in items}
+    for n in sorted(numbers):
+        noise_image(folder / image_name(n), n)
+    return folder
+
+
+def write_data_root(root: Path) -> Path:
+    """``<root>/sugarcrepe``, ``<root>/sugarcrepe_pp`` and ``<root>/coco/val2017`` as `eval` expects them."""
+    write_sugarcrepe(root / "sugarcrepe")
+    write_sugarcrepe_pp(root / "sugarcrepe_pp")
+    write_images(root / "coco" / "val2017")
+    return root
+
+
+def write_coco_captions(path: Path) -> Path:
+    """COCO ``captions_*.json``: each image of the SugarCrepe fixtures with its positive captions."""
+    by_image: dict[int, list[str]] = {}
+    for items in SUGARCREPE.values():
+        for n, caption, _ in items:
+            by_image.setdefault(n, []).append(caption)
+    images = [{"id": n, "file_name": image_name(n)} for n in sorted(by_image)]
+    annotations = [{"id": 1000 * n + i, "image_id": n, "caption": c}
+                   for n, caps in sorted(by_image.items()) for i, c in enumerate(dict.fromkeys(caps))]
+    path.write_text(json.dumps({"images": images, "annotations": annotations}))
+    return path

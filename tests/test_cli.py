@@ -1,0 +1,131 @@
+"""The command line as a new user meets it: errors before any heavy import or any file, help, file modes."""
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from concrete_jungle import __version__
+from concrete_jungle.cli import build_parser, main
+
+# runs the CLI in a fresh interpreter and reports which heavy packages the failed command imported
+PROBE = """import sys
+from concrete_jungle.cli import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:
+    rc = e.code
+print("HEAVY", sorted({"torch", "spacy", "open_clip"} & set(sys.modules)))
+sys.exit(rc)
+"""
+
+
+def run_probe(args, cwd):
+    return subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def tree(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["keywords", "--captions", "does/not/exist.jsonl", "--mode", "hc", "--out", "kw.jsonl"],
+     "captions file not found: does/not/exist.jsonl"),
+    (["gallery", "/nonexistent", "--out", "gal"], "ConcreteBatch directory not found: /nonexistent"),
+    (["demo", "--pretrain-steps", "-5", "--out", "demo"], "argument --pretrain-steps: -5 must be >= 1"),
+    (["eval", "--benchmarks", "foo", "--data-root", "."], "unknown benchmark(s) ['foo']"),
+    (["eval", "--data-root", "/nonexistent", "--model", "cj-tiny"], "--data-root /nonexistent does not exist"),
+    (["eval", "--data-root", ".", "--model", "ViT-Z-99"], "--model 'ViT-Z-99' is not an open_clip model"),
+    (["plant", "--mode", "hc"], "plant needs --captions, --images, --out"),
+    (["plant", "--captions", "caps.jsonl", "--images", "nope", "--out", "cb", "--mode", "hc"],
+     "image directory not found: nope"),
+    (["plant", "--captions", "caps.jsonl", "--images", ".", "--out", "cb", "--mode", "hc", "--captioner", "gpt9"],
+     "captioner 'gpt9' is neither known"),
+    (["plant", "--captions", "caps.jsonl", "--images", ".", "--out", "cb", "--mode", "hc", "--strength", "1.5"],
+     "argument --strength: 1.5 must be in (0, 1]"),
+    (["train"], "train needs --config FILE (e.g. configs/slipform_vitb32.yaml), or --out DIR and --data DIR"),
+    (["train", "--config", "bad.yaml"], "4 problems"),
+    (["analyze", "gradient-share", "--data", "/nope", "--model", "cj-tiny"], "ConcreteBatch directory not found"),
+    (["analyze", "/nope"], "ConcreteBatch directory not found: /nope"),
+])
+def test_bad_arguments_fail_at_once_before_heavy_imports_and_leave_nothing(tmp_path, args, message):
+    (tmp_path / "caps.jsonl").write_text(json.dumps({"id": "a", "caption": "A red ball", "image": "a.jpg"}) + "\n")
+    (tmp_path / "bad.yaml").write_text("out: run\nbatch_size: 0\noptim: {lr: -1, lerning_rate: 2}\ncolour: red\n")
+    before = tree(tmp_path)
+    result = run_probe(args, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in " ".join(result.stderr.split()), result.stderr
+    assert "HEAVY []" in result.stdout, result.stdout  # torch, spaCy and open_clip were never imported
+    assert tree(tmp_path) == before  # no file or folder left behind
+
+
+def test_a_config_with_several_errors_reports_every_one(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("out: run\nbatch_size: 0\noptim: {lr: -1, lerning_rate: 2}\ncolour: red\n")
+    assert main(["train", "--config", str(tmp_path / "bad.yaml")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    for problem in ("4 problems", "bad.yaml: unknown key(s) ['colour']", "bad.yaml.optim: unknown key(s) "
+                    "['lerning_rate']", "optim.lr must be > 0, got -1.0 (flag --lr)",
+                    "batch_size must be >= 1, got 0 (flag --batch-size)"):
+        assert problem in err, err
+    # keys and values right, what they point at wrong: every such problem at once too
+    (tmp_path / "refs.yaml").write_text("out: run\nmodel: {name: ViT-Z-99}\neval: {every: 5, benchmarks: [sugar]}\n")
+    assert main(["train", "--config", str(tmp_path / "refs.yaml")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    for problem in ("model.name 'ViT-Z-99' is not an open_clip model", "no training data: pass --data DIR",
+                    "eval.every needs eval.benchmarks and eval.data_root", "eval.benchmarks ['sugar'] unknown"):
+        assert problem in err, err
+
+
+def test_every_option_has_help_and_there_is_a_version(capsys):
+    def parsers(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    missing = [f"{p.prog} {a.option_strings or a.dest}" for p in parsers(build_parser()) for a in p._actions
+               if not a.help and not isinstance(a, argparse._SubParsersAction)]
+    assert not missing, missing
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"concrete-jungle {__version__}"
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert "sugarcrepe/*.json" in capsys.readouterr().out  # the data layout is in the help itself
+    with pytest.raises(SystemExit):
+        main(["analyze", "gradient-share", "--help"])
+    assert "--batch-sizes" in capsys.readouterr().out
+
+
+def test_eval_check_reports_the_layout_without_a_model(data_root, capsys):
+    assert main(["eval", "--check", "--benchmarks", "sugarcrepe,sugarcrepe_pp", "--data-root", str(data_root)]) == 0
+    out = capsys.readouterr().out
+    assert "sugarcrepe" in out and "39" in out and "no model was loaded" in out
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_written_files_honour_the_umask(tmp_path, umask, mode):
+    import torch
+
+    from concrete_jungle.models import save_checkpoint
+    from concrete_jungle.records import atomic_write_json
+    from test_gallery import make_concretebatch
+
+    data = make_concretebatch(tmp_path, "D_hc")
+    old = os.umask(umask)
+    try:
+        atomic_write_json(tmp_path / "out" / "results.json", {"a": 1})
+        assert main(["gallery", str(data), "--out", str(tmp_path / "out" / "gallery")]) == 0
+        model = torch.nn.Linear(2, 2)
+        save_checkpoint(tmp_path / "out" / "ckpt", model, {"model_cfg": {}, "preprocess_cfg": {}})
+    finally:
+        os.umask(old)
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert len(files) > 5
+    assert {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == \
+        {str(p.relative_to(tmp_path)): oct(mode) for p in files}
