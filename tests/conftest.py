@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -25,3 +26,14 @@ def ratings():
     from concrete_jungle.concreteness import load_ratings
 
     return load_ratings()
+
+
+def require_system_dependency(available: bool, what: str, install: str) -> None:
+    """Skip a test whose system package is missing on a developer's machine; under CI (.ci/run sets
+    CJ_REQUIRE_SYSTEM_DEPS=1) fail it instead, so CI cannot pass without running what it claims to test."""
+    if available:
+        return
+    message = f"{what} is not installed ({install})"
+    if os.environ.get("CJ_REQUIRE_SYSTEM_DEPS") == "1":
+        pytest.fail(message + "; CI requires it")
+    pytest.skip(message)

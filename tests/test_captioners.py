@@ -10,6 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import require_system_dependency
 
 from concrete_jungle.captioners import CaptionerError, RewriteRequest, make_captioner
 from concrete_jungle.captioners.validation import check_rewrite, clean_reply
@@ -37,7 +38,13 @@ RULE_CASES = [
 
 @pytest.mark.parametrize("wordnet", [True, False])
 def test_rules_rewrites_pass_validation(wordnet):
+    from concrete_jungle.captioners.rules import WORDNET_ROOT
+
+    if wordnet:
+        require_system_dependency((WORDNET_ROOT / "index.noun").exists(), "WordNet 3.0",
+                                  "apt-get install wordnet-base")
     captioner = make_captioner("rules", wordnet=wordnet)
+    assert captioner.name == ("rules-wordnet3.0" if wordnet else "rules-lexicon")
     for i, (caption, keyword, category) in enumerate(RULE_CASES):
         req = request(caption, keyword, category, i)
         reply = captioner.rewrite([req])[0]

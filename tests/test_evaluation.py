@@ -33,8 +33,8 @@ class Reference:
 
     @torch.no_grad()
     def image(self, path):
-        with Image.open(path) as im:
-            x = self.clip.preprocess(im.convert("RGB"))[None]
+        with Image.open(path) as im:  # as the official SugarCrepe loop: the file as opened, into preprocess
+            x = self.clip.preprocess(im)[None]
         return F.normalize(self.clip.model.encode_image(x), dim=-1)[0]
 
     @torch.no_grad()
@@ -220,3 +220,103 @@ def test_eval_command_writes_json_markdown_and_compares(data_root, tmp_path, cap
     assert "M.Avg" in capsys.readouterr().out
     assert main(["eval", "--data-root", str(data_root), "--model", "ViT-B-32", "--pretrained", "nope"]) == 2
     assert "pretrained tag 'nope' does not exist" in capsys.readouterr().err
+
+
+def test_palette_rgba_and_cmyk_images_are_preprocessed_as_the_official_loop_does(tmp_path, clip):
+    rng = np.random.default_rng(3)
+    rgb = Image.fromarray(rng.integers(0, 255, (37, 53, 3), dtype=np.uint8))
+    paths = {"palette": tmp_path / "p.png", "rgba": tmp_path / "a.png", "cmyk": tmp_path / "c.jpg"}
+    rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=16).save(paths["palette"])
+    rgba = rgb.convert("RGBA")
+    rgba.putalpha(Image.fromarray(rng.integers(0, 255, (37, 53), dtype=np.uint8)))
+    rgba.save(paths["rgba"])
+    rgb.convert("CMYK").save(paths["cmyk"])
+    ours = Encoder(clip, progress=False).images(list(paths.values()))
+    ref = Reference(clip)
+    for row, path in zip(ours, paths.values()):
+        torch.testing.assert_close(row, ref.image(path), rtol=0, atol=1e-6)
+    for path in (paths["palette"], paths["rgba"]):  # for these, converting first really gives other pixels
+        with Image.open(path) as im:
+            assert not torch.equal(clip.preprocess(im), clip.preprocess(im.convert("RGB")))
+
+
+def test_coco_probe_reads_multi_labels_and_scores_map(tmp_path, clip):
+    colours = {1: (220, 30, 30), 2: (30, 30, 220), 3: (30, 200, 30)}
+    rng = np.random.default_rng(0)
+    truth = {}
+    for split, n in (("train", 18), ("val", 6)):
+        (tmp_path / "coco" / f"{split}2017").mkdir(parents=True)
+        images, annotations = [], []
+        for i in range(n):
+            cats = sorted({1 + i % 3, 1 + (i // 3) % 3})  # one or two categories per image
+            arr = np.zeros((32, 32, 3), np.uint8)
+            for k, c in enumerate(cats):
+                arr[:, 16 * k: 16 * (k + 1)] = colours[c]
+            arr = np.clip(arr + rng.integers(-10, 10, arr.shape), 0, 255).astype(np.uint8)
+            Image.fromarray(arr).save(tmp_path / "coco" / f"{split}2017" / f"{i:03d}.jpg")
+            images.append({"id": 100 * (split == "val") + i, "file_name": f"{i:03d}.jpg"})
+            annotations += [{"id": len(annotations), "image_id": images[-1]["id"], "category_id": c} for c in cats]
+            truth[(split, f"{i:03d}.jpg")] = [1.0 if c in cats else 0.0 for c in (1, 2, 3)]
+        (tmp_path / "coco" / "annotations").mkdir(exist_ok=True)
+        (tmp_path / "coco" / "annotations" / f"instances_{split}2017.json").write_text(json.dumps(
+            {"images": images, "annotations": annotations, "categories": [{"id": c} for c in (3, 1, 2)]}))
+    data = linear_probe.load_coco(tmp_path / "coco")
+    assert data["classes"] == [1, 2, 3] and data["skipped"] == 0
+    for split in ("train", "val"):
+        paths, labels = data["splits"][split]
+        assert [truth[(split, p.name)] for p in paths] == labels.tolist()
+    metrics = linear_probe.evaluate(Encoder(clip, progress=False), data, epochs=50, lr=1e-2)["metrics"]
+    assert 0.0 < metrics["mAP"] <= 1.0
+
+
+def test_winoground_export_from_the_hub_layout_scores_like_the_images_themselves(tmp_path, clip, monkeypatch):
+    import datasets
+
+    rng = np.random.default_rng(5)
+    pictures = [Image.fromarray(rng.integers(0, 255, (24, 24, 3), dtype=np.uint8)) for _ in range(6)]
+    hub = datasets.Dataset.from_dict({  # the columns of facebook/winoground
+        "id": [0, 1, 2], "image_0": pictures[0::2], "image_1": pictures[1::2],
+        "caption_0": ["a dog on a cat", "a red cup", "a tree by a house"],
+        "caption_1": ["a cat on a dog", "a cup, red", "a house by a tree"],
+        "collapsed_tag": ["Object", "Relation", "Both"]}).cast_column("image_0", datasets.Image()).cast_column(
+        "image_1", datasets.Image())
+    asked = {}
+
+    def load_dataset(name, split, token=None):  # the gated hub download is the process boundary
+        asked.update(name=name, split=split)
+        return hub
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    root = winoground.export_hf(tmp_path / "winoground")
+    assert asked == {"name": "facebook/winoground", "split": "test"}
+    data = winoground.load(root)
+    assert [it["caption_1"] for it in data["items"]] == hub["caption_1"]
+    metrics = winoground.evaluate(Encoder(clip, progress=False), data)["metrics"]
+    ref = Reference(clip)
+    text = sum(bool(ref.text(c0) @ ref.image(root / "images" / f"ex{i}_img0.png") >
+                    ref.text(c1) @ ref.image(root / "images" / f"ex{i}_img0.png") and
+                    ref.text(c1) @ ref.image(root / "images" / f"ex{i}_img1.png") >
+                    ref.text(c0) @ ref.image(root / "images" / f"ex{i}_img1.png"))
+               for i, (c0, c1) in enumerate(zip(hub["caption_0"], hub["caption_1"])))
+    assert metrics["text"] == text / 3 and {"Object/group", "Both/text"} <= set(metrics)
+
+
+def test_vtab_runs_on_the_cpu_with_our_probe_and_names_missing_tasks(tmp_path, capsys):
+    colours = {"red": (220, 30, 30), "blue": (30, 30, 220)}
+    rng = np.random.default_rng(0)
+    for task in ("eurosat", "dtd"):
+        for split, n in (("train", 10), ("test", 4)):
+            for name, rgb in colours.items():
+                folder = tmp_path / "vtab" / task / split / name
+                folder.mkdir(parents=True)
+                for i in range(n):
+                    arr = np.clip(np.array(rgb) + rng.integers(-20, 20, (24, 24, 3)), 0, 255).astype(np.uint8)
+                    Image.fromarray(arr).save(folder / f"{i}.png")
+    args = ["eval", "--benchmarks", "vtab", "--data-root", str(tmp_path), "--model", "cj-tiny", "--pretrained",
+            "none", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "r")]
+    assert main(args) == 2  # 17 of the 19 tasks are absent: said before any model loads
+    assert "VTAB tasks missing" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    assert main([*args, "--skip-missing"]) == 0
+    result = json.loads((tmp_path / "r" / "vtab.json").read_text())
+    assert set(result["metrics"]) == {"eurosat", "dtd", "M.Avg"} and result["skipped"] == 17
+    assert result["n"] == {"eurosat": 8, "dtd": 8} and all(0 <= v <= 1 for v in result["metrics"].values())

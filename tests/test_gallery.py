@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_system_dependency
 from PIL import Image
 
 from concrete_jungle.cli import main
@@ -65,9 +66,9 @@ def test_gallery_files_and_escaping(tmp_path):
     assert (tmp_path / "h" / "index.html").read_text().count('class="row"') == 3
 
 
-@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                    reason="Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
 def test_gallery_in_headless_chromium(tmp_path):
+    require_system_dependency(bool(CHROMIUM and CHROMEDRIVER), "Chromium and chromedriver",
+                              "apt-get install chromium chromium-driver")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By

@@ -188,3 +188,36 @@ def test_cli_entry_point_and_help():
     for args in (["--help"], ["keywords", "--help"]):
         done = subprocess.run([sys.executable, "-m", "concrete_jungle.cli", *args], capture_output=True, text=True)
         assert done.returncode == 0 and "usage: concrete-jungle" in done.stdout
+
+
+def test_one_two_and_three_workers_write_byte_identical_output_also_after_a_resume(tmp_path):
+    captions = tmp_path / "caps.jsonl"
+    write_jsonl(captions, 150)
+    with open(captions, "a") as f:  # skipped samples between parsed ones must keep their place too
+        f.write('{"id": "bad", "captions": 3}\n{"id": "s3", "caption": "a duplicate id"}\n')
+    args = ["--captions", captions, "--mode", "hc", "--policy", "quota", "--batch-size", "16"]
+    outputs = {}
+    for workers in (1, 2, 3):
+        out = tmp_path / f"w{workers}.jsonl"
+        assert run([*args, "--workers", workers, "--out", out]) == 0
+        outputs[workers] = out.read_text()
+    assert outputs[1] == outputs[2] == outputs[3] and len(outputs[1].splitlines()) == 152
+    killed = tmp_path / "killed.jsonl"  # a run killed after 70 lines, resumed with two workers
+    killed.write_text("".join(outputs[1].splitlines(keepends=True)[:70]) + '{"id": "s7')
+    (tmp_path / "killed.config.json").write_text((tmp_path / "w1.config.json").read_text())
+    assert run([*args, "--workers", 2, "--out", killed]) == 0
+    assert killed.read_text() == outputs[1]
+
+
+def test_resuming_over_other_input_is_refused(tmp_path, capsys):
+    captions = tmp_path / "caps.jsonl"
+    write_jsonl(captions, 20)
+    out = tmp_path / "kw.jsonl"
+    assert run(["--captions", captions, "--mode", "hc", "--out", out]) == 0
+    lines_before = out.read_text()
+    write_jsonl(captions, 25)  # the same file, now longer but also reordered at the front
+    text = captions.read_text().splitlines(keepends=True)
+    captions.write_text("".join([text[1], text[0], *text[2:]]))
+    assert run(["--captions", captions, "--mode", "hc", "--out", out]) == 2
+    assert "the input changed since the run started" in capsys.readouterr().err
+    assert out.read_text() == lines_before  # nothing appended to the old run

@@ -169,3 +169,35 @@ def test_train_command_from_the_config_file(tmp_path, concretebatch):
                  str(tmp_path / "run"), "--steps", "2", "--no-progress"]) == 0
     assert len(metrics(tmp_path / "run")) == 2
     assert main(["train", "--config", "configs/tiny_cpu.yaml", "--set", "nope=1", "--out", str(tmp_path)]) == 2
+
+
+def test_evaluation_hook_scores_in_fp32_and_tensorboard_gets_the_scalars(tmp_path, concretebatch, data_root,
+                                                                         monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import concrete_jungle.evaluation as evaluation
+
+    seen = []
+    real_run = evaluation.run
+
+    def recording_run(*args, **kwargs):  # records the matmul precision the hook evaluates under
+        seen.append(torch.get_float32_matmul_precision())
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "run", recording_run)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # what training on CUDA sets (TF32)
+    try:
+        cfg = config(tmp_path, concretebatch, "steps=6", "save_every=0", "tensorboard=true", "eval.every=3",
+                     "eval.benchmarks=[sugarcrepe]", f"eval.data_root={data_root}", "eval.subset=3")
+        train(cfg, progress=False)
+        assert torch.get_float32_matmul_precision() == "high"  # restored after each evaluation
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == ["highest", "highest"]
+    rows = metrics(tmp_path / "run")
+    scores = [r for r in rows if "eval/sugarcrepe/M.Avg" in r]
+    assert [r["step"] for r in scores] == [3, 6] and all(0 <= r["eval/sugarcrepe/M.Avg"] <= 1 for r in scores)
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
+    assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4, 5, 6]
+    assert [e.value for e in events.Scalars("loss")] == pytest.approx([r["loss"] for r in rows if "loss" in r])

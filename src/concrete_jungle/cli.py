@@ -337,7 +337,7 @@ EVAL_LAYOUT = """data root layout (only the benchmarks asked for are read):
   flickr30k/dataset_flickr30k.json  + flickr30k/images/ (retrieval: the Karpathy test split)
   imagenet/{train,val}/<class>/     linear_probe (ImageFolder)
   coco/annotations/instances_{train,val}2017.json + coco/{train,val}2017/   coco_probe
-  vtab/<task>/                      clip_benchmark's local dataset roots
+  vtab/<task>/{train,test}/<class>/ or a clip_benchmark dataset root per task
 where to get each: docs/data.md"""
 
 

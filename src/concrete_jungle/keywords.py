@@ -385,6 +385,52 @@ def summary_table(summary: dict, title: str):
     return table
 
 
+# --- candidate extraction in worker processes ------------------------------------------------------------
+
+_WORKER: dict = {}  # the pipeline and ratings of a worker process
+
+
+def _start_worker(nlp, ratings) -> None:
+    _WORKER.update(nlp=nlp, ratings=ratings)
+
+
+def candidates_of(texts: list[str], nlp=None, ratings: Ratings | None = None) -> list[list[Candidate]]:
+    """Every caption's rated candidates: the per-caption work (parse, extract, rate), which a worker process
+    does for a batch (with the pipeline it was started with) and a distributed engine can call per batch."""
+    nlp = _WORKER["nlp"] if nlp is None else nlp
+    ratings = _WORKER["ratings"] if ratings is None else ratings
+    return [extract_candidates(doc, ratings) for doc in nlp.pipe(texts, batch_size=max(1, len(texts)))]
+
+
+class CandidateWorkers:
+    """`candidates_of` over batches, in this process (1 worker) or in a pool of processes, results in order.
+
+    Workers are forked where the platform can (they inherit the loaded pipeline at no cost), else spawned
+    (each loads it); they send back candidates, a few hundred bytes per caption, never parsed documents.
+    """
+
+    def __init__(self, nlp, ratings: Ratings, workers: int = 1):
+        self.nlp, self.ratings, self.workers, self.pool = nlp, ratings, workers, None
+
+    def __enter__(self):
+        if self.workers > 1:
+            import multiprocessing
+
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            self.pool = multiprocessing.get_context(method).Pool(self.workers, _start_worker, (self.nlp, self.ratings))
+        return self
+
+    def map(self, batches: list[list[str]]):
+        if self.pool is None:
+            return (candidates_of(texts, self.nlp, self.ratings) for texts in batches)
+        return self.pool.imap(candidates_of, batches)
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+
 def run_keywords(
     captions: list[str],
     out: str,
@@ -431,17 +477,19 @@ def run_keywords(
 
     sampler = KeywordSampler(sampler_config)
     done = read_jsonl_repairing(out_path)
-    done_ids = {r["id"] for r in done}
+    # one line per input sample, in input order: the lines written are the first samples, by position (an id
+    # may come twice: its second sample is a "duplicate id" line of its own)
+    if [r["id"] for r in done] != [s.id for s in samples[: len(done)]]:
+        raise KeywordJobError(f"{out_path} does not start with the samples of these caption files in their order; "
+                              "the input changed since the run started: pass another --out, or delete it")
     for r in done:
         if r["status"] == "ok":
             sampler.record(r["category"])
     records = list(done)
 
     stop_words = nlp.Defaults.stop_words
-    todo, seen = [], set(done_ids)
-    for sample in samples:
-        if sample.id in done_ids:
-            continue
+    todo, seen = [], {r["id"] for r in done}
+    for sample in samples[len(done):]:
         caption = anchor_caption(sample.captions) if sample.error is None else None
         if sample.error:
             reason = sample.error
@@ -450,33 +498,36 @@ def run_keywords(
         else:
             reason = precheck(caption, ratings, stop_words, limits)
         seen.add(sample.id)
-        # skipped samples go through the pipe as empty texts, so every line is written in input order
-        todo.append(("" if reason else caption, (sample, caption, reason)))
+        todo.append((sample, caption, reason))
 
     bar = tqdm(total=len(samples), initial=len(samples) - len(todo), desc=f"keywords {sampler_config.mode}",
                unit="caption", disable=not progress, dynamic_ncols=True)
-    with JsonlAppender(out_path) as writer:
-        docs = nlp.pipe(todo, as_tuples=True, batch_size=batch_size, n_process=workers)
-        for i, (doc, (sample, caption, reason)) in enumerate(docs):
-            record = {"id": sample.id, "image": sample.image, "caption": caption}
-            if reason is None:
-                candidates = extract_candidates(doc, ratings)
-                pick = sampler.choose(sample.id, candidates)
-                if pick is None:
-                    reason = "no rated candidate"
-                else:
-                    record.update(
-                        status="ok", keyword=pick.text, span=[pick.start, pick.end], category=pick.category,
-                        concreteness=pick.concreteness, rated=pick.rated, mode=sampler_config.mode,
-                        scale=ratings.name, candidates=[c.to_dict() for c in candidates],
-                    )
-            if reason is not None:
-                record.update(status="skipped", reason=reason)
-            writer.write(record)
-            records.append(record)
-            bar.update()
-            if i % batch_size == batch_size - 1:
-                writer.flush()
+    chunks = [todo[i: i + batch_size] for i in range(0, len(todo), batch_size)]
+    texts = [[caption for _, caption, reason in chunk if reason is None] for chunk in chunks]
+    with JsonlAppender(out_path) as writer, CandidateWorkers(nlp, ratings, workers) as pool:
+        # the workers parse and extract in parallel; sampling stays here, in input order, because the quota
+        # counts depend on the order (so the output is byte-identical whatever the number of workers)
+        for chunk, found in zip(chunks, pool.map(texts)):
+            found = iter(found)
+            for sample, caption, reason in chunk:
+                record = {"id": sample.id, "image": sample.image, "caption": caption}
+                if reason is None:
+                    candidates = next(found)
+                    pick = sampler.choose(sample.id, candidates)
+                    if pick is None:
+                        reason = "no rated candidate"
+                    else:
+                        record.update(
+                            status="ok", keyword=pick.text, span=[pick.start, pick.end], category=pick.category,
+                            concreteness=pick.concreteness, rated=pick.rated, mode=sampler_config.mode,
+                            scale=ratings.name, candidates=[c.to_dict() for c in candidates],
+                        )
+                if reason is not None:
+                    record.update(status="skipped", reason=reason)
+                writer.write(record)
+                records.append(record)
+            bar.update(len(chunk))
+            writer.flush()
     bar.close()
     summary = summarize(records)
     summary["settings"] = settings

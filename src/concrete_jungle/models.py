@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,20 +121,26 @@ def load_model(
     return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(name), config, identity)
 
 
-def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict, extra: dict | None = None) -> Path:
-    """Weights as safetensors and the exact open_clip config, written to a temporary dir and renamed."""
+def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict,
+                    write_more: Callable[[Path], None] | None = None) -> Path:
+    """Weights as safetensors and the exact open_clip config (and whatever ``write_more(folder)`` adds, e.g. the
+    trainer's state), written into a temporary folder renamed into place when complete: a checkpoint folder is
+    whole or absent, whenever the process dies."""
+    import shutil
+
     from .records import atomic_write_safetensors, atomic_write_text
 
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)  # what a killed save left
+    tmp.mkdir(parents=True)
     config = {**config, "model_cfg": {**config["model_cfg"], "quick_gelu": uses_quick_gelu(model)}}
     # CLIP ties no weights, so every state_dict entry is its own tensor (safetensors refuses shared ones)
     atomic_write_safetensors(tmp / WEIGHTS_FILE, model.state_dict())
-    atomic_write_text(tmp / CONFIG_FILE, json.dumps(config | (extra or {}), indent=2, sort_keys=True))
-    if directory.exists():
-        import shutil
-
-        shutil.rmtree(directory)
+    atomic_write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True))
+    if write_more is not None:
+        write_more(tmp)
+    if directory.exists():  # an incomplete save of this step by a killed run, never a checkpoint still named
+        shutil.rmtree(directory)  # by latest.json: a run saves each step once
     tmp.rename(directory)
     return directory

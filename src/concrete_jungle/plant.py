@@ -238,12 +238,30 @@ class Plant:
 
         chunks = [ok[j: j + c.samples_per_shard] for j in range(0, len(ok), c.samples_per_shard)]
         shard_of = [j * c.num_shards + c.shard_index for j in range(len(chunks))]
+        self.remove_orphans(shard_of)
         done = self.verified_shards(set(shard_of))
         pending = [(s, chunk) for s, chunk in zip(shard_of, chunks) if s not in done]
         n_done = sum(len(rows) for rows in done.values())
         self._process(pending, captioner, editor, n_done, len(ok))
         captioner.close()
         return self.finish(records, shard_of, captioner, editor, time.perf_counter() - started)
+
+    def remove_orphans(self, shard_of: list[int]) -> None:
+        """Delete the temporary files a killed run of this part left (a write is a temporary file renamed into
+        place, so they are never data); other parts' files, which may be in flight, are left alone."""
+        c = self.config
+        name = "" if c.num_shards == 1 else f"-{c.part}"
+        mine = [self.out / f"{stem}{name}.{ext}" for stem, ext in (("manifest", "jsonl"), ("rejects", "jsonl"),
+                                                                    ("summary", "json"))]
+        keywords = self.out / f"keywords-{c.part}"
+        mine += [keywords.with_suffix(".jsonl"), keywords.with_name(keywords.name + ".config.json"),
+                 keywords.with_name(keywords.name + ".summary.json")]
+        for index in shard_of:
+            stem = Path(SHARD_PATTERN.format(index)).stem
+            mine += [self.out / "manifests" / f"{stem}.jsonl", self.out / "manifests" / f"{stem}.sha256"]
+        for path in mine:
+            for orphan in path.parent.glob(f".{path.name}.*.tmp"):
+                orphan.unlink(missing_ok=True)
 
     def verified_shards(self, shard_indices: set[int]) -> dict[int, list[dict]]:
         """The finished shards' manifest rows; a shard that is missing or not the bytes that were written

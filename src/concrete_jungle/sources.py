@@ -141,19 +141,37 @@ def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | N
     for path in files:
         kind = fmt or _kind_from_suffix(path)
         if kind == "jsonl":
-            yield from _read_jsonl(path)
+            samples = _read_jsonl(path)
         elif kind == "csv":
-            yield from _read_csv(path)
+            samples = _read_csv(path)
         else:
             data = _load_json(path)
             if kind == "json":
                 kind = _json_kind(path, data)
             if kind == "karpathy":
-                yield from _read_karpathy(path, data, split)
+                samples = _read_karpathy(path, data, split)
             elif kind == "coco":
-                yield from _read_coco(path, data)
+                samples = _read_coco(path, data)
             else:
-                yield from _read_sugarcrepe(path, data, seen_captions)
+                samples = _read_sugarcrepe(path, data, seen_captions)
+        yield from map(_valid_text, samples)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _valid_text(sample: CaptionSample) -> CaptionSample:
+    """The sample, or a skipped one when its text cannot be written as UTF-8: JSON may escape a lone surrogate
+    (``"\\ud800"``), which no UTF-8 file can hold. Its id is kept readable, the surrogate written as an escape."""
+    if sample.error is None and not all(map(_encodable, [sample.id, sample.image or "", *sample.captions])):
+        return CaptionSample(sample.id.encode("utf-8", "backslashreplace").decode("utf-8"),
+                             error="not valid Unicode text (a lone surrogate such as \\ud800)")
+    return sample
 
 
 def _read_karpathy(path: Path, data, split: str | None) -> Iterator[CaptionSample]:
@@ -205,7 +223,10 @@ def _record_sample(record, where: str) -> CaptionSample:
         caps = [caps]
     if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
         return CaptionSample(str(sid), error="record has no 'caption' string or 'captions' list")
-    return CaptionSample(str(sid), caps, record.get("image", record.get("filename")))
+    image = record.get("image", record.get("filename"))
+    if image is not None and not isinstance(image, str):
+        return CaptionSample(str(sid), error="record's 'image' is not a file name")
+    return CaptionSample(str(sid), caps, image)
 
 
 def _read_jsonl(path: Path) -> Iterator[CaptionSample]:

@@ -168,6 +168,8 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
                                   fused=device.startswith("cuda") or None)
     step, epoch, step_in_epoch = 0, 0, 0
     if resume:
+        if resume == "latest" and not (ckpt_root / "latest.json").is_file():
+            raise ConfigError(f"--resume latest: {ckpt_root} holds no checkpoint yet; leave out --resume to start")
         directory = ckpt_root / json.loads((ckpt_root / "latest.json").read_text())["name"] if resume == "latest" \
             else Path(resume)
         if not (directory / "trainer_state.json").exists():
@@ -213,11 +215,12 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
             raise TrainingError(f"the weights are no longer finite after step {step}; stopped without saving them. "
                                 f"The last good checkpoint is kept in {ckpt_root}; lower optim.lr")
         name = f"step-{step:07d}"
-        directory = save_checkpoint(ckpt_root / name, model, clip.config)
         # a finished run's last checkpoint is read for its weights; the optimizer state (2x the weights) is
         # kept only where a run can be resumed from it, or when asked for
-        if tag != "final" or config.keep_final_state:
-            save_trainer_state(directory, optimizer, {"step": step, "epoch": epoch, "step_in_epoch": step_in_epoch})
+        keep_state = tag != "final" or config.keep_final_state
+        position = {"step": step, "epoch": epoch, "step_in_epoch": step_in_epoch}
+        save_checkpoint(ckpt_root / name, model, clip.config,
+                        (lambda d: save_trainer_state(d, optimizer, position)) if keep_state else None)
         atomic_write_json(ckpt_root / "latest.json", {"name": name, "step": step, "reason": tag})
 
     eval_data = load_eval_data(config) if config.eval.every and rank == 0 else None
@@ -265,7 +268,7 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
                 model.train()
                 if log is not None:
                     log.write({"step": step, **scores})
-            if config.save_every and step % config.save_every == 0:
+            if config.save_every and step % config.save_every == 0 and step < end:  # the last step saves below
                 save("periodic")
             tick = time.perf_counter()
         if step_in_epoch >= steps_per_epoch:

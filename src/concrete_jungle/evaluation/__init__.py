@@ -27,7 +27,7 @@ from .names import BENCHMARKS
 
 def load_data(name: str, root: Path, skip_missing: bool):
     """Read and check a benchmark's files (no model needed)."""
-    from . import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, winoground
+    from . import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, vtab, winoground
     from .encoding import BenchmarkDataError
 
     if name == "sugarcrepe":
@@ -44,17 +44,15 @@ def load_data(name: str, root: Path, skip_missing: bool):
     if name == "coco_probe":
         return linear_probe.load_coco(root / "coco", skip_missing=skip_missing)
     if name == "vtab":
-        if not (root / "vtab").is_dir():
-            raise BenchmarkDataError(f"{root / 'vtab'} not found; expected <root>/vtab/<task>/ as clip_benchmark "
-                                     "prepares them")
-        return root / "vtab"
+        return vtab.load(root / "vtab", skip_missing=skip_missing)
     raise BenchmarkDataError(f"unknown benchmark {name!r}; choose from {BENCHMARKS}")
 
 
 def counts(data) -> tuple[int, int]:
-    """(usable items, skipped items) of what `load_data` returned, whatever the benchmark's structure."""
-    if isinstance(data, Path):  # vtab: a folder of tasks
-        return sum(1 for p in data.iterdir() if p.is_dir()), 0
+    """(usable items, skipped items) of what `load_data` returned, whatever the benchmark's structure; for VTAB,
+    tasks."""
+    if "tasks" in data:
+        return len(data["tasks"]), data["skipped"]
     skipped = data.get("skipped", 0)
     skipped = sum(skipped.values()) if isinstance(skipped, dict) else skipped
     if "splits" in data:
@@ -75,9 +73,7 @@ def layout_report(loaded: dict) -> str:
 def evaluate_one(name: str, encoder, data) -> dict:
     from . import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, vtab, winoground
 
-    if name == "vtab":
-        return vtab.evaluate(encoder.clip, data, device=encoder.device, batch_size=encoder.batch_size)
-    module = {"sugarcrepe": sugarcrepe, "sugarcrepe_pp": sugarcrepe_pp, "winoground": winoground,
+    module = {"vtab": vtab, "sugarcrepe": sugarcrepe, "sugarcrepe_pp": sugarcrepe_pp, "winoground": winoground,
               "retrieval": retrieval, "linear_probe": linear_probe, "coco_probe": linear_probe}[name]
     return module.evaluate(encoder, data)
 

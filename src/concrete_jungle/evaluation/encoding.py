@@ -75,8 +75,10 @@ class _Images(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, i):
+        # the image as opened, as the benchmarks' reference code passes it: open_clip's transform converts to
+        # RGB after resizing, and converting first gives other pixels for palette, RGBA and CMYK files
         with Image.open(self.paths[i]) as im:
-            return self.preprocess(im.convert("RGB"))
+            return self.preprocess(im)
 
 
 class Encoder:

@@ -23,16 +23,17 @@ FOLDER_LAYOUT = "<root>/train/<class>/<image> and <root>/val/<class>/<image> (Im
 COCO_LAYOUT = "<root>/annotations/instances_{train,val}2017.json and <root>/{train,val}2017/<file_name>"
 
 
-def load_image_folder(root: str | Path, skip_missing: bool = False) -> dict:
+def load_image_folder(root: str | Path, splits=("train", "val"), skip_missing: bool = False) -> dict:
+    """Image paths and class indices of an ImageFolder's two splits (classes from the first split)."""
     root = Path(root)
-    splits = {}
-    for split in ("train", "val"):
+    names, splits = splits, {}
+    for split in names:
         d = root / split
         if not d.is_dir():
-            raise BenchmarkDataError(f"{d} not found; expected layout: {FOLDER_LAYOUT}")
+            raise BenchmarkDataError(f"{d} not found; expected layout: {FOLDER_LAYOUT.replace('val', names[1])}")
         classes = sorted(p.name for p in d.iterdir() if p.is_dir())
         splits[split] = [(p, c) for c in classes for p in sorted((d / c).iterdir()) if p.suffix.lower() in IMAGE_EXTS]
-    classes = sorted({c for _, c in splits["train"]})
+    classes = sorted({c for _, c in splits[names[0]]})
     problems = check_images([p for items in splits.values() for p, _ in items], FOLDER_LAYOUT, skip_missing)
     index = {c: i for i, c in enumerate(classes)}
     out = {s: ([p for p, c in items if p not in problems],

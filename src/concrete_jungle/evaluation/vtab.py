@@ -1,54 +1,96 @@
-"""VTAB (19 tasks) through clip_benchmark: its dataset builders and its linear-probe trainer.
+"""VTAB (19 tasks): a linear probe on frozen image features, task by task, on the CPU or a GPU.
 
-clip_benchmark already builds the VTAB tasks (most through tensorflow_datasets) and trains a linear
-classifier on frozen features; this module only wires our model into it, one task at a time, from a
-local dataset root (``download=False``: nothing is fetched here). Not re-implemented: the datasets and the
-probe. Not wrapped: clip_benchmark's zero-shot protocol (the paper reports the linear protocol).
+Each task lives in ``<root>/vtab/<task>/``, in one of two layouts:
+
+- ``train/<class>/<image>`` and ``test/<class>/<image>`` (an ImageFolder export of the task's VTAB splits);
+- a clip_benchmark dataset root, as ``clip_benchmark`` prepares it (most tasks through tensorflow_datasets);
+  its dataset builder reads it (``download=False``: nothing is fetched).
+
+Either way the features come from the shared `Encoder` (cached, batched) or the model in batches, and the
+probe is ours (`linear_probe.train_head`: a linear softmax head, 10 epochs), so it runs without CUDA;
+clip_benchmark's own probe asserts a CUDA device and caches its features as pickles. Reported: top-1
+accuracy per task and their mean (M.Avg).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..models import ClipModel
-from .encoding import BenchmarkDataError
+import torch
+import torch.nn.functional as F
+
+from .encoding import BenchmarkDataError, Encoder
+from .linear_probe import load_image_folder, train_head
 
 TASKS = ("caltech101", "cifar100", "clevr_count_all", "clevr_closest_object_distance", "diabetic_retinopathy",
          "dmlab", "dsprites_label_orientation", "dsprites_label_x_position", "dtd", "eurosat",
          "kitti_closest_vehicle_distance", "flowers", "pets", "pcam", "resisc45", "smallnorb_label_azimuth",
          "smallnorb_label_elevation", "sun397", "svhn")
+LAYOUT = "<root>/vtab/<task>/{train,test}/<class>/<image>, or a clip_benchmark dataset root per task"
 
 
-def _builder():
+def load(root: str | Path, skip_missing: bool = False) -> dict:
+    """The tasks found under ``root`` (= ``<data root>/vtab``), each checked; absent ones are an error naming
+    them, or with ``skip_missing`` counted as skipped."""
+    root = Path(root)
+    if not root.is_dir():
+        raise BenchmarkDataError(f"{root} not found; expected layout: {LAYOUT}")
+    absent = [t for t in TASKS if not (root / t).is_dir()]
+    if absent and not skip_missing:
+        raise BenchmarkDataError(f"VTAB tasks missing under {root}: {', '.join(absent)}; expected layout: {LAYOUT} "
+                                 "(or pass --skip-missing to evaluate the tasks present)")
+    tasks = {}
+    for task in (t for t in TASKS if t not in absent):
+        if (root / task / "train").is_dir() and (root / task / "test").is_dir():
+            tasks[task] = load_image_folder(root / task, splits=("train", "test"), skip_missing=skip_missing)
+        else:
+            tasks[task] = {"kind": "clip_benchmark", "root": root / task}
+    if not tasks:
+        raise BenchmarkDataError(f"no VTAB task under {root}; expected layout: {LAYOUT}")
+    return {"tasks": tasks, "skipped": len(absent)}
+
+
+def _clip_benchmark_dataset(task: str, root: Path, preprocess, split: str):
     try:
         from clip_benchmark.datasets.builder import build_dataset
-        from clip_benchmark.metrics import linear_probe
     except ImportError:
-        raise BenchmarkDataError("VTAB runs through clip_benchmark: pip install 'concrete-jungle[eval]'") from None
-    return build_dataset, linear_probe
+        raise BenchmarkDataError(f"VTAB task {task} in clip_benchmark's layout needs clip_benchmark: "
+                                 "pip install 'concrete-jungle[eval]'") from None
+    name = task if task == "sun397" else f"vtab/{task}"
+    try:
+        return build_dataset(name, root=str(root), transform=preprocess, split=split, download=False)
+    except Exception as e:  # clip_benchmark raises whatever its backend raises for a missing dataset
+        raise BenchmarkDataError(f"VTAB task {task}: clip_benchmark could not open it under {root} "
+                                 f"({type(e).__name__}: {e}); prepare it with clip_benchmark, or export it as "
+                                 f"{LAYOUT}") from None
 
 
-def evaluate(clip: ClipModel, root: str | Path, tasks=TASKS, device: str = "cpu", batch_size: int = 64,
-             epochs: int = 10, lr: float = 0.1, feature_root: str | Path = "vtab_features", seed: int = 0) -> dict:
-    import torch
+@torch.no_grad()
+def _features(encoder: Encoder, dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    loader = torch.utils.data.DataLoader(dataset, batch_size=encoder.batch_size, num_workers=encoder.num_workers)
+    rows, labels = [], []
+    for images, targets in loader:
+        rows.append(F.normalize(encoder.clip.model.encode_image(images.to(encoder.device)).float(), dim=-1).cpu())
+        labels.append(targets)
+    return torch.cat(rows), torch.cat(labels)
 
-    build_dataset, linear_probe = _builder()
+
+def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, seed: int = 0) -> dict:
     metrics, n = {}, {}
-    for task in tasks:
-        name = task if task == "sun397" else f"vtab/{task}"
-        try:
-            train = build_dataset(name, root=str(Path(root) / task), transform=clip.preprocess, split="train",
-                                  download=False)
-            test = build_dataset(name, root=str(Path(root) / task), transform=clip.preprocess, split="test",
-                                 download=False)
-        except Exception as e:  # clip_benchmark raises whatever its backend raises for a missing dataset
-            raise BenchmarkDataError(f"VTAB task {task}: clip_benchmark could not open it under {Path(root) / task} "
-                                     f"({type(e).__name__}: {e}); prepare it with clip_benchmark first") from None
-        loader = lambda ds: torch.utils.data.DataLoader(ds, batch_size=batch_size)  # noqa: E731
-        result = linear_probe.evaluate(clip.model, loader(train), loader(test), fewshot_k=-1, batch_size=batch_size,
-                                       num_workers=0, lr=lr, epochs=epochs, model_id=clip.hash, seed=seed,
-                                       feature_root=str(feature_root), device=device, amp=device.startswith("cuda"))
-        metrics[task] = result.get("lp_acc1", result.get("acc1"))
-        n[task] = len(test)
+    for task, task_data in data["tasks"].items():
+        if task_data["kind"] == "folder":
+            (train_paths, y_train), (test_paths, y_test) = (task_data["splits"][s] for s in ("train", "test"))
+            x_train, x_test = encoder.images(train_paths), encoder.images(test_paths)
+            classes = len(task_data["classes"])
+        else:
+            x_train, y_train = _features(encoder, _clip_benchmark_dataset(task, task_data["root"],
+                                                                          encoder.clip.preprocess, "train"))
+            x_test, y_test = _features(encoder, _clip_benchmark_dataset(task, task_data["root"],
+                                                                        encoder.clip.preprocess, "test"))
+            classes = int(max(y_train.max(), y_test.max())) + 1
+        head = train_head(x_train, y_train, classes, multilabel=False, epochs=epochs, lr=lr, seed=seed)
+        with torch.no_grad():
+            metrics[task] = (head(x_test).argmax(1) == y_test).float().mean().item()
+        n[task] = len(y_test)
     metrics["M.Avg"] = sum(metrics.values()) / len(metrics)
-    return {"metrics": metrics, "n": n, "skipped": 0}
+    return {"metrics": metrics, "n": n, "skipped": data["skipped"]}
