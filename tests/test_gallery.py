@@ -5,7 +5,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pytest
 from conftest import require_system_dependency
 from PIL import Image
 

@@ -590,8 +590,13 @@ def add_demo_parser(sub) -> None:
         "with InfoNCE, static margin and Cement (and a control without negatives), evaluate, and write "
         "<out>/report.md. Finished stages are reused.",
     )
-    p.add_argument("--quick", action="store_true", help="a smaller world, fewer steps, one seed (about 3 minutes)")
-    p.add_argument("--out", default="runs/demo", help="output directory (default %(default)s)")
+    p.add_argument("--quick", action="store_true", help="a smaller world, fewer steps, one seed (about 2 minutes)")
+    p.add_argument("--study", action="store_true",
+                   help="the pre-registered, powered experiment instead (docs/toyworld.md; about 80 minutes on 2 "
+                   "cores); writes <out>/study.md")
+    p.add_argument("--profile", choices=["cpu", "gpu"], default="cpu",
+                   help="--study's size: cpu (default) or gpu (a larger world and model, N up to 1024, one GPU)")
+    p.add_argument("--out", help="output directory (default runs/demo, or runs/study with --study)")
     p.add_argument("--seeds", type=int_list, help="fine-tuning seeds, comma-separated (default 0,1,2; --quick: 0)")
     p.add_argument("--pretrain-steps", type=positive_int, help="baseline pretraining steps (default 250; --quick: 120)")
     p.add_argument("--finetune-steps", type=positive_int, help="steps of each fine-tune (default 40; --quick: 25)")
@@ -600,7 +605,11 @@ def add_demo_parser(sub) -> None:
 
 
 def run_demo_command(args, console: Console) -> int:
+    if args.study:
+        return run_study(args, console)
     from .demo import QUICK, Demo, DemoConfig, rich_table
+
+    args.out = args.out or "runs/demo"
 
     options = dict(QUICK) if args.quick else {}
     if args.seeds:
@@ -614,6 +623,22 @@ def run_demo_command(args, console: Console) -> int:
     for finding in result["findings"]:
         console.print(f"- {finding}", highlight=False)
     console.print(f"report: {args.out}/report.md", highlight=False)
+    return 0
+
+
+def run_study(args, console: Console) -> int:
+    if args.quick or args.pretrain_steps or args.finetune_steps:
+        raise ValueError("--study takes its settings from its design (docs/toyworld.md); use --profile, --seeds, "
+                         "--out")
+    from .study import PROFILES, Study, StudyConfig
+
+    options = dict(PROFILES[args.profile]) | ({"seeds": args.seeds} if args.seeds else {})
+    out = args.out or "runs/study"
+    result = Study(StudyConfig(out=out, **options), progress=not args.no_progress, console=console).run()
+    for h in result["hypotheses"]:
+        console.print(f"{h['name']}: {h['claim']}: {h['estimate']:+.2f} points, 95 % interval "
+                      f"[{h['ci95'][0]:+.2f}, {h['ci95'][1]:+.2f}] -> {h['verdict']}", highlight=False)
+    console.print(f"report: {out}/study.md", highlight=False)
     return 0
 
 

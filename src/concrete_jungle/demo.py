@@ -151,42 +151,55 @@ class Demo:
         if (d / "summary.json").is_file():
             self.reused(f"D_{mode}")
         else:
+            # the toy world's captioner and editor by class path: the registered names (`toyworld`) need the
+            # package's installed metadata, the demo runs from a source tree too
             Plant(PlantConfig(captions=[str(world / "captions.jsonl")], images=str(world / "images"), out=str(d),
-                              mode=mode, captioner="toyworld", editor="toyworld",
+                              mode=mode, captioner="concrete_jungle.toyworld.rewrite:ToyCaptioner",
+                              editor="concrete_jungle.toyworld.rewrite:ToyEditor",
                               editor_options={"world": str(world)}, batch_size=64, samples_per_shard=500),
                   progress=self.progress).run()
         link_latest(self.out / f"D_{mode}", d)
         return d
 
-    def finetune(self, baseline: Path, data: Path, row: Finetune, seed: int, steps: int | None = None) -> Path:
+    def finetune(self, baseline: Path, data: Path, row: Finetune, seed: int, batch_size: int | None = None,
+                 steps: int | None = None, save_every: int = 0) -> Path:
+        """Fine-tune the baseline on a dataset (the config's batch size and steps unless given); ``save_every``
+        keeps intermediate checkpoints, for a learning curve."""
         from .train_config import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
 
         c = self.c
-        steps = steps or c.finetune_steps
+        batch_size, steps = batch_size or c.batch_size, steps or c.finetune_steps
         settings = {"baseline": str(baseline), "data": str(data), "loss": row.loss, "seed": seed,
-                    "batch_size": c.batch_size, "steps": steps, "lr": c.finetune_lr} | (
-            {} if row.negatives else {"negatives": False})
+                    "batch_size": batch_size, "steps": steps, "lr": c.finetune_lr} | (
+            {} if row.negatives else {"negatives": False}) | ({"save_every": save_every} if save_every else {})
         name = f"finetune-{data.name}-{row.loss}{'' if row.negatives else '-control'}-s{seed}"
         return self.train(name, settings, lambda out: TrainConfig(
             out=out, model=ModelConfig(name=None, pretrained=None, checkpoint=str(baseline), precision="fp32"),
             data=DataConfig(concretebatch=[str(data)], workers=0, negatives=row.negatives),
             loss=LossConfig(name=row.loss), optim=OptimConfig(lr=c.finetune_lr, warmup=5, weight_decay=0.1),
-            batch_size=c.batch_size, steps=steps, seed=seed, save_every=0), label=f"{row.label}, seed {seed}")
+            batch_size=batch_size, steps=steps, seed=seed, save_every=save_every),
+            label=f"{row.label}, seed {seed}")
 
-    def evaluate(self, checkpoint: Path, test: dict) -> dict:
-        """Metrics of a checkpoint on the toy test, kept next to it (a finished checkpoint never changes)."""
+    def evaluate(self, checkpoint: Path, test: dict, name: str = "toy_eval.json", per_item: bool = False) -> dict:
+        """Metrics of a checkpoint on held-out data (`test_data`), kept in the checkpoint's folder as ``name`` (a
+        saved checkpoint never changes); with ``per_item``, also every SugarCrepe item's answer."""
+        import torch
+
         from .evaluation import retrieval, sugarcrepe
         from .evaluation.encoding import Encoder
         from .models import load_model
 
-        path = checkpoint.parent.parent / "toy_eval.json"
+        path = checkpoint / name
         if path.is_file():
             return json.loads(path.read_text())
-        encoder = Encoder(load_model(checkpoint=checkpoint), progress=False)
-        metrics = sugarcrepe.evaluate(encoder, test["sugarcrepe"])["metrics"]
-        metrics |= retrieval.evaluate(encoder, test["retrieval"])["metrics"]
-        atomic_write_json(path, metrics)
-        return metrics
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        encoder = Encoder(load_model(checkpoint=checkpoint, device=device), device=device, batch_size=256,
+                          progress=False)
+        scored = sugarcrepe.evaluate(encoder, test["sugarcrepe"])
+        metrics = scored["metrics"] | retrieval.evaluate(encoder, test["retrieval"])["metrics"]
+        result = {"metrics": metrics, "per_item": scored["per_item"]} if per_item else metrics
+        atomic_write_json(path, result)
+        return result
 
     def analyse(self, baseline: Path, datasets: dict[str, Path]) -> dict:
         """Table 1 and Fig. 5 (`analysis.analyze_datasets`) and Fig. 6 (gradient share), under the baseline."""
@@ -222,11 +235,12 @@ class Demo:
         return build_gallery([datasets["hc"], datasets["lc"]], self.out / "gallery", sample=self.c.gallery_sample,
                              stats=analysis_dir / "stats.json")
 
-    def test_data(self, world: Path) -> dict:
+    def test_data(self, world: Path, split: str = "test") -> dict:
+        """The world's held-out compositional subsets and retrieval split (``test``, or ``val`` to choose on)."""
         from .evaluation import retrieval, sugarcrepe
 
-        return {"sugarcrepe": sugarcrepe.load(world / "test" / "sugarcrepe", world / "images" / "test"),
-                "retrieval": retrieval.load(world / "test" / "retrieval.json", world / "images" / "test")}
+        return {"sugarcrepe": sugarcrepe.load(world / split / "sugarcrepe", world / "images" / split),
+                "retrieval": retrieval.load(world / split / "retrieval.json", world / "images" / split)}
 
     # -- the whole run
     def run(self) -> dict:
@@ -408,7 +422,7 @@ def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analys
         f"Statistics of each ConcreteBatch under the CLIP baseline (first {c.analysis_pairs} pairs; "
         "`concrete-jungle analyze`; BERTScore and DINOScore need real models and are left out here). The paper's "
         "columns are COCO with SDXL-Turbo edits under PE-Core-L, shown for orientation only: the toy world has "
-        "22 words and 64-pixel renders, so its values (unique keywords above all) are not comparable to them; "
+        "a few dozen words and 64-pixel renders, so its values (unique keywords above all) are not comparable; "
         "compare the toy datasets with each other.", "",
         table1_markdown(analysed["summaries"], analysed["modes"]), "",
         dataset_finding(analysed["summaries"]), "",

@@ -7,6 +7,7 @@ Layout of ``<dir>``::
     images/{train,test}/<id>.png
     test/sugarcrepe/<subset>.json  the compositional test in the official SugarCrepe format
     test/retrieval.json          a Karpathy-format split file (all test images, split "test")
+    val/...                      the same for the validation scenes, when ``val`` > 0
     world.json                   the settings it was made with
 
 Test scenes are drawn after the training scenes and kept only when their content (`Scene.key`) is not a
@@ -33,6 +34,7 @@ SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "s
 class WorldConfig:
     train: int = 2000
     test: int = 600
+    val: int = 0  # held-out scenes for choosing settings (the study's step count), never the test
     seed: int = 0
 
 
@@ -45,23 +47,23 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
     if done.is_file() and json.loads(done.read_text()).get("config") == asdict(config):
         return json.loads(done.read_text())
     rng = random.Random(config.seed)
-    train, seen = [], set()
-    while len(train) < config.train:
-        s = sample_scene(rng)
-        if s.key() not in seen:
-            seen.add(s.key())
-            train.append(s)
-    test, test_keys = [], set()
-    while len(test) < config.test:
-        s = sample_scene(rng)
-        if s.key() not in seen and s.key() not in test_keys:
-            test_keys.add(s.key())
-            test.append(s)
+    # train first, then held-out splits: a held-out scene's content is no earlier scene's (test, then val, so
+    # a world with a val split has the same train and test scenes as one without)
+    scenes: dict[str, list[Scene]] = {}
+    seen: set = set()
+    for split, n in (("train", config.train), ("test", config.test), ("val", config.val)):
+        scenes[split] = []
+        while len(scenes[split]) < n:
+            s = sample_scene(rng)
+            if s.key() not in seen:
+                seen.add(s.key())
+                scenes[split].append(s)
 
     rows, samples = [], []
-    for split, scenes in (("train", train), ("test", test)):
-        (out / "images" / split).mkdir(parents=True, exist_ok=True)
-        for i, s in enumerate(tqdm(scenes, desc=f"render {split}", unit="scene", disable=not progress)):
+    for split, split_scenes in scenes.items():
+        if split_scenes:
+            (out / "images" / split).mkdir(parents=True, exist_ok=True)
+        for i, s in enumerate(tqdm(split_scenes, desc=f"render {split}", unit="scene", disable=not progress)):
             sid = f"{split}-{i:06d}"
             image = render(s)
             name = f"{split}/{sid}.png"
@@ -74,15 +76,21 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
     atomic_write_jsonl(out / "captions.jsonl", samples)
     atomic_write_jsonl(out / "scenes.jsonl", rows)
 
-    items = compositional_test(test, [r["id"] for r in rows if r["split"] == "test"], config.seed)
-    for subset, entries in items.items():
-        atomic_write_json(out / "test" / "sugarcrepe" / f"{subset}.json",
-                          {str(k): e for k, e in enumerate(entries)})
-    retrieval = {"images": [{"split": "test", "filename": f"{r['id']}.png",
-                             "sentences": [{"raw": c} for c in r["captions"]]} for r in rows if r["split"] == "test"]}
-    atomic_write_json(out / "test" / "retrieval.json", retrieval)
-    summary = {"config": asdict(config), "train": len(train), "test": len(test),
-               "test_items": {k: len(v) for k, v in items.items()}}
+    counts = {}
+    for split in ("test", "val"):  # the same compositional subsets and a retrieval split for each held-out set
+        if not scenes[split]:
+            continue
+        items = compositional_test(scenes[split], [r["id"] for r in rows if r["split"] == split], config.seed)
+        for subset, entries in items.items():
+            atomic_write_json(out / split / "sugarcrepe" / f"{subset}.json",
+                              {str(k): e for k, e in enumerate(entries)})
+        retrieval = {"images": [{"split": "test", "filename": f"{r['id']}.png",
+                                 "sentences": [{"raw": c} for c in r["captions"]]}
+                                for r in rows if r["split"] == split]}
+        atomic_write_json(out / split / "retrieval.json", retrieval)
+        counts[split] = {k: len(v) for k, v in items.items()}
+    summary = {"config": asdict(config), "train": config.train, "test": config.test, "val": config.val,
+               "test_items": counts["test"], "val_items": counts.get("val", {})}
     atomic_write_json(done, summary)
     return summary
 

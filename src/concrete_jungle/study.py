@@ -1,0 +1,238 @@
+"""`concrete-jungle demo --study`: the pre-registered experiment on the toy world (design: docs/toyworld.md).
+
+Question: on a world where the answer is knowable, do hard negatives teach composition beyond what more training
+on the same captions teaches, and does Cement's adaptive margin add to that? Rows: the CLIP baseline; the
+control (the D_hc anchors with every negative masked, InfoNCE); D_hc with InfoNCE, static margin, Cement and the
+inverse margin; D_wo with InfoNCE and Cement; D_lc with Cement; every fine-tune for every seed, from the same
+baseline, with the same batches in the same order (paired by seed and data order).
+
+Two settings are chosen by fixed rules before any fine-tune of a compared row runs, and recorded in
+``design.json``: the batch size N (the smallest candidate at which InfoNCE's hard-negative gradient share, on the
+baseline's features of D_hc, is below ``share_threshold``: the regime the margin is meant for) and the number of
+steps T (from the control's learning curve on the validation scenes: the first evaluated step at which its
+validation Recall@1, the mean of both directions, is within ``plateau`` points of its best). Each hypothesis is a
+contrast of M.Avg on the held-out test; its 95 % interval comes from a paired bootstrap over test items (within
+each subset) and seeds, and its verdict is read off the interval: supported (above 0), contradicted (below 0),
+not resolved (straddles 0). The smallest difference the design resolves is (1.96 + 0.84) bootstrap standard
+errors (two-sided 5 %, 80 % power).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .demo import BASELINE, CONTROL, Demo, DemoConfig, Finetune, log, signed, stage_dir
+from .records import atomic_write_json, atomic_write_text
+from .toyworld.build import WorldConfig
+
+ROWS = (CONTROL, Finetune("D_hc + InfoNCE", "infonce", "hc"), Finetune("D_hc + static margin", "static", "hc"),
+        Finetune("D_hc + Cement", "cement", "hc"), Finetune("D_hc + inverse margin", "inverse", "hc"),
+        Finetune("D_wo + InfoNCE", "infonce", "wo"), Finetune("D_wo + Cement", "cement", "wo"),
+        Finetune("D_lc + Cement", "cement", "lc"))
+
+# (name, claim, contrast: row label -> weight); the claim holds when the contrast of M.Avg is above 0
+HYPOTHESES = (
+    ("H1", "hard negatives teach beyond more training: D_hc + InfoNCE beats the control",
+     {"D_hc + InfoNCE": 1, CONTROL.label: -1}),
+    ("H2", "Cement beats InfoNCE on D_hc", {"D_hc + Cement": 1, "D_hc + InfoNCE": -1}),
+    ("H3", "a static margin beats InfoNCE on D_hc", {"D_hc + static margin": 1, "D_hc + InfoNCE": -1}),
+    ("H4", "the inverse margin trails InfoNCE on D_hc", {"D_hc + InfoNCE": 1, "D_hc + inverse margin": -1}),
+    ("H5", "Cement beats InfoNCE on D_wo", {"D_wo + Cement": 1, "D_wo + InfoNCE": -1}),
+    ("H6", "Cement gains more over InfoNCE on D_wo than on D_hc",
+     {"D_wo + Cement": 1, "D_wo + InfoNCE": -1, "D_hc + Cement": -1, "D_hc + InfoNCE": 1}),
+    ("H7", "concrete negatives teach more: D_hc + Cement beats D_lc + Cement",
+     {"D_hc + Cement": 1, "D_lc + Cement": -1}),
+)
+PRIMARY = ("H1", "H2")
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    out: str = "runs/study"
+    world: WorldConfig = field(default_factory=lambda: WorldConfig(train=4000, test=1500, val=600, seed=1))
+    model: str = "cj-demo"
+    pretrain_steps: int = 400
+    pretrain_batch_size: int = 64
+    pretrain_lr: float = 2e-3
+    finetune_lr: float = 2e-3
+    batch_sizes: tuple[int, ...] = (32, 64, 128, 256)  # candidates for N, smallest first (256: the CPU budget)
+    share_threshold: float = 0.2
+    share_pairs: int = 2048  # D_hc pairs whose baseline features give the gradient-share curve
+    max_steps: int = 300  # the control's learning curve runs this long
+    curve_every: int = 25
+    plateau: float = 1.0  # points of validation Recall@1
+    seeds: tuple[int, ...] = (0, 1, 2)
+    bootstrap: int = 2000
+
+
+PROFILES = {
+    "cpu": {},  # about 80 minutes on 2 cores
+    # one H200: a 2.5x larger world, a 4x wider model, N up to 1024 (benchmarks/study_gpu.sh)
+    "gpu": dict(world=WorldConfig(train=10000, test=2000, val=1000, seed=1), model="cj-study", pretrain_steps=1000,
+                pretrain_batch_size=256, batch_sizes=(128, 256, 512, 1024), share_pairs=8192, max_steps=400),
+}
+
+
+class Study:
+    def __init__(self, config: StudyConfig, progress: bool = True, console=None):
+        self.c = config
+        self.out = Path(config.out)
+        self.console = console
+        # the demo's stages (world, baseline, plant, fine-tune, evaluate), with the study's settings
+        self.demo = Demo(DemoConfig(out=config.out, world=config.world, model=config.model,
+                                    batch_size=config.pretrain_batch_size, pretrain_steps=config.pretrain_steps,
+                                    pretrain_lr=config.pretrain_lr, finetune_lr=config.finetune_lr,
+                                    seeds=config.seeds), progress=progress, console=console)
+
+    def choose_batch_size(self, baseline: Path, hc: Path) -> dict:
+        """The gradient-share curve of the baseline on D_hc and the N it picks (the design's first rule)."""
+        from .analysis import concretebatch_features, gradient_share_by_batch_size
+        from .models import load_model
+
+        d = stage_dir(self.out, "batch-size", {"baseline": str(baseline), "data": str(hc),
+                                               "pairs": self.c.share_pairs, "sizes": list(self.c.batch_sizes)})
+        if (d / "choice.json").is_file():
+            return json.loads((d / "choice.json").read_text())
+        clip = load_model(checkpoint=baseline)
+        image, text, c, _, _ = concretebatch_features(clip, hc, limit=self.c.share_pairs, cache_dir=d / "embeddings",
+                                                      progress=False)
+        sizes = [n for n in self.c.batch_sizes if n <= c.shape[0]]
+        curves = gradient_share_by_batch_size(image, text, c, clip.model.logit_scale.exp().item(), sizes,
+                                              batches=16)
+        below = [n for n in sizes if curves["none"][n] < self.c.share_threshold]
+        choice = {"n": below[0] if below else sizes[-1], "rule_met": bool(below),
+                  "curves": {s: {str(n): v for n, v in pts.items()} for s, pts in curves.items()}}
+        atomic_write_json(d / "choice.json", choice)
+        return choice
+
+    def choose_steps(self, baseline: Path, hc: Path, world: Path, n: int) -> dict:
+        """The control's learning curve on the validation scenes and the T it picks (the design's second rule)."""
+        run = self.demo.finetune(baseline, hc, CONTROL, self.c.seeds[0], batch_size=n, steps=self.c.max_steps,
+                                 save_every=self.c.curve_every)
+        choice_path = run.parent.parent / "steps_choice.json"
+        if choice_path.is_file():
+            return json.loads(choice_path.read_text())
+        val = self.demo.test_data(world, "val")
+        curve = {}
+        for step in range(self.c.curve_every, self.c.max_steps + 1, self.c.curve_every):
+            metrics = self.demo.evaluate(run.parent / f"step-{step:07d}", val, name="val_eval.json")
+            curve[step] = {"M.Avg": metrics["M.Avg"],
+                           "R@1": (metrics["text_retrieval_recall@1"] + metrics["image_retrieval_recall@1"]) / 2}
+        best = max(v["R@1"] for v in curve.values())
+        steps = next(s for s, v in curve.items() if v["R@1"] >= best - self.c.plateau / 100)
+        choice = {"steps": steps, "best_val_recall": best, "curve": {str(s): v for s, v in curve.items()}}
+        atomic_write_json(choice_path, choice)
+        return choice
+
+    def run(self) -> dict:
+        c = self.c
+        started = time.perf_counter()
+        self.out.mkdir(parents=True, exist_ok=True)
+        log("[1/6] rendering the toy world (train, validation and test scenes)", self.console)
+        world = self.demo.world()
+        log("[2/6] pretraining the CLIP baseline", self.console)
+        baseline = self.demo.baseline(world)
+        log("[3/6] ConcretePlant: D_hc, D_lc, D_wo", self.console)
+        datasets = {m: self.demo.plant(world, m) for m in ("hc", "lc", "wo")}
+        log("[4/6] choosing N (gradient share) and T (the control's validation curve) by the design's rules",
+            self.console)
+        batch = self.choose_batch_size(baseline, datasets["hc"])
+        steps = self.choose_steps(baseline, datasets["hc"], world, batch["n"])
+        design = {"config": asdict(c), "n": batch["n"], "steps": steps["steps"], "batch_size_choice": batch,
+                  "steps_choice": steps, "hypotheses": [list(h) for h in HYPOTHESES], "primary": list(PRIMARY)}
+        atomic_write_json(self.out / "design.json", design)
+        log(f"    N = {batch['n']} anchors, T = {steps['steps']} steps", self.console)
+        log(f"[5/6] fine-tuning {len(ROWS)} settings x {len(c.seeds)} seeds", self.console)
+        runs = {(row.label, seed): self.demo.finetune(baseline, datasets[row.mode], row, seed, batch_size=batch["n"],
+                                                      steps=steps["steps"])
+                for seed in c.seeds for row in ROWS}
+        log("[6/6] evaluating on the test scenes and bootstrapping the contrasts", self.console)
+        test = self.demo.test_data(world, "test")
+        items = {key: self.demo.evaluate(ckpt, test, name="test_items.json", per_item=True)
+                 for key, ckpt in [((BASELINE, None), baseline), *runs.items()]}
+        from .demo import results_table
+
+        table = results_table({k: v["metrics"] for k, v in items.items()})
+        results = contrasts(items, c.seeds, c.bootstrap)
+        result = {"design": design, "table": table, "hypotheses": results,
+                  "seconds": round(time.perf_counter() - started, 1)}
+        atomic_write_json(self.out / "results.json", result)
+        atomic_write_text(self.out / "study.md", study_report(result, json.loads((world / "world.json").read_text())))
+        return result
+
+
+def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, seed: int = 0) -> list[dict]:
+    """Each hypothesis's contrast of test M.Avg (in points) with its paired bootstrap interval and verdict.
+
+    ``items[(label, seed)]["per_item"][subset]`` lists (key, correct) in the same item order for every model.
+    A resample draws seeds with replacement and, within each subset, items with replacement; the same draw
+    serves every model (the pairing), and M.Avg is the mean of the subsets' accuracies.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    subsets = list(next(iter(items.values()))["per_item"])
+    correct = {key: [np.array([flag for _, flag in v["per_item"][s]], dtype=np.float64) for s in subsets]
+               for key, v in items.items()}
+
+    def m_avg(key, picks):
+        return sum(c[p].mean() for c, p in zip(correct[key], picks)) / len(subsets)
+
+    sizes = [len(a) for a in next(iter(correct.values()))]
+    identity = [np.arange(n) for n in sizes]
+    out = []
+    for name, claim, weights in HYPOTHESES:
+        def value(seed_draw, picks):
+            return 100 * sum(w * np.mean([m_avg((label, s), picks) for s in seed_draw])
+                             for label, w in weights.items())
+
+        estimate = value(list(seeds), identity)
+        draws = np.array([value(list(rng.choice(seeds, len(seeds))), [rng.integers(0, n, n) for n in sizes])
+                          for _ in range(resamples)])
+        low, high = np.percentile(draws, [2.5, 97.5])
+        se = draws.std(ddof=1)
+        verdict = "supported" if low > 0 else "contradicted" if high < 0 else "not resolved"
+        out.append({"name": name, "claim": claim, "primary": name in PRIMARY, "contrast": weights,
+                    "estimate": estimate, "ci95": [low, high], "se": se, "resolvable": (1.96 + 0.84) * se,
+                    "verdict": verdict})
+    return out
+
+
+def study_report(result: dict, world_info: dict) -> str:
+    from .demo import table_markdown
+
+    design = result["design"]
+    c = design["config"]
+    share = design["batch_size_choice"]["curves"]["none"]
+    curve = design["steps_choice"]["curve"]
+    lines = [
+        "# The study: do hard negatives and Cement teach composition on the toy world?", "",
+        f"Design: docs/toyworld.md, \"The study\" (pre-registered). {world_info['train']} training, "
+        f"{world_info['val']} validation and {world_info['test']} test scenes (test items per subset: "
+        + ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + f"); model `{c['model']}` pretrained "
+        f"{c['pretrain_steps']} steps; seeds {', '.join(map(str, c['seeds']))}; {result['seconds'] / 60:.0f} minutes.",
+        "",
+        f"**N = {design['n']}** anchors per step: InfoNCE's hard-negative gradient share on the baseline's D_hc "
+        "features was " + ", ".join(f"{v:.3f} at N = {n}" for n, v in share.items())
+        + f" (rule: the smallest N below {c['share_threshold']}"
+        + ("" if design["batch_size_choice"]["rule_met"] else "; no candidate met it, so the largest was taken")
+        + ").", "",
+        f"**T = {design['steps']}** steps: the control's validation Recall@1 (mean of both directions) was "
+        + ", ".join(f"{100 * v['R@1']:.1f} at {s}" for s, v in curve.items())
+        + f" (rule: the first step within {c['plateau']} points of the best).", "",
+        "## Hypotheses (test M.Avg, points; 95 % paired bootstrap interval over test items and seeds)", "",
+        "| | claim | difference | 95 % interval | resolvable difference | verdict |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for h in result["hypotheses"]:
+        lines.append(f"| {h['name']}{' (primary)' if h['primary'] else ''} | {h['claim']} | {signed(h['estimate'], 2)} "
+                     f"| [{signed(h['ci95'][0], 2)}, {signed(h['ci95'][1], 2)}] | {h['resolvable']:.2f} | "
+                     f"**{h['verdict']}** |")
+    lines += ["", "The resolvable difference is (1.96 + 0.84) bootstrap standard errors: a true difference that "
+              "large is detected with 80 % power at the two-sided 5 % level. Seven contrasts are reported "
+              "without correction for multiplicity; H1 and H2 are the primary ones.", "",
+              "## All rows (test, %, mean ± sd over seeds)", "", table_markdown(result["table"]), ""]
+    return "\n".join(lines) + "\n"

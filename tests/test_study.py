@@ -1,0 +1,65 @@
+"""The study: its paired bootstrap on answers whose truth is known, and a tiny run end to end."""
+
+import json
+
+import numpy as np
+import pytest
+
+from concrete_jungle.cli import main
+from concrete_jungle.demo import BASELINE, CONTROL
+from concrete_jungle.study import HYPOTHESES, ROWS, contrasts
+from concrete_jungle.toyworld.build import WorldConfig
+
+SUBSETS = ("add_att", "swap_obj")
+
+
+def answers(rates: dict[str, float], seeds=(0, 1, 2), items=400, seed=0):
+    """Per-item answers of every row with the given accuracy (the same items, independent draws per seed)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for label in [BASELINE] + [r.label for r in ROWS]:
+        for s in seeds:
+            flags = {sub: [(str(i), bool(x)) for i, x in enumerate(rng.random(items) < rates.get(label, 0.6))]
+                     for sub in SUBSETS}
+            out[(label, s)] = {"per_item": flags}
+    return out
+
+
+def test_the_bootstrap_finds_a_real_difference_and_not_a_missing_one():
+    better = answers({"D_hc + Cement": 0.75, "D_hc + InfoNCE": 0.60})
+    result = {h["name"]: h for h in contrasts(better, (0, 1, 2), resamples=400)}
+    h2 = result["H2"]  # Cement 15 points above InfoNCE on D_hc
+    assert h2["verdict"] == "supported" and 10 < h2["estimate"] < 20 and h2["ci95"][0] > 0
+    assert result["H1"]["verdict"] == "not resolved"  # the control and InfoNCE: same rate
+    assert 0 < result["H1"]["resolvable"] < 10  # 3 seeds x 800 items resolve a few points
+    worse = {h["name"]: h for h in contrasts(answers({"D_hc + Cement": 0.45, "D_hc + InfoNCE": 0.60}), (0, 1, 2),
+                                             resamples=400)}
+    assert worse["H2"]["verdict"] == "contradicted" and worse["H2"]["ci95"][1] < 0
+    assert result["H2"]["estimate"] == pytest.approx(-worse["H2"]["estimate"], abs=6)
+    assert [h["name"] for h in contrasts(better, (0, 1, 2), resamples=10)] == [h[0] for h in HYPOTHESES]
+
+
+def test_a_tiny_study_runs_end_to_end_and_records_its_design(tmp_path, capsys, monkeypatch):
+    import concrete_jungle.study as study
+
+    tiny = dict(world=WorldConfig(train=160, test=40, val=30, seed=1), pretrain_steps=10, pretrain_batch_size=16,
+                batch_sizes=(8, 16), share_pairs=64, max_steps=10, curve_every=5, seeds=(0, 1), bootstrap=50)
+    monkeypatch.setitem(study.PROFILES, "cpu", tiny)  # the cpu profile at toy size: the command's own path
+    out = tmp_path / "study"
+    assert main(["demo", "--study", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    design = json.loads((out / "design.json").read_text())
+    assert design["n"] in (8, 16) and design["steps"] in (5, 10)
+    assert set(design["batch_size_choice"]["curves"]["none"]) == {"8", "16"}
+    assert set(design["steps_choice"]["curve"]) == {"5", "10"}
+    result = json.loads((out / "results.json").read_text())
+    assert [h["name"] for h in result["hypotheses"]] == [h[0] for h in HYPOTHESES]
+    assert all(h["verdict"] in ("supported", "contradicted", "not resolved") for h in result["hypotheses"])
+    assert set(result["table"]) == {BASELINE, *(r.label for r in ROWS)} and CONTROL.label in result["table"]
+    report = (out / "study.md").read_text()
+    assert f"**N = {design['n']}**" in report and "| H1 (primary) |" in report and "H7:" in printed
+    # every compared fine-tune ran with the chosen N and T
+    runs = [json.loads(p.read_text()) for p in out.glob("finetune-*/stage.json")]
+    compared = [r for r in runs if "save_every" not in r]
+    assert len(compared) == len(ROWS) * 2
+    assert {(r["batch_size"], r["steps"]) for r in compared} == {(design["n"], design["steps"])}
