@@ -7,7 +7,12 @@ encoding, tar writing, manifests and fsyncs, and overlaps the captioner with the
 sampled once beforehand (their cost is spaCy's, see keywords_throughput.py). Rounds alternate the two.
 Goal: pipeline overhead <= 10% (ratio bare time / pipeline time >= 0.91).
 
+``--engines local,ray`` adds the Ray engine on the rules + tiny SDXL setup: a local Ray of ``--ray-cpus`` CPUs
+started once beforehand (as a cluster is), one rewrite and one edit actor, which run side by side; each run
+includes starting its actors and loading their models. Goal: overhead <= 15 % at 2 CPUs.
+
     python benchmarks/plant_overhead.py --samples 96 --rounds 3
+    python benchmarks/plant_overhead.py --samples 192 --rounds 3 --engines local,ray
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 from concrete_jungle.captioners import RewriteRequest, make_captioner
 from concrete_jungle.editors import make_editor
 from concrete_jungle.keywords import SamplerConfig
-from concrete_jungle.plant import Plant, PlantConfig, load_image
+from concrete_jungle.plant import EngineConfig, Plant, PlantConfig, load_image
 from concrete_jungle.tiny import build_tiny_causal_lm, build_tiny_sdxl_img2img
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -49,22 +54,32 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--engines", default="local", help="local, or local,ray")
+    ap.add_argument("--ray-cpus", type=int, default=2)
     args = ap.parse_args()
+    engines = args.engines.split(",")
+    if "ray" in engines:
+        import ray
+
+        ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         captions, images = make_dataset(tmp, args.samples, image_size=64)
         lm = make_captioner("transformers", model=str(build_tiny_causal_lm(tmp / "lm")), max_new_tokens=16,
                             batch_size=args.batch_size)
-        sdxl = make_editor("diffusers", model=str(build_tiny_sdxl_img2img(tmp / "sdxl")), size=64,
-                           batch_size=args.batch_size)
+        sdxl_path = str(build_tiny_sdxl_img2img(tmp / "sdxl"))
+        sdxl = make_editor("diffusers", model=sdxl_path, size=64, batch_size=args.batch_size, device="cpu")
         rules = make_captioner("rules")
         setups = {"tiny Llama captioner, no editor": (lm, None), "rules captioner + tiny SDXL editor": (rules, sdxl)}
         print(f"samples: {args.samples}, batch size: {args.batch_size}, rounds: {args.rounds} (medians), "
               "max attempts 1\n")
-        print("| setup | bare calls samples/s | pipeline samples/s | bare time / pipeline time |")
-        print("| --- | --- | --- | --- |")
-        for label, (captioner, editor) in setups.items():
+        print("| setup | engine | bare calls samples/s | pipeline samples/s | bare time / pipeline time |")
+        print("| --- | --- | --- | --- | --- |")
+        runs = [(label, captioner, editor, "local") for label, (captioner, editor) in setups.items()]
+        if "ray" in engines:
+            runs.append(("rules captioner + tiny SDXL editor", rules, sdxl, "ray"))
+        for label, captioner, editor, engine in runs:
             base = PlantConfig(captions=[str(captions)], images=str(images), out=str(tmp / "warm"), mode="hc",
                                sampler=SamplerConfig(mode="hc"), max_attempts=1, batch_size=args.batch_size,
                                samples_per_shard=32)
@@ -78,12 +93,18 @@ def main() -> None:
                 for f in tmp.joinpath("warm").glob("keywords-*"):
                     shutil.copy(f, out / f.name)
                 config = PlantConfig(**{**base.__dict__, "out": str(out)})
+                if engine == "ray":  # the actors build the captioner and editor from the config
+                    config = PlantConfig(**{**config.__dict__, "captioner": "rules", "editor": "diffusers",
+                                            "editor_options": {"model": sdxl_path, "size": 64, "device": "cpu",
+                                                               "batch_size": args.batch_size},
+                                            "engine": EngineConfig(name="ray")})
                 t0 = time.perf_counter()
-                Plant(config, captioner, editor or make_editor("none"), progress=False).run()
+                Plant(config, None if engine == "ray" else captioner,
+                      None if engine == "ray" else editor or make_editor("none"), progress=False).run()
                 plant_t.append(time.perf_counter() - t0)
                 bare_t.append(bare(records, images, captioner, editor, args.batch_size))
             b, p = statistics.median(bare_t), statistics.median(plant_t)
-            print(f"| {label} | {len(records) / b:.1f} | {len(records) / p:.1f} | {b / p:.3f} |")
+            print(f"| {label} | {engine} | {len(records) / b:.1f} | {len(records) / p:.1f} | {b / p:.3f} |")
 
 
 if __name__ == "__main__":

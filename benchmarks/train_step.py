@@ -11,7 +11,7 @@ memory and times the copy too), and both trainers get open_clip_train's TF32 and
 
     python benchmarks/train_step.py --model cj-tiny --n 64 --steps 4 --rounds 9
     python benchmarks/train_step.py --model ViT-B-32 --n 1024 --device cuda --precision amp_bf16   # GPU, MFU
-    bash benchmarks/gpu_check.sh   # the GPU measurements as one call of the device tool (see that file)
+    bash benchmarks/gpu_check.sh   # the GPU measurements as one command on an H200 (see that file)
 """
 
 from __future__ import annotations

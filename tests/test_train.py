@@ -1,5 +1,6 @@
 """Slipform training on the CPU: a tiny open_clip model on a small ConcreteBatch made here."""
 
+import io
 import json
 import os
 import re
@@ -201,3 +202,42 @@ def test_evaluation_hook_scores_in_fp32_and_tensorboard_gets_the_scalars(tmp_pat
     events = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
     assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4, 5, 6]
     assert [e.value for e in events.Scalars("loss")] == pytest.approx([r["loss"] for r in rows if "loss" in r])
+
+
+def test_the_image_cache_trains_the_same_weights_as_decoding_and_goes_stale_with_its_dataset(tmp_path,
+                                                                                             concretebatch):
+    import shutil
+
+    from concrete_jungle.image_cache import CachedSet, current_cache
+    from concrete_jungle.train_data import training_set
+    from concrete_jungle.train_config import DataConfig
+
+    data = tmp_path / "cb"
+    shutil.copytree(concretebatch, data)
+    decoded = config(tmp_path / "decoded", data, "data.preload_mib=0")  # the PIL path: decode every step
+    train(decoded, progress=False)
+    assert main(["cache", str(data), "--model", "cj-tiny", "--pretrained", "none", "--workers", "0",
+                 "--no-progress"]) == 0
+    clip = load_model("cj-tiny", "none")
+    assert isinstance(training_set(DataConfig(concretebatch=[str(data)]), clip, progress=False), CachedSet)
+    cached = config(tmp_path / "cached", data)
+    train(cached, progress=False)
+    final = "checkpoints/step-0000020/open_clip_model.safetensors"
+    a, b = load_file(tmp_path / "decoded" / "run" / final), load_file(tmp_path / "cached" / "run" / final)
+    # the same PIL resize and crop, the same float operations: bitwise the same inputs, so the same weights
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["loss"] for r in metrics(tmp_path / "decoded" / "run")] == \
+        [r["loss"] for r in metrics(tmp_path / "cached" / "run")]
+    # the dataset made again, other bytes (here: the same members in another order) with their true digest
+    import tarfile
+
+    from concrete_jungle.records import file_digest
+
+    shard = data / "shard-000000.tar"
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar]
+    with tarfile.open(shard, "w") as tar:
+        for member, content in reversed(members):
+            tar.addfile(member, io.BytesIO(content))
+    (data / "manifests" / "shard-000000.sha256").write_text(f"{file_digest(shard)}  shard-000000.tar\n")
+    assert current_cache(data, clip) is None

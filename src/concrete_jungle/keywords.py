@@ -444,6 +444,7 @@ def run_keywords(
     workers: int = 1,
     progress: bool = True,
     keep: Callable[[str], bool] | None = None,
+    extractor=None,
 ) -> tuple[dict, list[dict]]:
     """Sample one keyword per caption sample into ``out`` (JSONL), resuming whatever ``out`` already holds.
 
@@ -451,6 +452,7 @@ def run_keywords(
     written in input order, so the quota counts rebuilt from the ok lines on restart equal those of an
     uninterrupted run. ``keep`` selects samples by id (a part of a sharded run); the others are not written.
     Returns the summary (also written to ``<out stem>.summary.json``) and the records, as in ``out``.
+    ``extractor`` finds the candidates of batches instead of `CandidateWorkers` (e.g. on Ray), in order.
     """
     from tqdm import tqdm
 
@@ -504,7 +506,7 @@ def run_keywords(
                unit="caption", disable=not progress, dynamic_ncols=True)
     chunks = [todo[i: i + batch_size] for i in range(0, len(todo), batch_size)]
     texts = [[caption for _, caption, reason in chunk if reason is None] for chunk in chunks]
-    with JsonlAppender(out_path) as writer, CandidateWorkers(nlp, ratings, workers) as pool:
+    with JsonlAppender(out_path) as writer, extractor or CandidateWorkers(nlp, ratings, workers) as pool:
         # the workers parse and extract in parallel; sampling stays here, in input order, because the quota
         # counts depend on the order (so the output is byte-identical whatever the number of workers)
         for chunk, found in zip(chunks, pool.map(texts)):

@@ -41,6 +41,31 @@ from .records import atomic_write_json, atomic_write_jsonl, atomic_write_text, m
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    """How a plant run is executed; it changes no record. ``local``: this process (a thread rewrites while the
+    process edits). ``ray``: Ray Data across a cluster: keyword candidates in ``keyword_actors`` spaCy actors,
+    rewrites in ``rewrite_actors`` captioner actors, edits in ``edit_actors`` editor actors of ``edit_gpus`` GPUs
+    each, this process writing the shards (docs/scale.md)."""
+
+    name: str = "local"
+    address: str | None = None  # a Ray cluster (auto, ray://host:10001); none: a local one
+    keyword_actors: int = 1
+    rewrite_actors: int = 1
+    edit_actors: int = 1
+    edit_gpus: float = 0.0
+
+    def __post_init__(self):
+        problems = [f"engine.{k} must be >= 1, got {getattr(self, k)}"
+                    for k in ("keyword_actors", "rewrite_actors", "edit_actors") if getattr(self, k) < 1]
+        if self.name not in ("local", "ray"):
+            problems.append(f"engine.name {self.name!r} is not local or ray")
+        if self.edit_gpus < 0:
+            problems.append(f"engine.edit_gpus must be >= 0, got {self.edit_gpus}")
+        if problems:
+            raise ConfigError(*problems)
+
+
+@dataclass(frozen=True)
 class PlantConfig:
     captions: list[str]
     images: str
@@ -60,6 +85,7 @@ class PlantConfig:
     samples_per_shard: int = 1000
     num_shards: int = 1
     shard_index: int = 0
+    engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
         if self.sampler.mode != self.mode:
@@ -90,7 +116,7 @@ class PlantConfig:
     def dataset_settings(self) -> dict:
         """What defines the dataset (every part of a run must agree); run-time knobs left out."""
         d = asdict(self)
-        for runtime in ("out", "shard_index", "batch_size", "spacy_model"):
+        for runtime in ("out", "shard_index", "batch_size", "spacy_model", "engine"):
             d.pop(runtime)
         return d
 
@@ -179,9 +205,14 @@ class Plant:
     def sample_keywords(self) -> list[dict]:
         c = self.config
         path = self.out / f"keywords-{c.part}.jsonl"
+        extractor = None
+        if c.engine.name == "ray":
+            from .ray_engine import RayCandidates
+
+            extractor = RayCandidates(c.spacy_model, c.scale, c.engine.keyword_actors, c.engine.address)
         _, records = run_keywords(
             list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model), fmt=c.format,
-            split=c.split, progress=self.progress,
+            split=c.split, progress=self.progress, extractor=extractor,
             keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
         return records
 
@@ -226,25 +257,32 @@ class Plant:
         records = self.sample_keywords()
         ok = [r for r in records if r["status"] == "ok"]
         self.check_images(ok)
-        captioner = self._captioner or make_captioner(c.captioner, **c.captioner_options)
-        editor = self._editor or make_editor(c.editor, **c.editor_options)
-        self.captioner_id = captioner.name
-        import yaml
-
-        atomic_write_text(self.out / "config.yaml", yaml.safe_dump({
-            "dataset": settings, "captioner_id": captioner.name, "editor_id": editor.name,
-            "prompt": {"template": PROMPT_TEMPLATE, "examples": EXAMPLES}, "versions": package_versions(),
-        }, sort_keys=False, allow_unicode=True, width=120))
-
         chunks = [ok[j: j + c.samples_per_shard] for j in range(0, len(ok), c.samples_per_shard)]
         shard_of = [j * c.num_shards + c.shard_index for j in range(len(chunks))]
         self.remove_orphans(shard_of)
         done = self.verified_shards(set(shard_of))
-        pending = [(s, chunk) for s, chunk in zip(shard_of, chunks) if s not in done]
+        # the work left, in the batches every engine processes in this order: chunk j of this part is shard
+        # j * K + i, cut into batches of batch_size; a batch flagged last completes its shard
+        batches = [(s, chunk[b: b + c.batch_size], b + c.batch_size >= len(chunk))
+                   for s, chunk in zip(shard_of, chunks) if s not in done
+                   for b in range(0, len(chunk), c.batch_size)]
         n_done = sum(len(rows) for rows in done.values())
-        self._process(pending, captioner, editor, n_done, len(ok))
-        captioner.close()
-        return self.finish(records, shard_of, captioner, editor, time.perf_counter() - started)
+        if c.engine.name == "ray":
+            from .ray_engine import process
+
+            names = process(self, batches, n_done, len(ok))
+        else:
+            names = self.process_locally(batches, n_done, len(ok))
+        return self.finish(records, shard_of, names, time.perf_counter() - started)
+
+    def write_config(self, captioner_name: str, editor_name: str) -> None:
+        import yaml
+
+        atomic_write_text(self.out / "config.yaml", yaml.safe_dump({
+            "dataset": self.config.dataset_settings(), "captioner_id": captioner_name, "editor_id": editor_name,
+            "engine": self.config.engine.name, "prompt": {"template": PROMPT_TEMPLATE, "examples": EXAMPLES},
+            "versions": package_versions(),
+        }, sort_keys=False, allow_unicode=True, width=120))
 
     def remove_orphans(self, shard_of: list[int]) -> None:
         """Delete the temporary files a killed run of this part left (a write is a temporary file renamed into
@@ -278,72 +316,97 @@ class Plant:
                 del done[index]
         return done
 
-    def _process(self, pending, captioner, editor, n_done: int, total: int) -> None:
+    def process_locally(self, batches: list, n_done: int, total: int) -> tuple[str, str]:
+        """The local engine: this process edits a batch while a thread rewrites the next one; the driver of every
+        engine writes the results in batch order with `write_results`. Returns (captioner, editor) names."""
         from tqdm import tqdm
 
         c = self.config
-        batches = [(s, chunk[b: b + c.batch_size], b + c.batch_size >= len(chunk))
-                   for s, chunk in pending for b in range(0, len(chunk), c.batch_size)]
+        captioner = self._captioner or make_captioner(c.captioner, **c.captioner_options)
+        editor = self._editor or make_editor(c.editor, **c.editor_options)
+        self.write_config(captioner.name, editor.name)
         bar = tqdm(total=total, initial=n_done, desc=f"plant {c.mode} {c.part}", unit="sample",
                    disable=not self.progress, dynamic_ncols=True)
-        rejects = Counter()
-        writer, rows = None, []
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="captioner") as pool:
             future = pool.submit(self.rewrite, captioner, batches[0][1]) if batches else None
-            try:
+
+            def results():
+                nonlocal future
                 for b, (shard, batch, last_of_shard) in enumerate(batches):
                     rewritten = future.result()
                     # the next batch's captions are made while this batch's images are edited
                     future = pool.submit(self.rewrite, captioner, batches[b + 1][1]) if b + 1 < len(batches) else None
-                    if writer is None:
-                        writer, rows = ShardWriter(self.out / SHARD_PATTERN.format(shard)), []
-                    rows.extend(self._edit_and_write(writer, shard, batch, rewritten, editor))
-                    rejects.update(reason_kind(r["reason"]) for r in rows[-len(batch):] if r["status"] != "ok")
-                    bar.update(len(batch))
-                    bar.set_postfix(rejected=sum(rejects.values()))
-                    if last_of_shard:
-                        write_shard_manifest(self.out, shard, rows, writer.commit())
-                        writer = None
-            except BaseException:
-                if writer is not None:
-                    writer.abort()
+                    yield shard, last_of_shard, self.edit(shard, batch, rewritten, editor, captioner.name)
+
+            try:
+                self.write_results(results(), bar)
+            finally:
                 if future is not None:
                     future.cancel()
-                raise
-            finally:
                 bar.close()
+        captioner.close()
+        return captioner.name, editor.name
 
-    def _edit_and_write(self, writer: ShardWriter, shard: int, batch: list[dict], rewritten, editor) -> list[dict]:
+    def write_results(self, results, bar) -> None:
+        """Write edited batches, in order, into their shards: ``results`` yields (shard, last of its shard,
+        [(manifest row, record or None)]); a shard is committed with its digest and manifest when its last
+        batch is in. A failure throws the shard in progress away; committed shards stay."""
+        rejects = Counter()
+        writer, rows = None, []
+        try:
+            for shard, last_of_shard, edited in results:
+                if writer is None:
+                    writer, rows = ShardWriter(self.out / SHARD_PATTERN.format(shard)), []
+                for row, record in edited:
+                    rows.append(row)
+                    if record is not None:
+                        writer.write(*record)
+                rejects.update(reason_kind(row["reason"]) for row, _ in edited if row["status"] != "ok")
+                bar.update(len(edited))
+                bar.set_postfix(rejected=sum(rejects.values()))
+                if last_of_shard:
+                    write_shard_manifest(self.out, shard, rows, writer.commit())
+                    writer = None
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+
+    def edit(self, shard: int, batch: list[dict], rewritten, editor, captioner_name: str) -> list[tuple]:
+        """Load the anchors, edit them towards the rewritten captions and build each sample's manifest row and
+        record ``(key, anchor JPEG, caption, negative JPEG, negative caption, metadata)`` (None for a reject)."""
         c = self.config
-        rows, todo = [], []
+        out, todo = [], []
         for record, (new, reason, attempts) in zip(batch, rewritten):
             row = {"id": record["id"], "shard": SHARD_PATTERN.format(shard), "keyword": record["keyword"],
-                   "category": record["category"], "concreteness": record["concreteness"], "attempts": attempts}
+                   "category": record["category"], "concreteness": record["concreteness"], "attempts": attempts,
+                   "engine": c.engine.name}
             image, data = None, None
             if reason is None:
                 image, data, reason = load_image(self.images, record.get("image"))
-            rows.append(row | ({"status": "ok"} if reason is None else {"status": "rejected", "reason": reason}))
+            out.append([row | ({"status": "ok"} if reason is None else {"status": "rejected", "reason": reason}),
+                        None])
             if reason is None:
-                todo.append((record, new, image, data, row))
+                todo.append((len(out) - 1, record, new, image, data))
         if not todo:
-            return rows
-        seeds = [sample_rng(c.sampler.seed, f"edit\x00{r['id']}").getrandbits(32) for r, *_ in todo]
-        edited = editor.edit([im for _, _, im, _, _ in todo], [new for _, new, *_ in todo], seeds)
-        for (record, new, image, data, row), neg, seed in zip(todo, edited, seeds):
+            return [tuple(x) for x in out]
+        seeds = [sample_rng(c.sampler.seed, f"edit\x00{r['id']}").getrandbits(32) for _, r, *_ in todo]
+        edited = editor.edit([im for _, _, _, im, _ in todo], [new for _, _, new, _, _ in todo], seeds)
+        for (at, record, new, image, data), neg, seed in zip(todo, edited, seeds):
             anchor_bytes = data if data[:3] == b"\xff\xd8\xff" else encode_jpeg(image)
             meta = {
                 "id": record["id"], "keyword": record["keyword"], "span": record["span"],
                 "category": record["category"], "concreteness": record["concreteness"], "rated": record["rated"],
                 "mode": c.mode, "scale": record["scale"], "source": record.get("image"), "seed": seed,
-                "captioner": self.captioner_id, "editor": editor.name, "attempts": row["attempts"],
+                "captioner": captioner_name, "editor": editor.name, "attempts": out[at][0]["attempts"],
                 "neg_image_is_anchor": bool(getattr(editor, "reuses_anchor", False)),
                 "candidates": record["candidates"],
             }
             neg_bytes = anchor_bytes if meta["neg_image_is_anchor"] else encode_jpeg(neg)
-            writer.write(sample_key(record["id"]), anchor_bytes, record["caption"], neg_bytes, new, meta)
-        return rows
+            out[at][1] = (sample_key(record["id"]), anchor_bytes, record["caption"], neg_bytes, new, meta)
+        return [tuple(x) for x in out]
 
-    def finish(self, records: list[dict], shard_of: list[int], captioner, editor, seconds: float) -> dict:
+    def finish(self, records: list[dict], shard_of: list[int], names: tuple[str, str], seconds: float) -> dict:
         """Write this part's manifest and rejects; for a single part, the dataset's own files."""
         c = self.config
         rows = [row for rows in read_shard_manifests(self.out, set(shard_of)).values() for row in rows]
@@ -353,8 +416,8 @@ class Plant:
         name = "" if c.num_shards == 1 else f"-{c.part}"
         atomic_write_jsonl(self.out / f"manifest{name}.jsonl", rows)
         atomic_write_jsonl(self.out / f"rejects{name}.jsonl", [r for r in rows if r["status"] != "ok"])
-        summary = summarize_manifest(rows) | {"seconds": round(seconds, 2), "captioner": captioner.name,
-                                              "editor": editor.name, "part": c.part}
+        summary = summarize_manifest(rows) | {"seconds": round(seconds, 2), "captioner": names[0],
+                                              "editor": names[1], "part": c.part, "engine": c.engine.name}
         atomic_write_json(self.out / f"summary{name}.json", summary)
         return summary
 

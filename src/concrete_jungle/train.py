@@ -240,7 +240,7 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
             lr = lr_at(step, total, config.optim)
             out_dict = training_step(dist_model, model, loss_fn, optimizer, (image, neg_image, text, neg_text, c,
                                                                              has_negative), lr, config.optim.grad_clip,
-                                     device, autocast)
+                                     device, autocast, getattr(dataset, "normalize", None))
             loss = out_dict["contrastive_loss"]
             if out_dict.get("non_finite"):
                 bar.close()
@@ -287,10 +287,11 @@ def finite_or_none(value: float) -> float | None:
 
 
 def training_step(dist_model, model, loss_fn: CementLoss, optimizer, batch, lr: float, grad_clip: float | None,
-                  device: str, autocast: bool) -> dict:
+                  device: str, autocast: bool, normalize=None) -> dict:
     """One optimisation step on a batch of N anchors and their N negatives; the loss's output dict.
 
-    A non-finite loss takes no step and comes back with ``non_finite`` set.
+    ``normalize`` turns uint8 pictures (from the image cache) into the model's input on the device. A non-finite
+    loss takes no step and comes back with ``non_finite`` set.
     """
     image, neg_image, text, neg_text, c, has_negative = batch
     for g in optimizer.param_groups:
@@ -298,6 +299,8 @@ def training_step(dist_model, model, loss_fn: CementLoss, optimizer, batch, lr: 
     # each half goes over from the loader's pinned memory, then joins on the device: a join on the host would
     # copy 1.2 GB per ViT-B-32 step into memory that is not pinned, and the transfer would no longer be async
     images = torch.cat([image.to(device, non_blocking=True), neg_image.to(device, non_blocking=True)])
+    if normalize is not None:
+        images = normalize(images)
     texts = torch.cat([text.to(device, non_blocking=True), neg_text.to(device, non_blocking=True)])
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync

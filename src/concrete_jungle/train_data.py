@@ -4,9 +4,12 @@
   decoded per item by DataLoader workers.
 - `PreloadedSet`: the same tensors for a whole small dataset, decoded and preprocessed once, so each step
   indexes memory instead of decoding JPEGs; bitwise the same batches as `TrainingSet`.
+- `image_cache.CachedSet`: a dataset preprocessed once by `concrete-jungle cache` (uint8 pixels and tokens in
+  memory-mapped files): batches are gathered, not decoded, and normalised on the device; bitwise the same
+  inputs as the other two. Used whenever every ConcreteBatch of the config has a current cache for the model.
 - `EpochBatches`: every epoch a seeded permutation split into disjoint per-rank slices; (epoch, step) is the
   exact data position a checkpoint stores.
-- `epoch_batches`: one epoch's batches from either set, from a given step on.
+- `epoch_batches`: one epoch's batches from any of the three, from a given step on.
 """
 
 from __future__ import annotations
@@ -111,10 +114,16 @@ class EpochBatches(torch.utils.data.Sampler):
             yield self.order[at: at + self.per_rank]
 
 
-def training_set(data: DataConfig, clip, progress: bool = True) -> TrainingSet | PreloadedSet:
-    """The training set of a config's data: preloaded into memory when it fits ``data.preload_mib``."""
+def training_set(data: DataConfig, clip, progress: bool = True):
+    """The training set of a config's data: its image caches when every ConcreteBatch has a current one (and
+    no plain pairs are mixed in), else preloaded into memory when it fits ``data.preload_mib``, else decoded
+    per step."""
     from .concretebatch import IndexedConcreteBatch
+    from .image_cache import CachedSet, current_cache
 
+    caches = [current_cache(root, clip) for root in data.concretebatch]
+    if data.concretebatch and not data.pairs and all(caches):
+        return CachedSet(caches, negatives=data.negatives)
     parts = [IndexedConcreteBatch(data.concretebatch)] if data.concretebatch else []
     if data.pairs:
         parts.append(PairsDataset(data.pairs, data.pairs_images, data.pairs_split))
@@ -124,11 +133,29 @@ def training_set(data: DataConfig, clip, progress: bool = True) -> TrainingSet |
     return dataset
 
 
-def epoch_batches(dataset: TrainingSet | PreloadedSet, batches: EpochBatches, workers: int,
-                  pin_memory: bool) -> Iterator[Batch]:
-    """One epoch's batches: indexed from memory for a `PreloadedSet`, else decoded by DataLoader workers."""
+class _Batches(torch.utils.data.Dataset):
+    """A set with a ``batch(indices)`` method as a DataLoader dataset whose items are whole batches, so that
+    worker processes gather them (the memory-mapped cache) while the device computes."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, indices):
+        return self.dataset.batch(indices)
+
+
+def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool) -> Iterator[Batch]:
+    """One epoch's batches: indexed from memory for a `PreloadedSet`, gathered from the cache by DataLoader
+    workers for a `CachedSet`, else decoded by DataLoader workers."""
     if isinstance(dataset, PreloadedSet):
         for indices in batches:
             yield dataset.batch(indices)
+        return
+    if hasattr(dataset, "batch"):  # a CachedSet: the sampler's index lists go to the workers whole
+        yield from torch.utils.data.DataLoader(_Batches(dataset), batch_size=None, sampler=batches,
+                                               num_workers=workers, pin_memory=pin_memory)
         return
     yield from torch.utils.data.DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory)

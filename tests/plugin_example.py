@@ -1,0 +1,30 @@
+"""A captioner and an editor of a user's own, outside the package: what `plant` takes as plugins."""
+
+from PIL import Image, ImageOps
+
+from concrete_jungle.captioners import Reply
+
+
+class PurpleCaptioner:
+    """Replaces the keyword with "purple" (an attribute) or "teapot" (anything else)."""
+
+    def __init__(self, object_word: str = "teapot"):
+        self.object_word = object_word
+        self.name = f"purple:{object_word}"
+
+    def rewrite(self, requests):
+        return [Reply(r.caption[: r.span[0]] + ("purple" if r.category == "attribute" else self.object_word)
+                      + r.caption[r.span[1]:]) for r in requests]
+
+    def close(self):
+        pass
+
+
+class MirrorEditor:
+    """The anchor mirrored left to right: a negative that differs everywhere, made without a model."""
+
+    name = "mirror"
+    reuses_anchor = False
+
+    def edit(self, images: list[Image.Image], prompts: list[str], seeds: list[int]) -> list[Image.Image]:
+        return [ImageOps.mirror(im) for im in images]
