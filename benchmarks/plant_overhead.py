@@ -8,8 +8,9 @@ sampled once beforehand (their cost is spaCy's, see keywords_throughput.py). Rou
 Goal: pipeline overhead <= 10% (ratio bare time / pipeline time >= 0.91).
 
 ``--engines local,ray`` adds the Ray engine on the rules + tiny SDXL setup: a local Ray of ``--ray-cpus`` CPUs
-started once beforehand (as a cluster is), one rewrite and one edit actor, which run side by side; each run
-includes starting its actors and loading their models. Goal: overhead <= 15 % at 2 CPUs.
+started once beforehand (as a cluster is), one rewrite actor (0.25 CPU) and one edit actor (the other CPUs, as
+many torch threads as the bare calls use), which run side by side; each run includes starting its actors and
+loading their models. Goal: overhead <= 15 % at 2 CPUs.
 
     python benchmarks/plant_overhead.py --samples 96 --rounds 3
     python benchmarks/plant_overhead.py --samples 192 --rounds 3 --engines local,ray
@@ -88,7 +89,7 @@ def main() -> None:
             records = [r for r in map(json.loads, keyword_file.read_text().splitlines()) if r["status"] == "ok"]
             bare_t, plant_t = [], []
             for r in range(args.rounds):
-                out = tmp / f"run-{label[:5]}-{r}"
+                out = tmp / f"run-{label[:5]}-{engine}-{r}"
                 out.mkdir()
                 for f in tmp.joinpath("warm").glob("keywords-*"):
                     shutil.copy(f, out / f.name)
@@ -97,7 +98,7 @@ def main() -> None:
                     config = PlantConfig(**{**config.__dict__, "captioner": "rules", "editor": "diffusers",
                                             "editor_options": {"model": sdxl_path, "size": 64, "device": "cpu",
                                                                "batch_size": args.batch_size},
-                                            "engine": EngineConfig(name="ray")})
+                                            "engine": EngineConfig(name="ray", edit_cpus=args.ray_cpus - 0.25)})
                 t0 = time.perf_counter()
                 Plant(config, None if engine == "ray" else captioner,
                       None if engine == "ray" else editor or make_editor("none"), progress=False).run()

@@ -17,6 +17,7 @@ WORDS = ["a", "red", "car", "parked", "next", "to", "the", "dog", "under", "tabl
 HOSTILE = [
     "\x00", "\x07", "\x1b[31m", "\r\n", "\t",  # control characters
     "\u202e", "\u200f", "\u061c",  # right-to-left marks and overrides
+    "\x85", "\u2028", "\u2029", "\x0b",  # what str.splitlines() takes for line ends, raw inside JSON strings
     "e\u0301\u0301\u0301", "\u0338",  # combining marks
     "🐕", "👩‍👩‍👧", "\U0001F600",  # emoji, a ZWJ sequence
     "\ud800", "\udfff",  # lone surrogates: written to JSON as \\ud800 escapes

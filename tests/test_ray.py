@@ -7,8 +7,10 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
+import torch
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs pip install 'concrete-jungle[ray]'")
 
@@ -33,6 +35,23 @@ def local_ray():
     ray.shutdown()
 
 
+def plant_with_tiny_sdxl(root, samples):
+    """Captions, images and the local engine's dataset with the tiny SDXL editor (slow enough to be killed mid-run),
+    edited on one thread as an edit actor of one CPU edits."""
+    from concrete_jungle.tiny import build_tiny_sdxl_img2img
+
+    captions, images = make_dataset(root, samples, image_size=32)
+    editor = ["--editor", "diffusers", "--editor-model", build_tiny_sdxl_img2img(root / "sdxl"), "--size", 64,
+              "--device", "cpu"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(plant_args(captions, images, root / "local", *EXTRA, *editor)) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return captions, images, editor + ["--engine", "ray", "--ray-edit-cpus", 1], records(root / "local")
+
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray")
@@ -53,37 +72,43 @@ def test_the_ray_engine_writes_the_local_engine_s_records(local_ray, dataset, tm
 
 
 def test_the_ray_engine_with_the_tiny_sdxl_editor_matches_the_local_engine(local_ray, tmp_path):
-    from concrete_jungle.tiny import build_tiny_sdxl_img2img
+    captions, images, ray_args, expected = plant_with_tiny_sdxl(tmp_path, 10)
+    assert main(plant_args(captions, images, tmp_path / "ray", *EXTRA, *ray_args)) == 0
+    assert records(tmp_path / "ray") == expected
 
-    model = build_tiny_sdxl_img2img(tmp_path / "sdxl")
-    captions, images = make_dataset(tmp_path, 10)
-    editor = ["--editor", "diffusers", "--editor-model", model, "--size", 64, "--device", "cpu"]
-    assert main(plant_args(captions, images, tmp_path / "local", *EXTRA, *editor)) == 0
-    assert main(plant_args(captions, images, tmp_path / "ray", *EXTRA, *editor, "--engine", "ray")) == 0
-    assert records(tmp_path / "ray") == records(tmp_path / "local")
+
+def busy_editor_pids() -> list[int]:
+    """Processes of edit actors while they edit a batch (Ray titles them ``ray::MapWorker(MapBatches(_Editor))``,
+    with ``.submit`` while a batch runs)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "MapBatches(_Editor)).submit" in title:
+            pids.append(int(proc.name))
+    return pids
 
 
 @pytest.mark.slow
-def test_an_edit_actor_killed_mid_run_is_replaced_and_the_records_are_the_same(local_ray, dataset, tmp_path):
-    from ray.util.state import list_actors
-
-    captions, images, expected = dataset
+def test_an_edit_actor_killed_mid_run_is_replaced_and_the_records_are_the_same(local_ray, tmp_path):
+    captions, images, ray_args, expected = plant_with_tiny_sdxl(tmp_path, 96)
     out = tmp_path / "ray"
     killed = []
 
-    def kill_an_editor():  # from outside, as a lost worker: SIGKILL the edit actor's process once
-        deadline = time.monotonic() + 120
+    def kill_an_editor():  # from outside, as a lost worker: SIGKILL the edit actor's process while it edits
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not killed:
-            for actor in list_actors(filters=[("state", "=", "ALIVE")]):
-                if "_Editor" in actor.class_name and (out / "manifests").is_dir():
-                    os.kill(actor.pid, signal.SIGKILL)
-                    killed.append(actor.pid)
-                    return
-            time.sleep(0.2)
+            pids = busy_editor_pids() if (out / "manifests").is_dir() else []
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+            time.sleep(0.05)
 
     killer = threading.Thread(target=kill_an_editor, daemon=True)
     killer.start()
-    assert main(plant_args(captions, images, out, *EXTRA, "--engine", "ray")) == 0
+    assert main(plant_args(captions, images, out, *EXTRA, *ray_args)) == 0
     killer.join()
     assert killed, "no edit actor was found to kill"
     assert records(out) == expected

@@ -10,20 +10,16 @@ import pytest
 
 pytest.importorskip("ray", reason="the Ray engine needs pip install 'concrete-jungle[ray]'")
 
-from test_plant import make_dataset, plant_args  # noqa: E402
-from test_ray import EXTRA, records  # noqa: E402
-
-from concrete_jungle.cli import main  # noqa: E402
+from test_plant import plant_args  # noqa: E402
+from test_ray import EXTRA, plant_with_tiny_sdxl, records  # noqa: E402
 
 
 @pytest.mark.slow
 def test_the_driver_killed_mid_run_then_the_same_command_gives_the_same_records(tmp_path):
-    captions, images = make_dataset(tmp_path, 40, image_size=32)
-    assert main(plant_args(captions, images, tmp_path / "local", *EXTRA)) == 0
-    expected = records(tmp_path / "local")
+    captions, images, ray_args, expected = plant_with_tiny_sdxl(tmp_path, 96)
     out = tmp_path / "ray"
     args = [sys.executable, "-m", "concrete_jungle.cli",
-            *map(str, plant_args(captions, images, out, *EXTRA, "--engine", "ray"))]
+            *map(str, plant_args(captions, images, out, *EXTRA, *ray_args))]
     try:
         driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 300

@@ -203,7 +203,8 @@ def test_the_demo_settings_in_the_docs_are_the_code_s():
     from concrete_jungle.demo import QUICK, DemoConfig
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "toyworld.md").read_text()
-    section = text[text.index("## The demo run"):text.index("## A default run")]
+    start = text.index("## The demo run")
+    section = text[start:text.index("\n## ", start + 1)]
     rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
                                              for line in section.splitlines() if line.startswith("| "))}
     for column, config in enumerate((DemoConfig(), replace(DemoConfig(), **QUICK))):

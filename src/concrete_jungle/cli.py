@@ -219,6 +219,7 @@ def add_plant_parser(sub) -> None:
     g.add_argument("--ray-actors", type=positive_int_list, metavar="K,R,E",
                    help="actors for keyword candidates, rewrites and edits (default 1,1,1)")
     g.add_argument("--ray-edit-gpus", type=float, help="GPUs per edit actor (default 0; 1 for SDXL-Turbo)")
+    g.add_argument("--ray-edit-cpus", type=float, help="CPUs per edit actor (default 1; its threads without a GPU)")
     g.add_argument("--batch-size", type=positive_int, default=16, help="samples per rewrite/edit batch")
     g.add_argument("--samples-per-shard", type=positive_int, default=1000,
                    help="records per WebDataset tar shard (default %(default)s)")
@@ -236,7 +237,8 @@ def engine_config(args, base=None):
     from .plant import EngineConfig
 
     settings = asdict(base) if base is not None else {}
-    given = {"name": args.engine, "address": args.ray_address, "edit_gpus": args.ray_edit_gpus}
+    given = {"name": args.engine, "address": args.ray_address, "edit_gpus": args.ray_edit_gpus,
+             "edit_cpus": args.ray_edit_cpus}
     if args.ray_actors:
         if len(args.ray_actors) != 3:
             raise ValueError(f"--ray-actors {','.join(map(str, args.ray_actors))}: give three counts, K,R,E")

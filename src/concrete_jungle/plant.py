@@ -53,14 +53,18 @@ class EngineConfig:
     rewrite_actors: int = 1
     edit_actors: int = 1
     edit_gpus: float = 0.0
+    # CPUs Ray reserves per actor: a rewrite actor mostly waits on its LLM server; an edit actor without a GPU
+    # computes on its CPUs (its torch uses that many threads)
+    rewrite_cpus: float = 0.25
+    edit_cpus: float = 1.0
 
     def __post_init__(self):
         problems = [f"engine.{k} must be >= 1, got {getattr(self, k)}"
                     for k in ("keyword_actors", "rewrite_actors", "edit_actors") if getattr(self, k) < 1]
         if self.name not in ("local", "ray"):
             problems.append(f"engine.name {self.name!r} is not local or ray")
-        if self.edit_gpus < 0:
-            problems.append(f"engine.edit_gpus must be >= 0, got {self.edit_gpus}")
+        problems += [f"engine.{k} must be >= 0, got {getattr(self, k)}"
+                     for k in ("edit_gpus", "rewrite_cpus", "edit_cpus") if getattr(self, k) < 0]
         if problems:
             raise ConfigError(*problems)
 

@@ -111,10 +111,16 @@ class _Rewriter:
 
 class _Editor:
     def __init__(self, config: dict):
+        import math
+
+        import torch
+
         from .editors import make_editor
 
         self.plant = _plant(config)
         c = self.plant.config
+        if not c.engine.edit_gpus:  # Ray starts a worker with one thread: give the editor the CPUs it reserved
+            torch.set_num_threads(max(1, math.ceil(c.engine.edit_cpus)))
         self.editor = make_editor(c.editor, **c.editor_options)
 
     def __call__(self, batch):
@@ -143,9 +149,9 @@ def process(plant, batches: list, n_done: int, total: int) -> tuple[str, str]:
     config = json.loads(json.dumps(asdict(c)))
     ds = _dataset([{"shard": s, "last": last, "batch": json.dumps(batch)} for s, batch, last in batches])
     ds = ds.map_batches(_Rewriter, fn_constructor_kwargs={"config": config}, batch_size=1,
-                        compute=_actors(c.engine.rewrite_actors), num_cpus=1)
+                        compute=_actors(c.engine.rewrite_actors), num_cpus=c.engine.rewrite_cpus)
     ds = ds.map_batches(_Editor, fn_constructor_kwargs={"config": config}, batch_size=1,
-                        compute=_actors(c.engine.edit_actors), num_cpus=0 if c.engine.edit_gpus else 1,
+                        compute=_actors(c.engine.edit_actors), num_cpus=c.engine.edit_cpus,
                         num_gpus=c.engine.edit_gpus)
 
     def results():

@@ -96,7 +96,9 @@ def atomic_write_jsonl(path: str | Path, rows: list[dict]) -> None:
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Every record of a JSONL file written whole (atomically); blank lines are skipped."""
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    # split on "\n" alone: str.splitlines() also splits on U+0085, U+2028 and others, which JSON writes raw
+    # inside strings (ensure_ascii=False), so a caption holding one would be cut in two
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 def read_jsonl_repairing(path: str | Path) -> list[dict]:
@@ -115,7 +117,7 @@ def read_jsonl_repairing(path: str | Path) -> list[dict]:
         with open(path, "r+b") as f:
             f.truncate(end)
     records = []
-    for lineno, line in enumerate(data[:end].splitlines(), start=1):
+    for lineno, line in enumerate(data[:end].split(b"\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -9,7 +9,6 @@ them like any other captioner and editor.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from PIL import Image
@@ -17,6 +16,7 @@ from PIL import Image
 from ..captioners import Reply, RewriteRequest
 from ..captioners.validation import replaced_span
 from ..keywords import sample_rng
+from ..records import read_jsonl
 from .world import COLOURS, LIGHTS, MOODS, RELATION_OF_PHRASE, RELATIONS, SHAPES, SIZES, SYNONYMS, TEXTURES, \
     WORD_VALUE, parse_caption, pixel_hash, render
 
@@ -74,10 +74,7 @@ class ToyEditor:
         if not path.is_file():
             raise EditorInputError(f"{path} not found; --toy-world DIR must name a directory made by "
                                    "the toy world (concrete-jungle demo writes one under <out>/world)")
-        self.layouts = {}
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            self.layouts[row["pixel_hash"]] = row["layout"]
+        self.layouts = {row["pixel_hash"]: row["layout"] for row in read_jsonl(path)}
 
     def edit(self, images: list[Image.Image], prompts: list[str], seeds: list[int]) -> list[Image.Image]:
         out = []
