@@ -55,8 +55,12 @@ def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsy
     # a second run reuses every finished stage: no checkpoint is written again
     weights = {p: p.stat().st_mtime_ns for p in out.glob("*/run/checkpoints/*/open_clip_model.safetensors")}
     assert len(weights) == 1 + len(FINETUNES)
+    capsys.readouterr()
     assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
     assert weights == {p: p.stat().st_mtime_ns for p in out.glob("*/run/checkpoints/*/open_clip_model.safetensors")}
+    again = " ".join(capsys.readouterr().out.split())
+    for stage in ("the toy world", BASELINE, "D_hc", f"{CONTROL.label}, seed 0", "the analysis"):
+        assert f"reused: {stage}" in again, stage  # the terminal says what was not done again
     assert json.loads((out / "results.json").read_text())["table"] == result["table"]
 
 

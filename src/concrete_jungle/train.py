@@ -10,6 +10,9 @@ epoch gives rank r the slice [s*N + r*N/K, s*N + (r+1)*N/K) — no sample twice 
 (epoch, step) is the exact data position a checkpoint stores. The learning rate is a function of the
 step (cosine with warmup), so resuming restores it exactly; 20 steps straight and 10 + resume + 10 give
 bitwise the same weights on the CPU.
+
+This module is the loop and its checkpoint state; the config is `train_config`, the data path `train_data`
+(and `image_cache` for datasets preprocessed once).
 """
 
 from __future__ import annotations
