@@ -111,12 +111,25 @@ def shard_name(shard_index: int) -> str:
     return SHARD_PATTERN.format(shard_index)
 
 
+def shard_files(root: Path, shard_index: int) -> tuple[Path, Path, Path]:
+    """The files of one shard: the tar, its manifest rows, its recorded sha256."""
+    name = shard_name(shard_index)
+    stem = Path(name).stem
+    return root / name, root / "manifests" / f"{stem}.jsonl", root / "manifests" / f"{stem}.sha256"
+
+
+def recorded_digest(root: Path, shard_index: int) -> str | None:
+    """The sha256 written with a shard when it was completed; None for a shard written by other tools."""
+    digest = shard_files(root, shard_index)[2]
+    return digest.read_text().split()[0] if digest.is_file() else None
+
+
 def write_shard_manifest(root: Path, shard_index: int, rows: list[dict], digest: str) -> None:
     """The shard's sha256 (``sha256sum -c`` format, relative to the dataset), then its rows: a shard whose rows
     file exists is complete and has its digest."""
-    name = shard_name(shard_index)
-    atomic_write_text(root / "manifests" / f"{Path(name).stem}.sha256", f"{digest}  {name}\n")
-    atomic_write_jsonl(root / "manifests" / f"{Path(name).stem}.jsonl", rows)
+    _, rows_path, digest_path = shard_files(root, shard_index)
+    atomic_write_text(digest_path, f"{digest}  {shard_name(shard_index)}\n")
+    atomic_write_jsonl(rows_path, rows)
 
 
 def read_shard_manifests(root: Path, shard_indices=None) -> dict[int, list[dict]]:
@@ -132,12 +145,11 @@ def read_shard_manifests(root: Path, shard_indices=None) -> dict[int, list[dict]
 def shard_problem(root: Path, shard_index: int) -> str | None:
     """Why a shard its manifest calls complete cannot be trusted (missing, or not the bytes written), or None.
     A shard without a recorded digest (written by other tools) is taken as it is."""
-    name = shard_name(shard_index)
-    path = root / name
-    recorded = root / "manifests" / f"{Path(name).stem}.sha256"
+    path = shard_files(root, shard_index)[0]
     if not path.is_file():
         return f"{path} is missing"
-    if recorded.is_file() and recorded.read_text().split()[0] != file_digest(path):
+    recorded = recorded_digest(root, shard_index)
+    if recorded is not None and recorded != file_digest(path):
         return f"{path} is damaged: its sha256 differs from the one recorded when it was written"
     return None
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .concretebatch import IndexedConcreteBatch
+from .concretebatch import IndexedConcreteBatch, recorded_digest
 from .records import atomic_write_json
 
 
@@ -57,8 +57,8 @@ def dataset_digest(root: str | Path) -> str:
     the records of the digests, not from the shards: deciding whether a cache is current reads no shard."""
     parts = []
     for path in sorted(Path(root).glob("shard-*.tar")):
-        recorded = path.parent / "manifests" / f"{path.stem}.sha256"
-        parts.append(f"{path.name}:{recorded.read_text().split()[0] if recorded.is_file() else path.stat().st_size}")
+        recorded = recorded_digest(path.parent, int(path.stem.split("-")[1]))
+        parts.append(f"{path.name}:{recorded or path.stat().st_size}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

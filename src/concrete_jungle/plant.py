@@ -30,7 +30,7 @@ from .captioners import Captioner, RewriteRequest, make_captioner
 from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
 from .captioners.validation import check_rewrite, clean_reply
 from .concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, read_shard_manifests, sample_key,
-                            shard_problem, write_shard_manifest)
+                            shard_files, shard_problem, write_shard_manifest)
 from .concreteness import load_ratings
 from .configs import ConfigError
 from .editors import Editor, make_editor
@@ -299,8 +299,7 @@ class Plant:
         mine += [keywords.with_suffix(".jsonl"), keywords.with_name(keywords.name + ".config.json"),
                  keywords.with_name(keywords.name + ".summary.json")]
         for index in shard_of:
-            stem = Path(SHARD_PATTERN.format(index)).stem
-            mine += [self.out / "manifests" / f"{stem}.jsonl", self.out / "manifests" / f"{stem}.sha256"]
+            mine += shard_files(self.out, index)[1:]
         for path in mine:
             for orphan in path.parent.glob(f".{path.name}.*.tmp"):
                 orphan.unlink(missing_ok=True)
@@ -313,10 +312,10 @@ class Plant:
             problem = shard_problem(self.out, index)
             if problem:
                 print(f"plant: {problem}; making it again", file=sys.stderr)
-                stem = Path(SHARD_PATTERN.format(index)).stem
-                (self.out / "manifests" / f"{stem}.jsonl").unlink()
-                (self.out / "manifests" / f"{stem}.sha256").unlink(missing_ok=True)
-                (self.out / SHARD_PATTERN.format(index)).unlink(missing_ok=True)
+                shard, rows, digest = shard_files(self.out, index)
+                rows.unlink()  # first: without its rows the shard is not done, whatever else a kill leaves
+                digest.unlink(missing_ok=True)
+                shard.unlink(missing_ok=True)
                 del done[index]
         return done
 
