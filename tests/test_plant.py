@@ -64,6 +64,10 @@ def test_plant_writes_a_concretebatch(tmp_path):
     assert "**Task**: You are an expert data engineer." in config and "versions:" in config
     summary = json.loads((out / "summary.json").read_text())
     assert summary["samples"] == 40 and summary["ok"] == len(ok)
+    assert 0 < summary["seconds_to_first_batch"] <= summary["seconds"]
+    # a re-run with everything committed writes no batch: it has no start-up to report
+    assert main(plant_args(captions, images, out, "--samples-per-shard", 16, "--batch-size", 5)) == 0
+    assert json.loads((out / "summary.json").read_text())["seconds_to_first_batch"] is None
 
 
 def test_plant_with_the_diffusers_editor(tmp_path):

@@ -30,7 +30,9 @@ def records(out):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # the actors import the tests' own plugins (plugin_example) as a user's actors import theirs
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})
     yield
     ray.shutdown()
 
@@ -75,6 +77,16 @@ def test_the_ray_engine_with_the_tiny_sdxl_editor_matches_the_local_engine(local
     captions, images, ray_args, expected = plant_with_tiny_sdxl(tmp_path, 10)
     assert main(plant_args(captions, images, tmp_path / "ray", *EXTRA, *ray_args)) == 0
     assert records(tmp_path / "ray") == expected
+
+
+def test_edit_actors_call_the_editor_on_their_main_thread(local_ray, dataset, tmp_path):
+    """Ray Data calls an actor on a second thread unless told otherwise; the editor must run where the local
+    engine runs it (an editor that insists on the main thread fails otherwise)."""
+    captions, images, _ = dataset
+    editor = ["--editor", "plugin_example:MainThreadMirrorEditor"]
+    assert main(plant_args(captions, images, tmp_path / "local", *EXTRA, *editor)) == 0
+    assert main(plant_args(captions, images, tmp_path / "ray", *EXTRA, *editor, "--engine", "ray")) == 0
+    assert records(tmp_path / "ray") == records(tmp_path / "local")
 
 
 def busy_editor_pids() -> list[int]:

@@ -204,6 +204,7 @@ class Plant:
         self.images = Path(config.images)
         self._captioner, self._editor = captioner, editor
         self.progress = progress
+        self.first_batch_at: float | None = None  # when this run wrote its first edited batch
 
     # -- stage 1
     def sample_keywords(self) -> list[dict]:
@@ -253,7 +254,7 @@ class Plant:
 
     def run(self) -> dict:
         c = self.config
-        started = time.perf_counter()
+        started, self.first_batch_at = time.perf_counter(), None
         c.check_inputs()
         self.out.mkdir(parents=True, exist_ok=True)
         settings = c.dataset_settings()
@@ -277,7 +278,8 @@ class Plant:
             names = process(self, batches, n_done, len(ok))
         else:
             names = self.process_locally(batches, n_done, len(ok))
-        return self.finish(records, shard_of, names, time.perf_counter() - started)
+        to_first = None if self.first_batch_at is None else self.first_batch_at - started
+        return self.finish(records, shard_of, names, time.perf_counter() - started, to_first)
 
     def write_config(self, captioner_name: str, editor_name: str) -> None:
         import yaml
@@ -358,6 +360,8 @@ class Plant:
         writer, rows = None, []
         try:
             for shard, last_of_shard, edited in results:
+                if self.first_batch_at is None:
+                    self.first_batch_at = time.perf_counter()
                 if writer is None:
                     writer, rows = ShardWriter(self.out / SHARD_PATTERN.format(shard)), []
                 for row, record in edited:
@@ -409,8 +413,11 @@ class Plant:
             out[at][1] = (sample_key(record["id"]), anchor_bytes, record["caption"], neg_bytes, new, meta)
         return [tuple(x) for x in out]
 
-    def finish(self, records: list[dict], shard_of: list[int], names: tuple[str, str], seconds: float) -> dict:
-        """Write this part's manifest and rejects; for a single part, the dataset's own files."""
+    def finish(self, records: list[dict], shard_of: list[int], names: tuple[str, str], seconds: float,
+               to_first_batch: float | None) -> dict:
+        """Write this part's manifest and rejects; for a single part, the dataset's own files. The summary's
+        ``seconds_to_first_batch`` is the run's start-up (keywords, loading the models, starting Ray's actors):
+        the rest of ``seconds`` is the steady rate at which a larger job would go."""
         c = self.config
         rows = [row for rows in read_shard_manifests(self.out, set(shard_of)).values() for row in rows]
         rows += [{"id": r["id"], "shard": None, "keyword": None, "category": None, "concreteness": None,
@@ -419,8 +426,10 @@ class Plant:
         name = "" if c.num_shards == 1 else f"-{c.part}"
         atomic_write_jsonl(self.out / f"manifest{name}.jsonl", rows)
         atomic_write_jsonl(self.out / f"rejects{name}.jsonl", [r for r in rows if r["status"] != "ok"])
-        summary = summarize_manifest(rows) | {"seconds": round(seconds, 2), "captioner": names[0],
-                                              "editor": names[1], "part": c.part, "engine": c.engine.name}
+        startup = None if to_first_batch is None else round(to_first_batch, 2)
+        summary = summarize_manifest(rows) | {"seconds": round(seconds, 2), "seconds_to_first_batch": startup,
+                                              "captioner": names[0], "editor": names[1], "part": c.part,
+                                              "engine": c.engine.name}
         atomic_write_json(self.out / f"summary{name}.json", summary)
         return summary
 

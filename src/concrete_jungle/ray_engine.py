@@ -40,10 +40,15 @@ def _dataset(rows: list[dict]):
 
 
 def _actors(size: int):
-    """A pool of ``size`` actors; Ray Data restarts an actor that dies and retries its batch, without limit."""
+    """A pool of ``size`` actors; Ray Data restarts an actor that dies and retries its batch, without limit.
+
+    Each actor takes one call at a time (Ray's default actor concurrency, 1), on its main thread: by default
+    Ray Data runs the call on a second thread of the actor, where torch's CPU kernels ran 1.3x slower (a tiny
+    SDXL batch in 0.68 s instead of 0.54 s, 1.45 of 2 cores busy instead of 1.9; docs/benchmarks.md).
+    ``enable_true_multi_threading`` (Ray >= 2.53) turns that thread off."""
     import ray
 
-    return ray.data.ActorPoolStrategy(size=size)
+    return ray.data.ActorPoolStrategy(size=size, enable_true_multi_threading=True)
 
 
 class _Candidates:
