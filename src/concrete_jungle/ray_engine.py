@@ -23,6 +23,7 @@ import json
 import pickle
 from dataclasses import asdict
 
+
 def start(address: str | None) -> None:
     import ray
 
