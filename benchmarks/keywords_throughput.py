@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from concrete_jungle.concreteness import load_ratings
-from concrete_jungle.keywords import SamplerConfig, load_spacy, run_keywords
+from concrete_jungle.keyword_job import load_spacy, run_keywords
+from concrete_jungle.keywords import SamplerConfig
 from concrete_jungle.sources import anchor_caption, read_samples
 
 

@@ -37,7 +37,9 @@ from pathlib import Path
 from concrete_jungle.captioners import RewriteRequest, make_captioner
 from concrete_jungle.editors import make_editor
 from concrete_jungle.keywords import SamplerConfig
-from concrete_jungle.plant import EngineConfig, Plant, PlantConfig, load_image
+from concrete_jungle import plant
+from concrete_jungle.plant import EngineConfig, PlantConfig
+from concrete_jungle.plant.stages import load_image
 from concrete_jungle.tiny import build_tiny_causal_lm, build_tiny_sdxl_img2img
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -93,7 +95,7 @@ def main() -> None:
             base = PlantConfig(captions=[str(captions)], images=str(images), out=str(tmp / "warm"), mode="hc",
                                sampler=SamplerConfig(mode="hc"), max_attempts=1, batch_size=args.batch_size,
                                samples_per_shard=32)
-            Plant(base, captioner, editor or make_editor("none"), progress=False).run()  # warm-up, keywords
+            plant.run(base, captioner, editor or make_editor("none"), progress=False)  # warm-up, keywords
             keyword_file = tmp / "warm" / "keywords-00000-of-00001.jsonl"
             records = [r for r in map(json.loads, keyword_file.read_text().splitlines()) if r["status"] == "ok"]
             # the first batch is cut from the first shard's chunk, so it is no larger than a shard
@@ -111,8 +113,8 @@ def main() -> None:
                                                                "batch_size": args.batch_size},
                                             "engine": EngineConfig(name="ray", edit_cpus=args.ray_cpus - 0.25)})
                 t0 = time.perf_counter()
-                summary = Plant(config, None if engine == "ray" else captioner,
-                                None if engine == "ray" else editor or make_editor("none"), progress=False).run()
+                summary = plant.run(config, None if engine == "ray" else captioner,
+                                    None if engine == "ray" else editor or make_editor("none"), progress=False)
                 plant_t.append(time.perf_counter() - t0)
                 startup_t.append(summary["seconds_to_first_batch"])
                 steady_t.append((summary["seconds"] - summary["seconds_to_first_batch"])

@@ -16,7 +16,7 @@ def data_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def nlp():
-    from concrete_jungle.keywords import load_spacy
+    from concrete_jungle.keyword_job import load_spacy
 
     return load_spacy()
 

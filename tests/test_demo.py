@@ -6,7 +6,9 @@ import math
 import pytest
 
 from concrete_jungle.cli import main
-from concrete_jungle.demo import BASELINE, CONTROL, FINETUNES, RETRIEVAL_COLUMNS, TEST_COLUMNS, signed
+from concrete_jungle.experiments.demo import FINETUNES
+from concrete_jungle.experiments.report import RETRIEVAL_COLUMNS, TEST_COLUMNS, signed
+from concrete_jungle.experiments.stages import BASELINE, CONTROL
 
 
 def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsys):

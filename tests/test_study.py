@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from concrete_jungle.cli import main
-from concrete_jungle.demo import BASELINE, CONTROL
-from concrete_jungle.study import HYPOTHESES, ROWS, contrasts
+from concrete_jungle.experiments.stages import BASELINE, CONTROL
+from concrete_jungle.experiments.study import HYPOTHESES, ROWS, contrasts
 from concrete_jungle.toyworld.build import WorldConfig
 
 SUBSETS = ("add_att", "swap_obj")
@@ -40,7 +40,7 @@ def test_the_bootstrap_finds_a_real_difference_and_not_a_missing_one():
 
 
 def test_a_tiny_study_runs_end_to_end_and_records_its_design(tmp_path, capsys, monkeypatch):
-    import concrete_jungle.study as study
+    import concrete_jungle.experiments.study as study
 
     tiny = dict(world=WorldConfig(train=160, test=40, val=30, seed=1), pretrain_steps=10, pretrain_batch_size=16,
                 batch_sizes=(8, 16), share_pairs=64, max_steps=10, curve_every=5, seeds=(0, 1), bootstrap=50)

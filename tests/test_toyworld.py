@@ -200,7 +200,7 @@ def test_plant_from_a_config_file_equals_plant_from_flags(world, tmp_path):
 
 
 def test_the_demo_settings_in_the_docs_are_the_code_s():
-    from concrete_jungle.demo import QUICK, DemoConfig
+    from concrete_jungle.experiments.demo import QUICK, DemoConfig
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "toyworld.md").read_text()
     start = text.index("## The demo run")

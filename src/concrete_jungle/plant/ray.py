@@ -1,8 +1,8 @@
-"""ConcretePlant on Ray Data: the same stages as the local engine, spread over a cluster (docs/scale.md).
+"""The Ray engine: ConcretePlant's stages on Ray Data, spread over a cluster (docs/scale.md).
 
 Nothing here re-implements a stage; the actors call the plant's own functions:
 
-- keyword candidates: `keywords.candidates_of` in ``keyword_actors`` actors that keep a spaCy pipeline loaded; the
+- keyword candidates: `keyword_job.candidates_of` in ``keyword_actors`` actors that keep a spaCy pipeline loaded; the
   sampling stays in the driver, in input order, because the quota counts depend on the order;
 - rewrite: `Plant.rewrite` (the captioner, the validation, the retries) in ``rewrite_actors`` actors, each with its
   own captioner (an OpenAI-compatible client, or an LLM in process on its GPU);
@@ -22,6 +22,9 @@ from __future__ import annotations
 import json
 import pickle
 from dataclasses import asdict
+
+from .config import PlantConfig
+from .stages import Plant
 
 
 def start(address: str | None) -> None:
@@ -56,13 +59,13 @@ class _Candidates:
     """An actor that keeps the spaCy pipeline and ratings loaded and extracts candidates of a batch of texts."""
 
     def __init__(self, spacy_model, scale):
-        from .concreteness import load_ratings
-        from .keywords import load_spacy
+        from ..concreteness import load_ratings
+        from ..keyword_job import load_spacy
 
         self.nlp, self.ratings = load_spacy(spacy_model), load_ratings(scale)
 
     def __call__(self, batch):
-        from .keywords import candidates_of
+        from ..keyword_job import candidates_of
 
         texts = json.loads(batch["texts"][0])
         found = candidates_of(texts, self.nlp, self.ratings)
@@ -70,7 +73,7 @@ class _Candidates:
 
 
 class RayCandidates:
-    """`keywords.run_keywords`'s extractor on Ray: candidates of the batches, in order."""
+    """`keyword_job.run_keywords`'s extractor on Ray: candidates of the batches, in order."""
 
     def __init__(self, spacy_model: str | None, scale: str, actors: int, address: str | None = None):
         self.spacy_model, self.scale, self.actors, self.address = spacy_model, scale, actors, address
@@ -83,7 +86,7 @@ class RayCandidates:
         return None
 
     def map(self, batches: list[list[str]]):
-        from .keywords import Candidate
+        from ..keywords import Candidate
 
         if not batches:
             return
@@ -95,15 +98,14 @@ class RayCandidates:
 
 
 def _plant(config: dict):
-    from .configs import from_dict
-    from .plant import Plant, PlantConfig
+    from ..configs import from_dict
 
     return Plant(from_dict(PlantConfig, config), progress=False)
 
 
 class _Rewriter:
     def __init__(self, config: dict):
-        from .captioners import make_captioner
+        from ..captioners import make_captioner
 
         self.plant = _plant(config)
         c = self.plant.config
@@ -121,7 +123,7 @@ class _Editor:
 
         import torch
 
-        from .editors import make_editor
+        from ..editors import make_editor
 
         self.plant = _plant(config)
         c = self.plant.config
@@ -137,8 +139,13 @@ class _Editor:
                 "captioner": batch["captioner"], "editor": [self.editor.name]}
 
 
-def process(plant, batches: list, n_done: int, total: int) -> tuple[str, str]:
-    """`Plant.process_locally`'s counterpart: the batches through Ray, written by this process in order."""
+def extractor(config: PlantConfig) -> RayCandidates:
+    """Keyword candidates in ``engine.keyword_actors`` spaCy actors."""
+    return RayCandidates(config.spacy_model, config.scale, config.engine.keyword_actors, config.engine.address)
+
+
+def process(plant: Plant, batches: list, n_done: int, total: int) -> tuple[str, str]:
+    """The local engine's `process` on Ray: the batches through the actors, written by this process in order."""
     from tqdm import tqdm
 
     c = plant.config

@@ -1,139 +1,42 @@
-"""ConcretePlant: keyword sampling -> caption rewrite -> image edit -> ConcreteBatch (paper §2.2, docs/method.md §1-4).
+"""ConcretePlant's stages: keyword sampling -> caption rewrite -> image edit -> ConcreteBatch shards (paper §2.2,
+docs/method.md §1-4). An engine (`local`, `ray`) decides where the rewrite and edit stages run; every engine runs
+these same functions and writes through `Plant.write_results`, so the records do not depend on the engine.
 
 One run (a "part") handles the samples whose id hashes to ``shard_index`` of ``num_shards``, so K copies on
 K GPUs or nodes split a dataset with no coordination; `merge` joins their manifests. Within a part:
 
-1. keywords: `keywords.run_keywords` into ``keywords-<i>-of-<K>.jsonl`` (itself resumable);
+1. keywords: `keyword_job.run_keywords` into ``keywords-<i>-of-<K>.jsonl`` (itself resumable);
 2. the sampled records are cut into chunks of ``samples_per_shard``; chunk j of part i becomes tar shard
    ``j * K + i``. A chunk is rewritten in batches (with bounded retries of rejected replies), its images
    are edited, and it is written to a temporary tar, renamed, then its manifest rows are written
    atomically. A restart skips chunks whose manifest exists and redoes the rest identically (every
    choice is seeded by sample id and attempt), so ``kill -9`` at any moment loses nothing and
-   duplicates nothing;
-3. the captioner works on the next batch in a background thread while the current batch is edited.
+   duplicates nothing.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from .captioners import Captioner, RewriteRequest, make_captioner
-from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
-from .captioners.validation import check_rewrite, clean_reply
-from .concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, read_shard_manifests, sample_key,
-                            shard_files, shard_problem, write_shard_manifest)
-from .concreteness import load_ratings
-from .configs import ConfigError
-from .editors import Editor, make_editor
-from .errors import PlantError
-from .keywords import SamplerConfig, load_spacy, run_keywords, sample_rng
-from .sources import UnsafePathError, join_under
-from .records import atomic_write_json, atomic_write_jsonl, atomic_write_text, mean_median, read_jsonl
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How a plant run is executed; it changes no record. ``local``: this process (a thread rewrites while the
-    process edits). ``ray``: Ray Data across a cluster: keyword candidates in ``keyword_actors`` spaCy actors,
-    rewrites in ``rewrite_actors`` captioner actors, edits in ``edit_actors`` editor actors of ``edit_gpus`` GPUs
-    each, this process writing the shards (docs/scale.md)."""
-
-    name: str = "local"
-    address: str | None = None  # a Ray cluster (auto, ray://host:10001); none: a local one
-    keyword_actors: int = 1
-    rewrite_actors: int = 1
-    edit_actors: int = 1
-    edit_gpus: float = 0.0
-    # CPUs Ray reserves per actor: a rewrite actor mostly waits on its LLM server; an edit actor without a GPU
-    # computes on its CPUs (its torch uses that many threads)
-    rewrite_cpus: float = 0.25
-    edit_cpus: float = 1.0
-
-    def __post_init__(self):
-        problems = [f"engine.{k} must be >= 1, got {getattr(self, k)}"
-                    for k in ("keyword_actors", "rewrite_actors", "edit_actors") if getattr(self, k) < 1]
-        if self.name not in ("local", "ray"):
-            problems.append(f"engine.name {self.name!r} is not local or ray")
-        problems += [f"engine.{k} must be >= 0, got {getattr(self, k)}"
-                     for k in ("edit_gpus", "rewrite_cpus", "edit_cpus") if getattr(self, k) < 0]
-        if problems:
-            raise ConfigError(*problems)
-
-
-@dataclass(frozen=True)
-class PlantConfig:
-    captions: list[str]
-    images: str
-    out: str
-    mode: str = "hc"
-    format: str | None = None
-    split: str | None = None
-    sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    scale: str = "brysbaert"
-    spacy_model: str | None = None
-    captioner: str = "rules"
-    captioner_options: dict = field(default_factory=dict)
-    editor: str = "none"
-    editor_options: dict = field(default_factory=dict)
-    max_attempts: int = 3
-    batch_size: int = 16
-    samples_per_shard: int = 1000
-    num_shards: int = 1
-    shard_index: int = 0
-    engine: EngineConfig = field(default_factory=EngineConfig)
-
-    def __post_init__(self):
-        if self.sampler.mode != self.mode:
-            object.__setattr__(self, "sampler", SamplerConfig(**{**asdict(self.sampler), "mode": self.mode}))
-        if not 0 <= self.shard_index < self.num_shards:
-            raise ConfigError(f"shard index {self.shard_index} is not in [0, {self.num_shards})")
-        for name in ("max_attempts", "batch_size", "samples_per_shard", "num_shards"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-    def check_inputs(self) -> None:
-        """The caption files and image folder exist and the captioner and editor names resolve: checked
-        before any file is written or any model loads."""
-        from .plugins import target
-        from .sources import expand_paths
-
-        expand_paths(self.captions)
-        if not Path(self.images).is_dir():
-            raise PlantError(f"image directory not found: {self.images}; pass the folder the captions' image "
-                             "paths are relative to with --images")
-        target("captioner", self.captioner)
-        target("editor", self.editor)
-
-    @property
-    def part(self) -> str:
-        return f"{self.shard_index:05d}-of-{self.num_shards:05d}"
-
-    def dataset_settings(self) -> dict:
-        """What defines the dataset (every part of a run must agree); run-time knobs left out."""
-        d = asdict(self)
-        for runtime in ("out", "shard_index", "batch_size", "spacy_model", "engine"):
-            d.pop(runtime)
-        return d
-
-
-def shard_from_environment() -> tuple[int, int]:
-    """(index, count) from torchrun (RANK/WORLD_SIZE) or a SLURM array; (0, 1) otherwise."""
-    env = os.environ
-    if "WORLD_SIZE" in env and "RANK" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"])
-    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        return int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0)), int(
-            env["SLURM_ARRAY_TASK_COUNT"])
-    return 0, 1
+from ..captioners import Captioner, RewriteRequest
+from ..captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
+from ..captioners.validation import check_rewrite, clean_reply
+from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, read_shard_manifests, sample_key,
+                             shard_files, shard_problem, write_shard_manifest)
+from ..concreteness import load_ratings
+from ..editors import Editor
+from ..errors import PlantError
+from ..keyword_job import load_spacy, run_keywords
+from ..keywords import sample_rng
+from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, mean_median
+from ..sources import UnsafePathError, join_under
+from .config import PlantConfig
 
 
 def part_of(sample_id: str, num_shards: int) -> int:
@@ -202,19 +105,16 @@ class Plant:
         self.config = config
         self.out = Path(config.out)
         self.images = Path(config.images)
-        self._captioner, self._editor = captioner, editor
+        # loaded plugins a caller hands in (the local engine uses them instead of building its own from the config)
+        self.given_captioner, self.given_editor = captioner, editor
         self.progress = progress
         self.first_batch_at: float | None = None  # when this run wrote its first edited batch
 
     # -- stage 1
-    def sample_keywords(self) -> list[dict]:
+    def sample_keywords(self, extractor=None) -> list[dict]:
+        """Stage 1; ``extractor`` is an engine's way of finding the candidates (None: in this process)."""
         c = self.config
         path = self.out / f"keywords-{c.part}.jsonl"
-        extractor = None
-        if c.engine.name == "ray":
-            from .ray_engine import RayCandidates
-
-            extractor = RayCandidates(c.spacy_model, c.scale, c.engine.keyword_actors, c.engine.address)
         _, records = run_keywords(
             list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model), fmt=c.format,
             split=c.split, progress=self.progress, extractor=extractor,
@@ -252,14 +152,17 @@ class Plant:
             todo = retry
         return results
 
-    def run(self) -> dict:
+    def run(self, engine) -> dict:
+        """The whole part through ``engine``, a module with ``extractor(config)`` (the keyword stage's candidate
+        extractor, or None) and ``process(plant, batches, n_done, total)`` (rewrite, edit and `write_results`
+        the batches left; returns the captioner's and editor's names)."""
         c = self.config
         started, self.first_batch_at = time.perf_counter(), None
         c.check_inputs()
         self.out.mkdir(parents=True, exist_ok=True)
         settings = c.dataset_settings()
         check_config_matches(self.out, settings)
-        records = self.sample_keywords()
+        records = self.sample_keywords(engine.extractor(c))
         ok = [r for r in records if r["status"] == "ok"]
         self.check_images(ok)
         chunks = [ok[j: j + c.samples_per_shard] for j in range(0, len(ok), c.samples_per_shard)]
@@ -272,12 +175,7 @@ class Plant:
                    for s, chunk in zip(shard_of, chunks) if s not in done
                    for b in range(0, len(chunk), c.batch_size)]
         n_done = sum(len(rows) for rows in done.values())
-        if c.engine.name == "ray":
-            from .ray_engine import process
-
-            names = process(self, batches, n_done, len(ok))
-        else:
-            names = self.process_locally(batches, n_done, len(ok))
+        names = engine.process(self, batches, n_done, len(ok))
         to_first = None if self.first_batch_at is None else self.first_batch_at - started
         return self.finish(records, shard_of, names, time.perf_counter() - started, to_first)
 
@@ -320,37 +218,6 @@ class Plant:
                 shard.unlink(missing_ok=True)
                 del done[index]
         return done
-
-    def process_locally(self, batches: list, n_done: int, total: int) -> tuple[str, str]:
-        """The local engine: this process edits a batch while a thread rewrites the next one; the driver of every
-        engine writes the results in batch order with `write_results`. Returns (captioner, editor) names."""
-        from tqdm import tqdm
-
-        c = self.config
-        captioner = self._captioner or make_captioner(c.captioner, **c.captioner_options)
-        editor = self._editor or make_editor(c.editor, **c.editor_options)
-        self.write_config(captioner.name, editor.name)
-        bar = tqdm(total=total, initial=n_done, desc=f"plant {c.mode} {c.part}", unit="sample",
-                   disable=not self.progress, dynamic_ncols=True)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="captioner") as pool:
-            future = pool.submit(self.rewrite, captioner, batches[0][1]) if batches else None
-
-            def results():
-                nonlocal future
-                for b, (shard, batch, last_of_shard) in enumerate(batches):
-                    rewritten = future.result()
-                    # the next batch's captions are made while this batch's images are edited
-                    future = pool.submit(self.rewrite, captioner, batches[b + 1][1]) if b + 1 < len(batches) else None
-                    yield shard, last_of_shard, self.edit(shard, batch, rewritten, editor, captioner.name)
-
-            try:
-                self.write_results(results(), bar)
-            finally:
-                if future is not None:
-                    future.cancel()
-                bar.close()
-        captioner.close()
-        return captioner.name, editor.name
 
     def write_results(self, results, bar) -> None:
         """Write edited batches, in order, into their shards: ``results`` yields (shard, last of its shard,
@@ -450,32 +317,3 @@ def summarize_manifest(rows: list[dict]) -> dict:
         "rejects_by_reason": dict(Counter(reason_kind(r["reason"]) for r in rows if r["status"] != "ok")),
         "shards": len({r["shard"] for r in ok}),
     }
-
-
-def merge_parts(out: str | Path) -> dict:
-    """Check that every part of a sharded run finished and join their manifests into the dataset's own."""
-    out = Path(out)
-    parts = sorted(out.glob("manifest-*-of-*.jsonl"))
-    if not parts:
-        raise PlantError(f"{out} holds no part manifests (manifest-<i>-of-<K>.jsonl); nothing to merge")
-    counts = {int(p.stem.split("-of-")[1]) for p in parts}
-    if len(counts) != 1:
-        raise PlantError(f"{out} mixes parts of runs with different --num-shards: {sorted(counts)}")
-    k = counts.pop()
-    found = {int(p.stem.split("-")[1]) for p in parts}
-    missing = sorted(set(range(k)) - found)
-    if missing:
-        raise PlantError(f"parts {missing} of {k} have not finished in {out}; run them (--shard-index) first")
-    rows = [row for p in parts for row in read_jsonl(p)]
-    ids = Counter(r["id"] for r in rows)
-    twice = [i for i, n in ids.items() if n > 1]
-    if twice:
-        raise PlantError(f"sample ids in more than one part: {twice[:5]}; the parts come from different runs")
-    absent = sorted({r["shard"] for r in rows if r["status"] == "ok"} - {p.name for p in out.glob("shard-*.tar")})
-    if absent:
-        raise PlantError(f"the manifests name shards that do not exist: {absent[:5]}")
-    atomic_write_jsonl(out / "manifest.jsonl", rows)
-    atomic_write_jsonl(out / "rejects.jsonl", [r for r in rows if r["status"] != "ok"])
-    summary = summarize_manifest(rows) | {"parts": k}
-    atomic_write_json(out / "summary.json", summary)
-    return summary

@@ -24,9 +24,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .demo import BASELINE, CONTROL, Demo, DemoConfig, Finetune, log, signed, stage_dir
-from .records import atomic_write_json, atomic_write_text
-from .toyworld.build import WorldConfig
+from ..records import atomic_write_json, atomic_write_text
+from ..toyworld.build import WorldConfig
+from .report import results_table, signed, table_markdown
+from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, log, stage_dir
 
 ROWS = (CONTROL, Finetune("D_hc + InfoNCE", "infonce", "hc"), Finetune("D_hc + static margin", "static", "hc"),
         Finetune("D_hc + Cement", "cement", "hc"), Finetune("D_hc + inverse margin", "inverse", "hc"),
@@ -81,16 +82,16 @@ class Study:
         self.c = config
         self.out = Path(config.out)
         self.console = console
-        # the demo's stages (world, baseline, plant, fine-tune, evaluate), with the study's settings
-        self.demo = Demo(DemoConfig(out=config.out, world=config.world, model=config.model,
+        # the shared stages (world, baseline, plant, fine-tune, evaluate), with the study's settings
+        self.stages = Stages(StageConfig(out=config.out, world=config.world, model=config.model,
                                     batch_size=config.pretrain_batch_size, pretrain_steps=config.pretrain_steps,
                                     pretrain_lr=config.pretrain_lr, finetune_lr=config.finetune_lr,
                                     seeds=config.seeds), progress=progress, console=console)
 
     def choose_batch_size(self, baseline: Path, hc: Path) -> dict:
         """The gradient-share curve of the baseline on D_hc and the N it picks (the design's first rule)."""
-        from .analysis import concretebatch_features, gradient_share_by_batch_size
-        from .models import load_model
+        from ..analysis import concretebatch_features, gradient_share_by_batch_size
+        from ..models import load_model
 
         d = stage_dir(self.out, "batch-size", {"baseline": str(baseline), "data": str(hc),
                                                "pairs": self.c.share_pairs, "sizes": list(self.c.batch_sizes)})
@@ -110,15 +111,15 @@ class Study:
 
     def choose_steps(self, baseline: Path, hc: Path, world: Path, n: int) -> dict:
         """The control's learning curve on the validation scenes and the T it picks (the design's second rule)."""
-        run = self.demo.finetune(baseline, hc, CONTROL, self.c.seeds[0], batch_size=n, steps=self.c.max_steps,
+        run = self.stages.finetune(baseline, hc, CONTROL, self.c.seeds[0], batch_size=n, steps=self.c.max_steps,
                                  save_every=self.c.curve_every)
         choice_path = run.parent.parent / "steps_choice.json"
         if choice_path.is_file():
             return json.loads(choice_path.read_text())
-        val = self.demo.test_data(world, "val")
+        val = self.stages.test_data(world, "val")
         curve = {}
         for step in range(self.c.curve_every, self.c.max_steps + 1, self.c.curve_every):
-            metrics = self.demo.evaluate(run.parent / f"step-{step:07d}", val, name="val_eval.json")
+            metrics = self.stages.evaluate(run.parent / f"step-{step:07d}", val, name="val_eval.json")
             curve[step] = {"M.Avg": metrics["M.Avg"],
                            "R@1": (metrics["text_retrieval_recall@1"] + metrics["image_retrieval_recall@1"]) / 2}
         best = max(v["R@1"] for v in curve.values())
@@ -132,11 +133,11 @@ class Study:
         started = time.perf_counter()
         self.out.mkdir(parents=True, exist_ok=True)
         log("[1/6] rendering the toy world (train, validation and test scenes)", self.console)
-        world = self.demo.world()
+        world = self.stages.world()
         log("[2/6] pretraining the CLIP baseline", self.console)
-        baseline = self.demo.baseline(world)
+        baseline = self.stages.baseline(world)
         log("[3/6] ConcretePlant: D_hc, D_lc, D_wo", self.console)
-        datasets = {m: self.demo.plant(world, m) for m in ("hc", "lc", "wo")}
+        datasets = {m: self.stages.plant(world, m) for m in ("hc", "lc", "wo")}
         log("[4/6] choosing N (gradient share) and T (the control's validation curve) by the design's rules",
             self.console)
         batch = self.choose_batch_size(baseline, datasets["hc"])
@@ -146,15 +147,13 @@ class Study:
         atomic_write_json(self.out / "design.json", design)
         log(f"    N = {batch['n']} anchors, T = {steps['steps']} steps", self.console)
         log(f"[5/6] fine-tuning {len(ROWS)} settings x {len(c.seeds)} seeds", self.console)
-        runs = {(row.label, seed): self.demo.finetune(baseline, datasets[row.mode], row, seed, batch_size=batch["n"],
+        runs = {(row.label, seed): self.stages.finetune(baseline, datasets[row.mode], row, seed, batch_size=batch["n"],
                                                       steps=steps["steps"])
                 for seed in c.seeds for row in ROWS}
         log("[6/6] evaluating on the test scenes and bootstrapping the contrasts", self.console)
-        test = self.demo.test_data(world, "test")
-        items = {key: self.demo.evaluate(ckpt, test, name="test_items.json", per_item=True)
+        test = self.stages.test_data(world, "test")
+        items = {key: self.stages.evaluate(ckpt, test, name="test_items.json", per_item=True)
                  for key, ckpt in [((BASELINE, None), baseline), *runs.items()]}
-        from .demo import results_table
-
         table = results_table({k: v["metrics"] for k, v in items.items()})
         results = contrasts(items, c.seeds, c.bootstrap)
         result = {"design": design, "table": table, "hypotheses": results,
@@ -202,8 +201,6 @@ def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, seed: int = 0
 
 
 def study_report(result: dict, world_info: dict) -> str:
-    from .demo import table_markdown
-
     design = result["design"]
     c = design["config"]
     share = design["batch_size_choice"]["curves"]["none"]

@@ -1,0 +1,39 @@
+"""`concrete-jungle cache`: preprocess ConcreteBatch images once for a model (the training image cache)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from .args import add_model_args, check_model_args, load_model_from_args, non_negative_int
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "cache",
+        help="preprocess ConcreteBatch datasets once for a model, so training reads pixels instead of decoding JPEGs",
+        description="Apply the model's resize and crop to every anchor and negative picture once and store them as "
+        "uint8 (and the captions as tokens) in <dataset>/cache/<key>/. `train` then uses the cache of every "
+        "dataset that has a current one: no JPEG decoding during training. Takes about 2 x 3 x H x W bytes a "
+        "record (ViT-B-32: 0.3 MB).",
+    )
+    p.add_argument("datasets", nargs="+", metavar="DATASET", help="ConcreteBatch directories")
+    p.add_argument("--workers", type=non_negative_int, default=4, help="decoding processes (default %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_model_args(p)
+    p.set_defaults(run=run)
+
+
+def run(args, console: Console) -> int:
+    from ..concretebatch import shard_urls
+
+    for d in args.datasets:
+        shard_urls(d)
+    check_model_args(args)
+    from ..image_cache import build_cache
+
+    clip, _ = load_model_from_args(args)
+    for d in args.datasets:
+        folder = build_cache(d, clip, workers=args.workers, progress=not args.no_progress)
+        size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
+        console.print(f"{d}: cache {folder} ({size:.0f} MiB)", highlight=False)
+    return 0

@@ -1,0 +1,82 @@
+"""`concrete-jungle eval`: evaluate a model on the benchmarks, check their data, or compare result files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from .args import add_model_args, check_model_args, load_model_from_args, non_negative_int, positive_int
+
+
+EVAL_LAYOUT = """data root layout (only the benchmarks asked for are read):
+  sugarcrepe/*.json                 official SugarCrepe JSON, images in coco/val2017/
+  sugarcrepe_pp/*.json              official SugarCrepe++ JSON, images in coco/val2017/
+  winoground/examples.jsonl         + winoground/images/<image>.png
+  flickr30k/dataset_flickr30k.json  + flickr30k/images/ (retrieval: the Karpathy test split)
+  imagenet/{train,val}/<class>/     linear_probe (ImageFolder)
+  coco/annotations/instances_{train,val}2017.json + coco/{train,val}2017/   coco_probe
+  vtab/<task>/{train,test}/<class>/ or a clip_benchmark dataset root per task
+where to get each: docs/data.md"""
+
+
+def add_parser(sub) -> None:
+    from ..evaluation.names import BENCHMARKS
+
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model: SugarCrepe, SugarCrepe++, Winoground, retrieval, linear probes, VTAB",
+        description="Evaluate an open_clip model or a checkpoint on the benchmarks under --data-root. Writes one "
+        "JSON per benchmark and results.md to --out. --check only checks the data (no model).",
+        epilog=EVAL_LAYOUT, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--benchmarks", default="sugarcrepe", help=f"comma-separated, from {', '.join(BENCHMARKS)}")
+    p.add_argument("--data-root", help="folder holding the benchmarks' data (layout below)")
+    p.add_argument("--check", action="store_true",
+                   help="check the data root's layout and images and print the item counts; loads no model")
+    p.add_argument("--out", default="results", help="output folder (default %(default)s)")
+    p.add_argument("--skip-missing", action="store_true", help="skip items whose images are missing or unreadable")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="images or texts per forward pass")
+    p.add_argument("--workers", type=non_negative_int, default=0, help="image-loading processes")
+    p.add_argument("--cache-dir", help="cache embeddings here (by model hash and file)")
+    p.add_argument("--compare", nargs="+", metavar="JSON", help="print a side-by-side table of result files and exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_model_args(p)
+    p.set_defaults(run=run)
+
+
+def run(args, console: Console) -> int:
+    from rich.markdown import Markdown
+
+    from .. import evaluation
+    from ..evaluation.report import compare, layout_report, markdown
+
+    if args.compare:
+        console.print(Markdown(compare(args.compare)))
+        return 0
+    if not args.data_root:
+        raise ValueError("concrete-jungle eval needs --data-root (or --compare A.json B.json)")
+    root = Path(args.data_root)
+    if not root.is_dir():
+        raise ValueError(f"--data-root {root} does not exist; it is the folder holding sugarcrepe/, coco/, ... "
+                         "(see concrete-jungle eval --help and docs/data.md)")
+    names = [n.strip() for n in args.benchmarks.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(evaluation.BENCHMARKS))
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(evaluation.BENCHMARKS)}")
+    if not args.check:
+        check_model_args(args)
+    # every benchmark's files are checked before the model is loaded
+    loaded = {n: evaluation.load_data(n, root, args.skip_missing) for n in names}
+    if args.check:
+        console.print(Markdown(layout_report(loaded)))
+        return 0
+    from ..evaluation.encoding import Encoder
+
+    clip, device = load_model_from_args(args)
+    encoder = Encoder(clip, device=device, batch_size=args.batch_size, num_workers=args.workers,
+                      cache_dir=args.cache_dir, progress=not args.no_progress)
+    results = evaluation.run(encoder, names, loaded, out=args.out)
+    console.print(Markdown(markdown(results)))
+    return 0

@@ -1,0 +1,41 @@
+"""`concrete-jungle gallery`: a static HTML page of hard negatives."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from .args import positive_int
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "gallery",
+        help="write a static HTML page of hard negatives (anchor and negative side by side)",
+        description="One row per sampled anchor, one card per dataset (give D_hc D_lc D_wo of the same anchors "
+        "to compare them). Opens from disk.",
+    )
+    p.add_argument("datasets", nargs="+", metavar="DATASET", help="ConcreteBatch directories")
+    p.add_argument("--out", default="gallery", help="output folder (default %(default)s)")
+    p.add_argument("--sample", type=positive_int, default=200, help="anchors on the page (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the anchor sample (default %(default)s)")
+    p.add_argument("--sort", default="concreteness", choices=["concreteness", "category", "random"],
+                   help="row order: most concrete first, by category, or random (default %(default)s)")
+    p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                   help="keep anchors whose record matches, e.g. category=relation or mode=hc (repeatable)")
+    p.add_argument("--stats", help="an analysis stats.json with per-pair scores: {dataset: {id: {name: value}}}")
+    p.set_defaults(run=run)
+
+
+def run(args, console: Console) -> int:
+    from ..gallery import build_gallery
+
+    filters = {}
+    for item in args.filter:
+        if "=" not in item:
+            raise ValueError(f"--filter {item!r} must look like category=relation")
+        key, value = item.split("=", 1)
+        filters[key] = value
+    page = build_gallery(args.datasets, args.out, sample=args.sample, seed=args.seed, sort=args.sort,
+                         filters=filters, stats=args.stats)
+    console.print(f"gallery written: {page}")
+    return 0

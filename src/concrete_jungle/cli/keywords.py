@@ -1,0 +1,47 @@
+"""`concrete-jungle keywords`: pick one concrete keyword per caption (ConcretePlant stage 1)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from .args import add_input_args, add_sampler_args, positive_int, sampler_config
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "keywords",
+        help="pick one concrete keyword per caption (ConcretePlant stage 1)",
+        description="Parse captions with spaCy, rate candidate keywords for concreteness and sample one per "
+        "sample. Re-running with the same --out resumes.",
+    )
+    add_input_args(p)
+    add_sampler_args(p)
+    p.add_argument("--ratings", help="a CSV of your own ratings instead of a built-in scale")
+    p.add_argument("--word-column", default="Word", help="word column of --ratings (default %(default)s)")
+    p.add_argument("--score-column", help="score column of --ratings")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="captions per spaCy batch")
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help="processes that parse, extract and sample (default %(default)s)")
+    p.add_argument("--max-words", type=positive_int, default=60, help="skip longer captions (default %(default)s)")
+    p.add_argument("--out", required=True, help="output JSONL; an existing file is resumed")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def run(args, console: Console) -> int:
+    from ..concreteness import load_ratings
+    from ..sources import expand_paths
+
+    config = sampler_config(args)
+    expand_paths(args.captions)  # a missing file is reported before spaCy loads
+    ratings = load_ratings(args.scale, args.ratings, args.word_column, args.score_column)
+
+    from ..keyword_job import FilterConfig, load_spacy, run_keywords, summary_table
+
+    summary, _ = run_keywords(
+        args.captions, args.out, config, ratings, load_spacy(args.spacy_model), fmt=args.format, split=args.split,
+        limits=FilterConfig(max_words=args.max_words), batch_size=args.batch_size, workers=args.workers,
+        progress=not args.no_progress,
+    )
+    console.print(summary_table(summary, f"keywords ({args.mode}) -> {args.out}"))
+    return 0

@@ -1,0 +1,161 @@
+"""`concrete-jungle plant`: make a ConcreteBatch (keywords, caption rewrite, image edit), or merge its parts."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from .args import (add_input_args, add_sampler_args, key_values, non_negative_int, positive_int,
+                   positive_int_list, sampler_config, strength)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "plant",
+        help="make a ConcreteBatch: keywords, caption rewrite, image edit (ConcretePlant)",
+        description="Sample keywords, rewrite captions, edit images and write WebDataset shards plus a manifest. "
+        "Re-running with the same --out resumes. `concrete-jungle plant merge DIR` joins the parts of a "
+        "--num-shards run.",
+    )
+    p.add_argument("action", nargs="?", choices=["merge"], help="merge: check and join the parts in DIR")
+    p.add_argument("--config", help="a YAML file of PlantConfig settings (e.g. configs/paper/plant_hc.yaml) instead "
+                   "of the dataset flags below; change one with --set key=value")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a --config setting")
+    p.add_argument("merge_dir", nargs="?", metavar="DIR", help="dataset directory to merge")
+    add_input_args(p, required=False)
+    add_sampler_args(p, required=False)
+    p.add_argument("--images", help="folder the captions' image paths are relative to (COCO: the image folder)")
+    p.add_argument("--out", help="dataset directory; an existing one is resumed")
+    g = p.add_argument_group("caption rewrite")
+    g.add_argument("--captioner", default="rules",
+                   help="rules (default, offline), openai, transformers, a registered plugin, or package.module:Class")
+    g.add_argument("--captioner-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a keyword argument of the captioner's constructor (repeatable)")
+    g.add_argument("--model", help="LLM for openai/transformers, e.g. Qwen/Qwen3-32B")
+    g.add_argument("--base-url", action="append", help="OpenAI-compatible server URL (repeat for several)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    g.add_argument("--concurrency", type=positive_int, default=64, help="requests in flight (openai)")
+    g.add_argument("--max-attempts", type=positive_int, default=3, help="rewrites tried per sample before rejecting it")
+    g = p.add_argument_group("image edit")
+    g.add_argument("--editor", default="none",
+                   help="none (default: text-only negatives), diffusers, a registered plugin, or package.module:Class")
+    g.add_argument("--editor-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a keyword argument of the editor's constructor (repeatable), e.g. world=DIR for toyworld")
+    g.add_argument("--editor-model", default="stabilityai/sdxl-turbo", help="img2img model id or path")
+    g.add_argument("--strength", type=strength, default=0.75,
+                   help="img2img strength in (0, 1]: how far the edit may move from the anchor (default %(default)s)")
+    g.add_argument("--steps", type=positive_int, default=4,
+                   help="denoising steps; int(steps x strength) must be >= 1 (default %(default)s)")
+    g.add_argument("--size", type=positive_int, default=512,
+                   help="the edited image's side in pixels (default %(default)s)")
+    g.add_argument("--vae", help="a fp16-safe VAE to use instead of the model's (e.g. madebyollin/sdxl-vae-fp16-fix)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the UNet")
+    g.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    g = p.add_argument_group("run")
+    g.add_argument("--engine", choices=["local", "ray"], help="local (default): this process; ray: Ray Data over a "
+                   "cluster, the same records (pip install 'concrete-jungle[ray]'; docs/scale.md)")
+    g.add_argument("--ray-address", help="the Ray cluster to join: auto, or ray://HOST:10001 (default: start one here)")
+    g.add_argument("--ray-actors", type=positive_int_list, metavar="K,R,E",
+                   help="actors for keyword candidates, rewrites and edits (default 1,1,1)")
+    g.add_argument("--ray-edit-gpus", type=float, help="GPUs per edit actor (default 0; 1 for SDXL-Turbo)")
+    g.add_argument("--ray-edit-cpus", type=float, help="CPUs per edit actor (default 1; its threads without a GPU)")
+    g.add_argument("--batch-size", type=positive_int, default=16, help="samples per rewrite/edit batch")
+    g.add_argument("--samples-per-shard", type=positive_int, default=1000,
+                   help="records per WebDataset tar shard (default %(default)s)")
+    g.add_argument("--num-shards", type=positive_int,
+                   help="split the run into K parts (default: $WORLD_SIZE, SLURM array, 1)")
+    g.add_argument("--shard-index", type=non_negative_int, help="this part (default: $RANK, SLURM array task, 0)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def engine_config(args, base=None):
+    """The engine of the flags, over ``base`` (a --config file's)."""
+    from dataclasses import asdict
+
+    from ..plant import EngineConfig
+
+    settings = asdict(base) if base is not None else {}
+    given = {"name": args.engine, "address": args.ray_address, "edit_gpus": args.ray_edit_gpus,
+             "edit_cpus": args.ray_edit_cpus}
+    if args.ray_actors:
+        if len(args.ray_actors) != 3:
+            raise ValueError(f"--ray-actors {','.join(map(str, args.ray_actors))}: give three counts, K,R,E")
+        given |= dict(zip(("keyword_actors", "rewrite_actors", "edit_actors"), args.ray_actors))
+    return EngineConfig(**settings | {k: v for k, v in given.items() if v is not None})
+
+
+def plant_config_from_flags(args, num_shards: int, shard_index: int):
+    from ..plant import PlantConfig
+
+    missing = [f"--{n}" for n in ("captions", "images", "out", "mode") if not getattr(args, n)]
+    if missing:
+        raise ValueError(f"concrete-jungle plant needs {', '.join(missing)} (or --config FILE)")
+    captioner_options = {}
+    if args.captioner in ("openai", "transformers"):
+        if not args.model:
+            raise ValueError(f"--captioner {args.captioner} needs --model (e.g. Qwen/Qwen3-32B)")
+        captioner_options["model"] = args.model
+    if args.captioner == "openai":
+        captioner_options.update(base_urls=args.base_url or ["http://localhost:8000/v1"],
+                                 api_key_env=args.api_key_env, concurrency=args.concurrency)
+    if args.captioner == "rules":
+        captioner_options["seed"] = args.seed
+    editor_options = {}
+    if args.editor == "diffusers":
+        editor_options = {"model": args.editor_model, "strength": args.strength, "steps": args.steps,
+                          "size": args.size, "vae": args.vae, "compile": args.compile, "device": args.device}
+    return PlantConfig(
+        captions=list(args.captions), images=args.images, out=args.out, mode=args.mode, format=args.format,
+        split=args.split, sampler=sampler_config(args), scale=args.scale, spacy_model=args.spacy_model,
+        captioner=args.captioner,
+        captioner_options=captioner_options | key_values(args.captioner_option, "--captioner-option"),
+        editor=args.editor, editor_options=editor_options | key_values(args.editor_option, "--editor-option"),
+        max_attempts=args.max_attempts, batch_size=args.batch_size, samples_per_shard=args.samples_per_shard,
+        num_shards=num_shards, shard_index=shard_index, engine=engine_config(args),
+    )
+
+
+def run(args, console: Console) -> int:
+    from dataclasses import replace
+
+    from rich.table import Table
+
+    from .. import plant
+    from ..plant import PlantConfig, merge_parts, shard_from_environment
+
+    # this part of a split run: the flags, else torchrun's or SLURM's environment, else the whole run
+    env_index, env_count = shard_from_environment()
+    shard_index = args.shard_index if args.shard_index is not None else env_index
+    num_shards = args.num_shards if args.num_shards is not None else env_count
+    if args.action == "merge":
+        if not args.merge_dir:
+            raise ValueError("usage: concrete-jungle plant merge DIR")
+        summary = merge_parts(args.merge_dir)
+    else:
+        if args.config:
+            from ..configs import apply_overrides, from_dict, load_yaml
+
+            given = [f"--{n}" for n in ("captions", "images", "out") if getattr(args, n)]
+            if given:
+                raise ValueError(f"{', '.join(given)} with --config: put them in the file or pass --set key=value")
+            data = apply_overrides(load_yaml(args.config), args.set)
+            data.setdefault("num_shards", num_shards)
+            data.setdefault("shard_index", shard_index)
+            config = from_dict(PlantConfig, data, where=args.config)
+            config = replace(config, engine=engine_config(args, config.engine))
+        else:
+            config = plant_config_from_flags(args, num_shards, shard_index)
+        config.check_inputs()  # files, folders, captioner and editor names: before anything is written
+        if config.engine.name == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                raise ValueError("--engine ray needs Ray: pip install 'concrete-jungle[ray]'")
+        summary = plant.run(config, progress=not args.no_progress)
+    table = Table(title="ConcreteBatch")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        table.add_row(key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value))
+    console.print(table)
+    return 0

@@ -1,0 +1,67 @@
+"""`concrete-jungle train`: fine-tune an open_clip model with Cement loss on ConcreteBatch (Slipform)."""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+
+from .args import positive_float, positive_int
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "train",
+        help="fine-tune an open_clip model with Cement loss on ConcreteBatch (Slipform)",
+        description="Train from a YAML config (configs/slipform_vitb32.yaml); flags and --set key.path=value "
+        "override it. Under torchrun it runs data parallel. --resume latest continues exactly.",
+    )
+    p.add_argument("--config", help="YAML config (keys: see concrete_jungle.train_config.TrainConfig)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. optim.lr=1e-5")
+    p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl)")
+    p.add_argument("--model", help="open_clip model name")
+    p.add_argument("--pretrained", help="pretrained tag or none")
+    p.add_argument("--checkpoint", help="start from a checkpoint directory of ours")
+    p.add_argument("--data", nargs="+", help="ConcreteBatch directories")
+    p.add_argument("--loss", choices=["cement", "infonce", "static", "inverse"],
+                   help="cement (adaptive margin), infonce (no margin), static (loss.static_margin), inverse")
+    p.add_argument("--batch-size", type=positive_int, help="anchors per step, over all processes")
+    p.add_argument("--steps", type=positive_int, help="optimisation steps (overrides --epochs)")
+    p.add_argument("--epochs", type=positive_int, help="passes over the data")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate (optim.lr)")
+    p.add_argument("--seed", type=int, help="seed of the initialisation, data order and RNG state")
+    p.add_argument("--resume", help="latest, or a checkpoint directory")
+    p.add_argument("--stop-at", type=positive_int,
+                   help="stop after this step with a checkpoint (continue with --resume)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def run(args, console: Console) -> int:
+    from ..train_config import check_config, load_config
+
+    if not args.config:
+        set_keys = [item.split("=", 1)[0] for item in args.set]
+        missing = [flag for flag, given in (("--out DIR", args.out or "out" in set_keys),
+                                            ("--data DIR", args.data or any(k.startswith("data.") for k in set_keys)))
+                   if not given]
+        if missing:
+            raise ValueError(f"concrete-jungle train needs --config FILE (e.g. configs/slipform_vitb32.yaml), or "
+                             f"{' and '.join(missing)} with the model flags")
+    flags = {"out": args.out, "model.name": args.model, "model.pretrained": args.pretrained,
+             "model.checkpoint": args.checkpoint, "loss.name": args.loss, "batch_size": args.batch_size,
+             "steps": args.steps, "epochs": args.epochs, "optim.lr": args.lr, "seed": args.seed}
+    overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
+    if args.data:
+        overrides.append("data.concretebatch=[" + ",".join(f'"{d}"' for d in args.data) + "]")
+    config = load_config(args.config, overrides + args.set)
+    check_config(config)  # before torch is imported
+
+    from ..train import train
+
+    last = train(config, resume=args.resume, progress=not args.no_progress, stop_at=args.stop_at)
+    if last and int(os.environ.get("RANK", 0)) == 0:
+        share = "-" if last["hn_grad_share"] is None else f"{last['hn_grad_share']:.3f}"
+        console.print(f"step {last['step']}: loss {last['loss']:.4f}, hard-negative gradient share {share} "
+                      f"-> {config.out}")
+    return 0

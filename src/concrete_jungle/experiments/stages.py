@@ -1,0 +1,229 @@
+"""The stages every toy-world experiment shares (the demo, the studies), their cache and their rows.
+
+A stage lives in ``<out>/<stage>-<hash of its settings>`` and is reused when it has finished, so a second run
+with the same settings only re-writes the report, and changing a setting re-runs what depends on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..records import atomic_write_json
+from ..toyworld.build import WorldConfig, build_world
+
+
+@dataclass(frozen=True)
+class Finetune:
+    """One fine-tuning setting: a row of the results table."""
+
+    label: str
+    loss: str  # cement | infonce | static | inverse
+    mode: str  # the ConcreteBatch it trains on: hc | lc | wo
+    negatives: bool = True  # False: the control, the same anchors and steps with every negative masked
+
+
+# the fine-tune that separates "hard negatives teach" from "more training on these captions teaches"
+CONTROL = Finetune("control (D_hc anchors, no negatives)", "infonce", "hc", negatives=False)
+BASELINE = "CLIP baseline"
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """The stages' settings; the defaults are the demo's (`demo.DemoConfig`)."""
+
+    out: str = "runs/demo"
+    world: WorldConfig = field(default_factory=WorldConfig)
+    model: str = "cj-demo"
+    batch_size: int = 64
+    pretrain_steps: int = 250
+    pretrain_lr: float = 2e-3
+    finetune_steps: int = 40
+    finetune_lr: float = 2e-3  # the pretraining's peak: the tiny model is far from converged
+    seeds: tuple[int, ...] = (0, 1, 2)
+    analysis_pairs: int = 512
+    gradient_batch_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
+    gallery_sample: int = 120
+
+
+
+def settings_hash(settings: dict) -> str:
+    return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def stage_dir(out: Path, name: str, settings: dict) -> Path:
+    d = out / f"{name}-{settings_hash(settings)}"
+    d.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(d / "stage.json", settings)
+    return d
+
+
+def link_latest(link: Path, target: Path) -> None:
+    """``<out>/D_hc`` -> the latest D_hc stage, so other commands and configs can name it without its hash."""
+    tmp = link.with_name(f".{link.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target.resolve().relative_to(link.parent.resolve()), target_is_directory=True)
+    tmp.replace(link)
+
+
+def log(message: str, console=None) -> None:
+    (console.print if console is not None else print)(message)
+
+
+class Stages:
+    """The stages an experiment on the toy world is made of, each cached in ``<out>/<stage>-<hash of its
+    settings>`` and reused once finished: render the world, pretrain the baseline, plant a ConcreteBatch,
+    fine-tune, evaluate, analyse, draw a gallery. ``config`` is a `StageConfig`."""
+
+    def __init__(self, config: StageConfig, progress: bool = True, console=None):
+        self.c = config
+        self.out = Path(config.out)
+        self.progress = progress
+        self.console = console
+        self.seconds: dict[str, float] = {}
+
+    def timed(self, name: str, fn, *args):
+        start = time.perf_counter()
+        result = fn(*args)
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        return result
+
+    def reused(self, what: str) -> None:
+        log(f"    reused: {what} (finished by an earlier run with the same settings)", self.console)
+
+    def world(self) -> Path:
+        d = stage_dir(self.out, "world", asdict(self.c.world))
+        if (d / "world.json").is_file():
+            self.reused(f"the toy world in {d.name}")
+        build_world(d, self.c.world, progress=self.progress)
+        return d
+
+    def train(self, name: str, settings: dict, config, label: str) -> Path:
+        """Train (or resume, or reuse) a model; the final checkpoint's directory."""
+        from ..train import train
+
+        d = stage_dir(self.out, name, settings)
+        checkpoints = d / "run" / "checkpoints"
+        latest = json.loads((checkpoints / "latest.json").read_text()) if (checkpoints / "latest.json").is_file() \
+            else None
+        if latest is not None and latest["reason"] == "final":
+            self.reused(label)
+        else:
+            train(config(str(d / "run")), resume="latest" if latest else None, progress=self.progress, label=label)
+            latest = json.loads((checkpoints / "latest.json").read_text())
+        return checkpoints / latest["name"]
+
+    def baseline(self, world: Path) -> Path:
+        from ..train_config import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
+
+        c = self.c
+        settings = {"world": str(world), "model": c.model, "batch_size": c.batch_size, "steps": c.pretrain_steps,
+                    "lr": c.pretrain_lr}
+        return self.train("baseline", settings, lambda out: TrainConfig(
+            out=out, model=ModelConfig(name=c.model, pretrained="none", precision="fp32"),
+            data=DataConfig(pairs=[str(world / "captions.jsonl")], pairs_images=str(world / "images"), workers=0),
+            loss=LossConfig(name="infonce"), optim=OptimConfig(lr=c.pretrain_lr, warmup=20, weight_decay=0.1),
+            batch_size=c.batch_size, steps=c.pretrain_steps, seed=0, save_every=0), label=BASELINE)
+
+    def plant(self, world: Path, mode: str) -> Path:
+        from .. import plant
+        from ..plant import PlantConfig
+
+        settings = {"world": str(world), "mode": mode}
+        d = stage_dir(self.out, f"D_{mode}", settings) / f"D_{mode}"
+        if (d / "summary.json").is_file():
+            self.reused(f"D_{mode}")
+        else:
+            # the toy world's captioner and editor by class path: the registered names (`toyworld`) need the
+            # package's installed metadata, the demo runs from a source tree too
+            plant.run(PlantConfig(captions=[str(world / "captions.jsonl")], images=str(world / "images"), out=str(d),
+                                  mode=mode, captioner="concrete_jungle.toyworld.rewrite:ToyCaptioner",
+                                  editor="concrete_jungle.toyworld.rewrite:ToyEditor",
+                                  editor_options={"world": str(world)}, batch_size=64, samples_per_shard=500),
+                      progress=self.progress)
+        link_latest(self.out / f"D_{mode}", d)
+        return d
+
+    def finetune(self, baseline: Path, data: Path, row: Finetune, seed: int, batch_size: int | None = None,
+                 steps: int | None = None, save_every: int = 0) -> Path:
+        """Fine-tune the baseline on a dataset (the config's batch size and steps unless given); ``save_every``
+        keeps intermediate checkpoints, for a learning curve."""
+        from ..train_config import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
+
+        c = self.c
+        batch_size, steps = batch_size or c.batch_size, steps or c.finetune_steps
+        settings = {"baseline": str(baseline), "data": str(data), "loss": row.loss, "seed": seed,
+                    "batch_size": batch_size, "steps": steps, "lr": c.finetune_lr} | (
+            {} if row.negatives else {"negatives": False}) | ({"save_every": save_every} if save_every else {})
+        name = f"finetune-{data.name}-{row.loss}{'' if row.negatives else '-control'}-s{seed}"
+        return self.train(name, settings, lambda out: TrainConfig(
+            out=out, model=ModelConfig(name=None, pretrained=None, checkpoint=str(baseline), precision="fp32"),
+            data=DataConfig(concretebatch=[str(data)], workers=0, negatives=row.negatives),
+            loss=LossConfig(name=row.loss), optim=OptimConfig(lr=c.finetune_lr, warmup=5, weight_decay=0.1),
+            batch_size=batch_size, steps=steps, seed=seed, save_every=save_every),
+            label=f"{row.label}, seed {seed}")
+
+    def evaluate(self, checkpoint: Path, test: dict, name: str = "toy_eval.json", per_item: bool = False) -> dict:
+        """Metrics of a checkpoint on held-out data (`test_data`), kept in the checkpoint's folder as ``name`` (a
+        saved checkpoint never changes); with ``per_item``, also every SugarCrepe item's answer."""
+        import torch
+
+        from ..evaluation import retrieval, sugarcrepe
+        from ..evaluation.encoding import Encoder
+        from ..models import load_model
+
+        path = checkpoint / name
+        if path.is_file():
+            return json.loads(path.read_text())
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        encoder = Encoder(load_model(checkpoint=checkpoint, device=device), device=device, batch_size=256,
+                          progress=False)
+        scored = sugarcrepe.evaluate(encoder, test["sugarcrepe"])
+        metrics = scored["metrics"] | retrieval.evaluate(encoder, test["retrieval"])["metrics"]
+        result = {"metrics": metrics, "per_item": scored["per_item"]} if per_item else metrics
+        atomic_write_json(path, result)
+        return result
+
+    def analyse(self, baseline: Path, datasets: dict[str, Path]) -> dict:
+        """Table 1 and Fig. 5 (`analysis.analyze_datasets`) and Fig. 6 (gradient share), under the baseline."""
+        from .. import analysis
+        from ..models import load_model
+
+        c = self.c
+        settings = {"baseline": str(baseline), "datasets": {k: str(v) for k, v in datasets.items()},
+                    "pairs": c.analysis_pairs, "batch_sizes": list(c.gradient_batch_sizes)}
+        d = stage_dir(self.out, "analysis", settings)
+        if (d / "done.json").is_file():
+            self.reused("the analysis")
+            return json.loads((d / "done.json").read_text())
+        clip = load_model(checkpoint=baseline)
+        stats = analysis.analyze_datasets(list(datasets.values()), clip, d, limit=c.analysis_pairs,
+                                          progress=self.progress)
+        # the same features Table 1 used, from the analysis's cache
+        image, text, conc, _, _ = analysis.concretebatch_features(clip, datasets["hc"], limit=c.analysis_pairs,
+                                                                  cache_dir=d / "embeddings", progress=False)
+        sizes = [n for n in c.gradient_batch_sizes if n <= conc.shape[0]]
+        curves = analysis.gradient_share_by_batch_size(image, text, conc, clip.model.logit_scale.exp().item(), sizes)
+        analysis.plot_gradient_share(curves, d / "gradient_share.png",
+                                     "Hard-negative gradient share on D_hc under the CLIP baseline (Fig. 6)")
+        done = {"dir": str(d), "summaries": {k: v["summary"] for k, v in stats["datasets"].items()},
+                "modes": {k: v["mode"] for k, v in stats["datasets"].items()},
+                "gradient_share": {s: {str(n): v for n, v in pts.items()} for s, pts in curves.items()}}
+        atomic_write_json(d / "done.json", done)
+        return done
+
+    def gallery(self, datasets: dict[str, Path], analysis_dir: Path) -> Path:
+        from ..gallery import build_gallery
+
+        return build_gallery([datasets["hc"], datasets["lc"]], self.out / "gallery", sample=self.c.gallery_sample,
+                             stats=analysis_dir / "stats.json")
+
+    def test_data(self, world: Path, split: str = "test") -> dict:
+        """The world's held-out compositional subsets and retrieval split (``test``, or ``val`` to choose on)."""
+        from ..evaluation import retrieval, sugarcrepe
+
+        return {"sugarcrepe": sugarcrepe.load(world / split / "sugarcrepe", world / "images" / split),
+                "retrieval": retrieval.load(world / split / "retrieval.json", world / "images" / split)}

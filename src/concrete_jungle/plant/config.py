@@ -1,0 +1,109 @@
+"""A plant run's settings: what defines the dataset (`PlantConfig`) and how it is executed (`EngineConfig`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..configs import ConfigError
+from ..errors import PlantError
+from ..keywords import SamplerConfig
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How a plant run is executed; it changes no record. ``local``: this process (a thread rewrites while the
+    process edits). ``ray``: Ray Data across a cluster: keyword candidates in ``keyword_actors`` spaCy actors,
+    rewrites in ``rewrite_actors`` captioner actors, edits in ``edit_actors`` editor actors of ``edit_gpus`` GPUs
+    each, this process writing the shards (docs/scale.md)."""
+
+    name: str = "local"
+    address: str | None = None  # a Ray cluster (auto, ray://host:10001); none: a local one
+    keyword_actors: int = 1
+    rewrite_actors: int = 1
+    edit_actors: int = 1
+    edit_gpus: float = 0.0
+    # CPUs Ray reserves per actor: a rewrite actor mostly waits on its LLM server; an edit actor without a GPU
+    # computes on its CPUs (its torch uses that many threads)
+    rewrite_cpus: float = 0.25
+    edit_cpus: float = 1.0
+
+    def __post_init__(self):
+        problems = [f"engine.{k} must be >= 1, got {getattr(self, k)}"
+                    for k in ("keyword_actors", "rewrite_actors", "edit_actors") if getattr(self, k) < 1]
+        if self.name not in ("local", "ray"):
+            problems.append(f"engine.name {self.name!r} is not local or ray")
+        problems += [f"engine.{k} must be >= 0, got {getattr(self, k)}"
+                     for k in ("edit_gpus", "rewrite_cpus", "edit_cpus") if getattr(self, k) < 0]
+        if problems:
+            raise ConfigError(*problems)
+
+
+@dataclass(frozen=True)
+class PlantConfig:
+    captions: list[str]
+    images: str
+    out: str
+    mode: str = "hc"
+    format: str | None = None
+    split: str | None = None
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    scale: str = "brysbaert"
+    spacy_model: str | None = None
+    captioner: str = "rules"
+    captioner_options: dict = field(default_factory=dict)
+    editor: str = "none"
+    editor_options: dict = field(default_factory=dict)
+    max_attempts: int = 3
+    batch_size: int = 16
+    samples_per_shard: int = 1000
+    num_shards: int = 1
+    shard_index: int = 0
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self):
+        if self.sampler.mode != self.mode:
+            object.__setattr__(self, "sampler", SamplerConfig(**{**asdict(self.sampler), "mode": self.mode}))
+        if not 0 <= self.shard_index < self.num_shards:
+            raise ConfigError(f"shard index {self.shard_index} is not in [0, {self.num_shards})")
+        for name in ("max_attempts", "batch_size", "samples_per_shard", "num_shards"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def check_inputs(self) -> None:
+        """The caption files and image folder exist and the captioner and editor names resolve: checked
+        before any file is written or any model loads."""
+        from ..plugins import target
+        from ..sources import expand_paths
+
+        expand_paths(self.captions)
+        if not Path(self.images).is_dir():
+            raise PlantError(f"image directory not found: {self.images}; pass the folder the captions' image "
+                             "paths are relative to with --images")
+        target("captioner", self.captioner)
+        target("editor", self.editor)
+
+    @property
+    def part(self) -> str:
+        return f"{self.shard_index:05d}-of-{self.num_shards:05d}"
+
+    def dataset_settings(self) -> dict:
+        """What defines the dataset (every part of a run must agree); run-time knobs left out."""
+        d = asdict(self)
+        for runtime in ("out", "shard_index", "batch_size", "spacy_model", "engine"):
+            d.pop(runtime)
+        return d
+
+
+def shard_from_environment() -> tuple[int, int]:
+    """(index, count) from torchrun (RANK/WORLD_SIZE) or a SLURM array; (0, 1) otherwise."""
+    env = os.environ
+    if "WORLD_SIZE" in env and "RANK" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"])
+    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        return int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0)), int(
+            env["SLURM_ARRAY_TASK_COUNT"])
+    return 0, 1
+
+

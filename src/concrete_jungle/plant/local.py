@@ -1,0 +1,45 @@
+"""The local engine: the whole part in this process, a thread rewriting the next batch while this one is edited."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from ..captioners import make_captioner
+from ..editors import make_editor
+
+
+def extractor(config) -> None:
+    """Keyword candidates are found in this process (`keyword_job.run_keywords`'s own workers)."""
+    return None
+
+
+def process(plant, batches: list, n_done: int, total: int) -> tuple[str, str]:
+    """Rewrite and edit ``batches`` and write them in order with `Plant.write_results`; the captioner works on
+    the next batch in a background thread while the current batch is edited. Returns (captioner, editor) names."""
+    from tqdm import tqdm
+
+    c = plant.config
+    captioner = plant.given_captioner or make_captioner(c.captioner, **c.captioner_options)
+    editor = plant.given_editor or make_editor(c.editor, **c.editor_options)
+    plant.write_config(captioner.name, editor.name)
+    bar = tqdm(total=total, initial=n_done, desc=f"plant {c.mode} {c.part}", unit="sample",
+               disable=not plant.progress, dynamic_ncols=True)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="captioner") as pool:
+        future = pool.submit(plant.rewrite, captioner, batches[0][1]) if batches else None
+
+        def results():
+            nonlocal future
+            for b, (shard, batch, last_of_shard) in enumerate(batches):
+                rewritten = future.result()
+                # the next batch's captions are made while this batch's images are edited
+                future = pool.submit(plant.rewrite, captioner, batches[b + 1][1]) if b + 1 < len(batches) else None
+                yield shard, last_of_shard, plant.edit(shard, batch, rewritten, editor, captioner.name)
+
+        try:
+            plant.write_results(results(), bar)
+        finally:
+            if future is not None:
+                future.cancel()
+            bar.close()
+    captioner.close()
+    return captioner.name, editor.name

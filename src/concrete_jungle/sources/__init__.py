@@ -1,0 +1,101 @@
+"""Caption sources: read the caption files users have into one stream of `CaptionSample`s.
+
+One module per format, each with ``read(file, options)`` yielding samples (and, for JSON formats, ``looks_like(data)``
+for detection); detected from the file, or set with ``--format``:
+
+- ``karpathy``: COCO/Flickr Karpathy split file (``dataset_coco.json``);
+- ``coco``: COCO ``captions_*.json``;
+- ``sugarcrepe``: the official SugarCrepe JSON (positives, de-duplicated);
+- ``jsonl``: one object per line with ``id`` and ``caption`` or ``captions``, optional ``image``;
+- ``csv``: a header with ``id``, one or more ``caption*`` columns, optional ``image``.
+
+A new format is a module here with the same ``read`` and an entry in `READERS`. A file that cannot be read
+raises `SourceError` naming the file and the fix. A single bad record (a malformed JSONL line, a record without
+captions) is yielded with ``error`` set, so the caller can log it as skipped and go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import coco, csv_table, jsonl, karpathy, sugarcrepe
+from .base import (CaptionSample, ReadOptions, SourceError, SourceFile, UnsafePathError, anchor_caption,
+                   join_under)
+
+__all__ = ["FORMATS", "CaptionSample", "SourceError", "UnsafePathError", "anchor_caption", "expand_paths",
+           "join_under", "read_samples"]
+
+READERS = {"karpathy": karpathy, "coco": coco, "sugarcrepe": sugarcrepe, "jsonl": jsonl, "csv": csv_table}
+FORMATS = tuple(READERS)
+JSON_FORMATS = ("coco", "karpathy", "sugarcrepe")  # detection order of a .json file's content
+
+
+def _kind_from_suffix(path: Path) -> str:
+    """``jsonl``/``csv`` from the extension; ``json`` means the content decides (see `_json_kind`)."""
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        return suffix[1:]
+    if suffix in (".csv", ".tsv"):
+        return "csv"
+    raise SourceError(f"cannot detect the format of {path} from its extension; set --format to one of {FORMATS}")
+
+
+def _json_kind(file: SourceFile) -> str:
+    data = file.json
+    for kind in JSON_FORMATS:
+        if READERS[kind].looks_like(data):
+            return kind
+    keys = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
+    raise SourceError(
+        f"cannot detect the caption format of {file.path} (top level: {keys}); expected a Karpathy split file "
+        f"(images[].sentences), COCO captions (images + annotations) or SugarCrepe JSON; "
+        f"set --format to one of {FORMATS}"
+    )
+
+
+def expand_paths(paths: list[str | Path]) -> list[Path]:
+    """Files named directly, plus every caption file inside a named directory (sorted)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.suffix.lower() in (".json", ".jsonl", ".csv", ".tsv"))
+            if not found:
+                raise SourceError(f"directory {p} holds no .json, .jsonl or .csv caption file")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise SourceError(f"captions file not found: {p}")
+    return out
+
+
+def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | None = None) -> Iterator[CaptionSample]:
+    """All samples of ``paths`` in file order. ``split`` filters Karpathy files (``train`` or ``train,restval``)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise SourceError(f"unknown format {fmt!r}; choose one of {FORMATS}")
+    files = expand_paths(paths)
+    options = ReadOptions(split=split)
+    for path in files:
+        file = SourceFile(path)
+        kind = fmt or _kind_from_suffix(path)
+        if kind == "json":
+            kind = _json_kind(file)
+        yield from map(_valid_text, READERS[kind].read(file, options))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _valid_text(sample: CaptionSample) -> CaptionSample:
+    """The sample, or a skipped one when its text cannot be written as UTF-8: JSON may escape a lone surrogate
+    (``"\\ud800"``), which no UTF-8 file can hold. Its id is kept readable, the surrogate written as an escape."""
+    if sample.error is None and not all(map(_encodable, [sample.id, sample.image or "", *sample.captions])):
+        return CaptionSample(sample.id.encode("utf-8", "backslashreplace").decode("utf-8"),
+                             error="not valid Unicode text (a lone surrogate such as \\ud800)")
+    return sample
