@@ -1,0 +1,100 @@
+"""The package's shape: no import cycle between its modules, and docs/architecture.md names only modules that exist."""
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "concrete_jungle"
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at the top or inside a function (a lazy import is an edge too:
+    it runs whenever that function does)."""
+    modules = {module_name(p, package): p for p in package.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".")
+                    base = base[: len(base) - node.level + (1 if is_package else 0)]
+                    stem = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    stem = node.module or ""
+                # `from .x import y` imports x, and x.y when y is a module of its own
+                targets = [stem] + [f"{stem}.{a.name}" for a in node.names]
+            else:
+                continue
+            edges |= {t for t in targets if t in modules and t != name}
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert "concrete_jungle.plant.ray" in graph["concrete_jungle.plant"]  # lazy imports are edges too
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_the_cycle_finder_finds_a_lazy_cycle(tmp_path):
+    pkg = tmp_path / "concrete_jungle"
+    (pkg / "plant").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "plant" / "__init__.py").write_text("")
+    (pkg / "plant" / "stages.py").write_text("def run():\n    from .ray import process\n")
+    (pkg / "plant" / "ray.py").write_text("from .stages import run\n")
+    cycle = find_cycle(import_graph(pkg))
+    assert cycle is not None and set(cycle) == {"concrete_jungle.plant.stages", "concrete_jungle.plant.ray"}
+
+
+def test_engines_depend_on_the_stages_never_the_reverse():
+    graph = import_graph()
+    for engine in ("local", "ray"):
+        assert f"concrete_jungle.plant.{engine}" not in graph["concrete_jungle.plant.stages"]
+    assert "concrete_jungle.plant.stages" in graph["concrete_jungle.plant.ray"]
+
+
+def test_no_module_is_over_500_lines():
+    sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert len(sizes) > 50
+    assert {m: n for m, n in sizes.items() if n > 500} == {}
+
+
+def test_architecture_doc_names_only_modules_that_exist():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`([\w/]+(?:\.py|/))`", doc))
+    assert len(named) > 20  # the page is a map of the package, not a paragraph
+    missing = sorted(n for n in named if not (PACKAGE / n).exists() and not (ROOT / n).exists())
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
