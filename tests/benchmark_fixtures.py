@@ -109,6 +109,21 @@ def noise_image(path: Path, seed: int, size=(48, 40)) -> None:
     Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(path)
 
 
+def write_winoground(folder: Path, caption_0: str, caption_1: str, n: int = 6) -> list[dict]:
+    """A Winoground folder (``examples.jsonl`` + ``images/``) of ``n`` examples; the captions are formats of the
+    example's number. Returns the rows."""
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(n):
+        noise_image(folder / "images" / f"ex{i}_img0.png", 2 * i)
+        noise_image(folder / "images" / f"ex{i}_img1.png", 2 * i + 1)
+        rows.append({"id": i, "caption_0": caption_0.format(i), "caption_1": caption_1.format(i),
+                     "image_0": f"ex{i}_img0", "image_1": f"ex{i}_img1",
+                     "collapsed_tag": ["Object", "Relation"][i % 2]})
+    (folder / "examples.jsonl").write_text("\n".join(map(json.dumps, rows)))
+    return rows
+
+
 def write_sugarcrepe(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for subset, items in SUGARCREPE.items():

@@ -34,6 +34,10 @@ def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsy
     for finding in result["findings"]:
         assert finding.split(":")[0] in " ".join(printed.split()) and "-0.0 points" not in finding
     assert "-0.0 points" not in report
+    # each finding says where its standard error comes from, and the report how it is computed
+    assert all("(standard error " in f and ("from the test items)" in f or "from the seeds)" in f)
+               for f in result["findings"])
+    assert "How the standard error of a difference is computed" in report
     # a finished fine-tune keeps its weights, not the optimizer state nothing resumes from
     finals = list(out.glob("*/run/checkpoints/step-*"))
     assert finals and all(not (d / "trainer_state.safetensors").exists() for d in finals)

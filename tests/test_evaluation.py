@@ -9,15 +9,11 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from benchmark_fixtures import noise_image, write_winoground
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, winoground
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
-
-
-def noise_image(path, seed, size=(40, 48)):
-    rng = np.random.default_rng(seed)
-    Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(path)
 
 
 @pytest.fixture(scope="module")
@@ -121,22 +117,14 @@ def test_missing_images_fail_before_the_model_or_are_counted(tmp_path, capsys):
     err = capsys.readouterr().err
     assert not (tmp_path / "r").exists()  # stopped before the model, nothing written
     assert "y.jpg is unreadable" in err and "expected layout" in err
-    with pytest.raises(BenchmarkDataError, match="add_att.json not found"):
+    with pytest.raises(BenchmarkDataError, match="nope holds no subset files"):
         sugarcrepe.load(tmp_path / "nope", tmp_path / "coco" / "val2017")
     data = sugarcrepe.load(tmp_path / "sugarcrepe", tmp_path / "coco" / "val2017", skip_missing=True)
     assert data["skipped"]["add_att"] == 1 and len(data["items"]["add_att"]) == 1
 
 
 def test_winoground_scores(tmp_path, clip):
-    (tmp_path / "images").mkdir()
-    rows = []
-    for i in range(6):
-        noise_image(tmp_path / "images" / f"ex{i}_img0.png", 2 * i)
-        noise_image(tmp_path / "images" / f"ex{i}_img1.png", 2 * i + 1)
-        rows.append({"id": i, "caption_0": f"a dog {i} on a cat", "caption_1": f"a cat {i} on a dog",
-                     "image_0": f"ex{i}_img0", "image_1": f"ex{i}_img1",
-                     "collapsed_tag": ["Object", "Relation"][i % 2]})
-    (tmp_path / "examples.jsonl").write_text("\n".join(map(json.dumps, rows)))
+    rows = write_winoground(tmp_path, "a dog {} on a cat", "a cat {} on a dog")
     metrics = winoground.evaluate(Encoder(clip, progress=False), winoground.load(tmp_path))["metrics"]
     ref = Reference(clip)
     text = image = group = 0

@@ -138,8 +138,8 @@ def test_memory_and_speed_options_take_effect_and_train_the_same_weights(tmp_pat
     assert lb == pytest.approx(la, abs=1e-5)
 
 @pytest.mark.parametrize("overrides, match", [
-    (["colour=red"], r"unknown key\(s\) \['colour'\]"),
-    (["optim.learning_rate=1"], r"config.optim: unknown key\(s\) \['learning_rate'\]"),
+    (["colour=red"], r"--set colour=red: 'colour' is not a key of the config; valid keys are \['batch_size'"),
+    (["optim.learning_rate=1"], r"--set optim.learning_rate=1: 'learning_rate' is not a key of optim"),
     (["batch_size=many"], "config.batch_size: expected int"),
     (["data.concretebatch=['/no/such/dir']"], "data.concretebatch /no/such/dir is not a ConcreteBatch directory"),
     (["batch_size=4096"], r"batch_size 4096 is larger than the dataset \(48 records\)"),

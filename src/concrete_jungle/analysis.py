@@ -9,7 +9,6 @@ share falls as N grows (more easy negatives share the softmax) and rises with a 
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 
 import torch
@@ -18,10 +17,9 @@ import torch.nn.functional as F
 from .loss import hard_negative_diagnostics
 
 SCHEDULES = ("none", "static", "adaptive", "inverse")
-LABELS = {"none": "InfoNCE", "static": "static margin 1", "adaptive": "Cement (adaptive)", "inverse": "inverse"}
 
 
-def gradient_share_by_batch_size(
+def gradient_share_samples(
     image_features: torch.Tensor,
     text_features: torch.Tensor,
     concreteness: torch.Tensor,
@@ -30,18 +28,18 @@ def gradient_share_by_batch_size(
     schedules=SCHEDULES,
     batches: int = 8,
     seed: int = 0,
-) -> dict[str, dict[int, float]]:
-    """Mean share over ``batches`` random batches of N anchors, per schedule and N.
+) -> dict[str, dict[int, list[float]]]:
+    """The share of each of ``batches`` random batches of N anchors, per schedule and N.
 
     Features are ``[anchors; negatives]`` rows of M pairs (2M x D, L2-normalised); a batch of N picks N
-    pairs and keeps each anchor with its own negative.
+    pairs and keeps each anchor with its own negative; every schedule sees the same batches.
     """
     m = concreteness.shape[0]
     too_big = [n for n in batch_sizes if n > m]
     if too_big:
         raise ValueError(f"batch sizes {too_big} exceed the {m} pairs available; pass smaller --batch-sizes")
     g = torch.Generator().manual_seed(seed)
-    out: dict[str, dict[int, float]] = {s: {} for s in schedules}
+    out: dict[str, dict[int, list[float]]] = {s: {} for s in schedules}
     for n in batch_sizes:
         picks = [torch.randperm(m, generator=g)[:n] for _ in range(batches)]
         for schedule in schedules:
@@ -51,8 +49,26 @@ def gradient_share_by_batch_size(
                 d = hard_negative_diagnostics(image_features[rows], text_features[rows], logit_scale,
                                               concreteness[idx], margin=schedule)
                 shares.append(d["hn_grad_share"])
-            out[schedule][n] = sum(shares) / len(shares)
+            out[schedule][n] = shares
     return out
+
+
+def gradient_share_by_batch_size(*args, **kwargs) -> dict[str, dict[int, float]]:
+    """Mean share over the random batches of `gradient_share_samples`, per schedule and N (Fig. 6)."""
+    return means(gradient_share_samples(*args, **kwargs))
+
+
+def means(samples: dict[str, dict[int, list[float]]]) -> dict[str, dict[int, float]]:
+    return {s: {n: sum(v) / len(v) for n, v in pts.items()} for s, pts in samples.items()}
+
+
+def spread(samples: dict[str, dict[int, list[float]]]) -> dict[str, dict[int, float]]:
+    """Standard deviation over the batches, per schedule and N (0 for a single batch)."""
+    def sd(v):
+        mean = sum(v) / len(v)
+        return math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else 0.0
+
+    return {s: {n: sd(v) for n, v in pts.items()} for s, pts in samples.items()}
 
 
 def feature_cache_path(clip, source, limit: int | None, dino, cache_dir: str | Path) -> Path:
@@ -96,6 +112,7 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
 @torch.no_grad()
 def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int | None, dino, progress: bool):
     from .concretebatch import iter_records
+    from .text_encoding import encode_text
 
     dino_scores: list[float] = []
     anchors_i, negs_i, anchors_t, negs_t, cs, metas = [], [], [], [], [], []
@@ -106,7 +123,7 @@ def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int
             return
         prep = lambda ims: torch.stack([clip.preprocess(im) for im in ims]).to(device)  # noqa: E731
         enc_i = lambda ims: F.normalize(clip.model.encode_image(prep(ims)).float(), dim=-1).cpu()  # noqa: E731
-        enc_t = lambda ts: F.normalize(clip.model.encode_text(clip.tokenizer(ts).to(device)).float(), dim=-1).cpu()  # noqa: E731
+        enc_t = lambda ts: F.normalize(encode_text(clip.model, clip.tokenizer(ts).to(device)).float(), dim=-1).cpu()  # noqa: E731
         anchors_i.append(enc_i([r["image"] for r in buffer]))
         negs_i.append(enc_i([r["neg_image"] for r in buffer]))
         anchors_t.append(enc_t([r["caption"] for r in buffer]))
@@ -130,29 +147,6 @@ def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int
     if not cs:
         raise ValueError(f"{source} holds no records")
     return (torch.cat(anchors_i + negs_i), torch.cat(anchors_t + negs_t), torch.tensor(cs), metas, dino_scores)
-
-
-def plot_gradient_share(curves: dict[str, dict[int, float]], path: str | Path, title: str = "") -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for schedule, points in curves.items():
-        ns = sorted(points)
-        ax.plot(ns, [points[n] for n in ns], marker="o", label=LABELS.get(schedule, schedule))
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size N (anchors)")
-    ax.set_ylabel("hard-negative gradient share")
-    ax.set_title("\n".join(textwrap.wrap(title or "Hard-negative share of the gradient (paper Fig. 6)", 60)),
-                 fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
 
 
 # ------------------------------------------------------------------------------------------ dataset statistics
@@ -218,14 +212,17 @@ def pair_rows(image: torch.Tensor, text: torch.Tensor, metas: list[dict], scale:
     dot = lambda a, b: (a * b).sum(-1)  # noqa: E731
     rows = []
     for i, meta in enumerate(metas):
+        # a text-only negative's image is its anchor: image-side statistics say nothing about it (None)
+        same_image = bool(meta.get("neg_image_is_anchor"))
         row = {"id": meta["id"], "category": meta["category"], "keyword": meta["keyword"],
                "concreteness": float(meta["concreteness"]),
                "logit_gap": float(scale * (dot(v[i], t[i]) - dot(v[i], t2[i]))),
-               "i2t": bool(dot(v[i], t[i]) > dot(v[i], t2[i])), "t2i": bool(dot(v[i], t[i]) > dot(v2[i], t[i])),
-               "clip_l": float(dot(t[i], t2[i])), "clip_v": float(dot(v[i], v2[i])),
+               "i2t": bool(dot(v[i], t[i]) > dot(v[i], t2[i])),
+               "t2i": None if same_image else bool(dot(v[i], t[i]) > dot(v2[i], t[i])),
+               "clip_l": float(dot(t[i], t2[i])), "clip_v": None if same_image else float(dot(v[i], v2[i])),
                "edit_distance": word_edit_distance(meta["caption"], meta["neg_caption"])}
         if dino:
-            row["dino"] = dino[i]
+            row["dino"] = None if same_image else dino[i]
         if bertscore is not None:
             row["bertscore"] = bertscore[i]
         rows.append(row)
@@ -235,9 +232,13 @@ def pair_rows(image: torch.Tensor, text: torch.Tensor, metas: list[dict], scale:
 def summarize_rows(rows: list[dict]) -> dict:
     from .records import mean_median
 
-    mean = lambda k: sum(float(r[k]) for r in rows) / len(rows)  # noqa: E731
+    def mean(k):  # over the pairs where the statistic applies (image-side ones: not for text-only negatives)
+        values = [float(r[k]) for r in rows if r[k] is not None]
+        return sum(values) / len(values) if values else None
+
     mean_c, median_c = mean_median([r["concreteness"] for r in rows])
-    out = {"pairs": len(rows), "mean_c": mean_c, "median_c": median_c, "i2t": mean("i2t"), "t2i": mean("t2i"),
+    out = {"pairs": len(rows), "text_only_pairs": sum(r["t2i"] is None for r in rows), "mean_c": mean_c,
+           "median_c": median_c, "i2t": mean("i2t"), "t2i": mean("t2i"),
            "clip_l": mean("clip_l"), "clip_v": mean("clip_v"), "edit_distance": mean("edit_distance"),
            "unique_keywords": len({r["keyword"].lower() for r in rows})}
     for optional in ("dino", "bertscore"):
@@ -248,113 +249,6 @@ def summarize_rows(rows: list[dict]) -> dict:
         cats[r["category"]] = cats.get(r["category"], 0) + 1
     out["category_shares"] = {k: v / len(rows) for k, v in sorted(cats.items())}
     return out
-
-
-def binned_means(x: list[float], y: list[float], width: float = 0.25, min_count: int = 5) -> list[tuple]:
-    """(bin centre, mean of y, half-width of its 95 % interval, count) for each concreteness bin holding at least
-    ``min_count`` pairs; emptier bins are left out rather than drawn from two points."""
-    bins: dict[int, list[float]] = {}
-    for xi, yi in zip(x, y):
-        bins.setdefault(int(xi // width), []).append(yi)
-    out = []
-    for k, values in sorted(bins.items()):
-        n = len(values)
-        if n < min_count:
-            continue
-        mean = sum(values) / n
-        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-        out.append(((k + 0.5) * width, mean, 1.96 * sd / math.sqrt(n), n))
-    return out
-
-
-def supported_lowess(x: list[float], y: list[float], min_points: int = 20):
-    """A LOWESS fit drawn only between the 5th and 95th percentile of x, where the data hold it up; ``None``
-    for fewer than ``min_points`` pairs or no spread in x. Outside that range a smoother extrapolates from a
-    handful of points, which is how a line can claim a gap where the only pairs have none."""
-    from statsmodels.nonparametric.smoothers_lowess import lowess
-
-    if len(x) < min_points:
-        return None
-    ordered = sorted(x)
-    lo, hi = ordered[int(0.05 * (len(x) - 1))], ordered[int(0.95 * (len(x) - 1))]
-    if hi <= lo:
-        return None
-    fit = lowess(y, x, frac=0.6, return_sorted=True)
-    return fit[(fit[:, 0] >= lo) & (fit[:, 0] <= hi)]
-
-
-def plot_dataset_figures(per_dataset: dict[str, list[dict]], out: Path) -> list[Path]:
-    """Fig. 5: concreteness histograms, logit gap vs c (per dataset: points, binned means with 95 % intervals,
-    LOWESS where supported), text shift vs c, visio-linguistic correlation."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-
-    def save(fig, name):
-        fig.tight_layout()
-        fig.savefig(out / name)
-        plt.close(fig)
-        paths.append(out / name)
-
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for name, rows in per_dataset.items():
-        ax.hist([r["concreteness"] for r in rows], bins=20, range=(1, 5), alpha=0.5, label=name)
-    ax.set_xlabel("concreteness c of the perturbed keyword")
-    ax.set_ylabel("pairs")
-    ax.set_title("Concreteness per dataset (Fig. 5a)")
-    ax.legend()
-    save(fig, "fig5a_concreteness.png")
-
-    names = list(per_dataset)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), dpi=120, squeeze=False, sharey=True)
-    for ax, name, colour in zip(axes[0], names, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
-        rows = per_dataset[name]
-        x, y = [r["concreteness"] for r in rows], [r["logit_gap"] for r in rows]
-        ax.scatter(x, y, s=5, alpha=0.15, color=colour, linewidths=0)
-        bins = binned_means(x, y)
-        if bins:
-            ax.errorbar([b[0] for b in bins], [b[1] for b in bins], yerr=[b[2] for b in bins], fmt="o", ms=4,
-                        color="black", capsize=2, label="mean per 0.25 of c (95 % CI, bins of >= 5 pairs)")
-        fit = supported_lowess(x, y)
-        if fit is not None and len(fit):
-            ax.plot(fit[:, 0], fit[:, 1], color=colour, linewidth=2, label="LOWESS (5th-95th percentile of c)")
-        ax.set_title(f"{name} ({len(rows)} pairs)", fontsize=10)
-        ax.set_xlabel("concreteness c")
-        ax.set_xlim(0.9, 5.1)
-        ax.set_xticks([1, 2, 3, 4, 5])
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("logit gap S[i,i] - S[i,i']")
-    if axes[0][0].get_legend_handles_labels()[0]:
-        axes[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle("Logit gap against concreteness (Fig. 5b-c)", fontsize=11)
-    save(fig, "fig5bc_logit_gap.png")
-
-    has_bert = all(rows and "bertscore" in rows[0] for rows in per_dataset.values())
-    fig, axes = plt.subplots(1, 2 if has_bert else 1, figsize=(11 if has_bert else 6, 4), dpi=120, squeeze=False)
-    for name, rows in per_dataset.items():
-        x = [r["concreteness"] for r in rows]
-        axes[0][0].scatter(x, [r["edit_distance"] for r in rows], s=6, alpha=0.4, label=name)
-        if has_bert:
-            axes[0][1].scatter(x, [r["bertscore"] for r in rows], s=6, alpha=0.4, label=name)
-    axes[0][0].set(xlabel="concreteness c", ylabel="word edit distance (t, t')", title="Edit distance (Fig. 5d)")
-    if has_bert:
-        axes[0][1].set(xlabel="concreteness c", ylabel="BERTScore F1 (t, t')", title="BERTScore (Fig. 5d)")
-    axes[0][0].legend()
-    save(fig, "fig5d_text_shift.png")
-
-    visual = "dino" if all(rows and "dino" in rows[0] for rows in per_dataset.values()) else "clip_v"
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for name, rows in per_dataset.items():
-        ax.scatter([r["clip_l"] for r in rows], [r[visual] for r in rows], s=6, alpha=0.4, label=name)
-    ax.set_xlabel("CLIP-L text-text cosine (t, t')")
-    ax.set_ylabel({"dino": "DINOScore (v, v')", "clip_v": "CLIP-V image-image cosine (v, v')"}[visual])
-    ax.set_title("Visio-linguistic correlation (Fig. 5e-f)")
-    ax.legend()
-    save(fig, "fig5ef_correlation.png")
-    return paths
 
 
 def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: str = "cpu",
@@ -387,18 +281,30 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
              "pairs": {n: {r["id"]: {k: v for k, v in r.items() if k not in ("id", "category", "keyword")}
                            for r in rows} for n, rows in per_dataset.items()}}
     atomic_write_json(out / "stats.json", stats)
-    figures = plot_dataset_figures(per_dataset, out)
+    from .models import describe_model
+
+    from .analysis_figures import plot_dataset_figures
+
+    figures = plot_dataset_figures(per_dataset, out, describe_model(clip.identity))
     atomic_write_text(out / "report.md", report_markdown(summaries, modes, scorers, figures))
     return stats
 
 
 TABLE1_METRICS = [("mean_c", "Mean c"), ("median_c", "Median c"), ("i2t", "I2T acc."), ("t2i", "T2I acc."),
-                  ("bertscore", "BERTScore"), ("clip_l", "CLIP-L"), ("dino", "DINOScore"), ("clip_v", "CLIP-V"),
-                  ("unique_keywords", "# Unique"), ("edit_distance", "Word edit distance")]
+                  ("bertscore", "BERTScore"), ("clip_l", "text-text cosine (CLIP-L)"), ("dino", "DINOScore"),
+                  ("clip_v", "image-image cosine (CLIP-V)"), ("unique_keywords", "# Unique"),
+                  ("edit_distance", "Word edit distance")]
+IMAGE_SIDE = ("t2i", "clip_v", "dino")  # statistics of the negative image
 
 
-def table1_markdown(summaries: dict[str, dict], modes: dict[str, str | None]) -> str:
-    """Each dataset's statistics beside the paper's Table 1 value for its mode, and the category shares."""
+def text_only(summary: dict) -> bool:
+    """Every negative image of the dataset is its anchor (made with ``--editor none``)."""
+    return summary.get("text_only_pairs", 0) == summary["pairs"]
+
+
+def table1_markdown(summaries: dict[str, dict], modes: dict[str, str | None], reference: str | None = None) -> str:
+    """Each dataset's statistics beside the paper's Table 1 value for its mode, and the category shares;
+    ``reference`` names the model of the I2T/T2I and cosine rows (the paper's is PE-Core-L)."""
     names = list(summaries)
     lines = ["| metric | " + " | ".join(f"{n} | paper D_{modes[n]}" for n in names) + " |",
              "| --- |" + " --- | --- |" * len(names)]
@@ -406,21 +312,28 @@ def table1_markdown(summaries: dict[str, dict], modes: dict[str, str | None]) ->
     for key, label in TABLE1_METRICS:
         cells = []
         for n in names:
-            cells += [fmt(summaries[n].get(key)), fmt(PAPER_TABLE1.get(modes[n] or "", {}).get(key))]
+            ours = "n/a (text-only)" if key in IMAGE_SIDE and text_only(summaries[n]) else fmt(summaries[n].get(key))
+            cells += [ours, fmt(PAPER_TABLE1.get(modes[n] or "", {}).get(key))]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Category shares: " + "; ".join(f"{n}: " + ", ".join(f"{k} {v:.0%}" for k, v in
                                                                         summaries[n]["category_shares"].items())
                                                  for n in names)]
+    if reference:
+        lines += ["", f"I2T, T2I and the cosines are under {reference}; the paper's under PE-Core-L."]
+    lines += [f"{note}" for note in text_only_notes(summaries)]
     return "\n".join(lines)
 
 
-def describe_model(identity: dict) -> str:
-    """A model's identity in words: ``ViT-B-32 (openai)``, ``cj-tiny (random init, seed 0)``, ``checkpoint 1a2b…``."""
-    if "checkpoint" in identity:
-        return f"our checkpoint (weights sha1 {identity['checkpoint'][:12]})"
-    if identity.get("pretrained", "none") == "none":
-        return f"{identity.get('name')} (random init, seed {identity.get('seed', 0)})"
-    return f"{identity.get('name')} ({identity.get('pretrained')})"
+def text_only_notes(summaries: dict[str, dict]) -> list[str]:
+    """A sentence per dataset whose negatives (all or some) reuse the anchor image."""
+    notes = []
+    for n, summary in summaries.items():
+        k = summary.get("text_only_pairs", 0)
+        if k:
+            which = "every pair" if k == summary["pairs"] else f"{k} of {summary['pairs']} pairs"
+            notes.append(f"{n}: {which} have text-only negatives (the negative image is the anchor, as `plant "
+                         "--editor none` makes them): T2I, image-image cosine and DINOScore leave them out.")
+    return notes
 
 
 def describe_scorers(scorers: dict) -> str:
@@ -429,12 +342,16 @@ def describe_scorers(scorers: dict) -> str:
     bert = (f"{bert['model']}" + (f", layer {bert['layers']}" if bert["layers"] else "") +
             (", baseline-rescaled" if bert["rescaled"] else ", not rescaled")) if bert else \
         "not computed (pass --bertscore-model)"
+    from .models import describe_model
+
     return f"Reference CLIP: {describe_model(scorers['reference_clip'])}. DINOv2: {dino}. BERTScore: {bert}."
 
 
 def report_markdown(summaries: dict[str, dict], modes: dict[str, str | None], scorers: dict, figures) -> str:
+    from .models import describe_model
+
     lines = ["# Dataset analysis (paper Table 1, Fig. 5)", "",
              describe_scorers(scorers) + " A dash: no scorer given, or no paper value.", "",
-             table1_markdown(summaries, modes), ""]
+             table1_markdown(summaries, modes, describe_model(scorers["reference_clip"])), ""]
     lines += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
     return "\n".join(lines) + "\n"

@@ -119,12 +119,31 @@ def to_dict(config) -> dict:
     return dataclasses.asdict(config)
 
 
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """``["optimizer.lr=1e-5", "steps=20"]`` applied to a nested dict (values parsed as YAML scalars)."""
+def check_override_path(cls, path: str, item: str) -> None:
+    """A ``--set`` key that names no field of the config is blamed on ``--set``, not on the config file."""
+    import difflib
+
+    for depth, key in enumerate(path.split(".")):
+        if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
+            return  # below a mapping field (e.g. captioner_options): any key
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if key not in fields:
+            section = ".".join(path.split(".")[:depth]) or "the config"
+            close = difflib.get_close_matches(key, fields, 1, 0.7)
+            raise ConfigError(f"--set {item}: {key!r} is not a key of {section}"
+                              + (f" (did you mean {close[0]}?)" if close else f"; valid keys are {sorted(fields)}"))
+        cls = typing.get_type_hints(cls)[key]
+
+
+def apply_overrides(data: dict, overrides: list[str], cls=None) -> dict:
+    """``["optimizer.lr=1e-5", "steps=20"]`` applied to a nested dict (values parsed as YAML scalars); with
+    ``cls``, every key path is checked against that config dataclass first."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.path=value")
         path, raw = item.split("=", 1)
+        if cls is not None:
+            check_override_path(cls, path.strip(), item)
         node = data
         *parents, leaf = path.split(".")
         for p in parents:

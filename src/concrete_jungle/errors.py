@@ -25,3 +25,7 @@ class TrainingError(JobError):
 
 class DatasetError(JobError):
     """A ConcreteBatch on disk that is damaged or incomplete: the message names the shard."""
+
+
+class Interrupted(JobError):
+    """A job stopped by Ctrl-C or SIGTERM after it saved what it had (the message says how to continue)."""

@@ -105,17 +105,22 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
     loaded = [load_dataset(r) for r in roots]  # every dataset is read before anything is written
     # an analysis stats.json keeps per-pair scores under "pairs": {dataset: {id: {score: value}}}
     scores = json.loads(Path(stats).read_text()).get("pairs", {}) if stats else {}
-    out = Path(out)
-    (out / "thumbs").mkdir(parents=True, exist_ok=True)
-
     # anchors: ids of the first dataset of which some dataset's record passes the filters, sampled with the seed
     meta_by_id = [{m["id"]: m for m in metas} for metas, _ in loaded]
+    check_filter_values(filters, [metas for metas, _ in loaded])
     passes = lambda m: m is not None and all(str(m.get(k)) == v for k, v in filters.items())  # noqa: E731
     first = [m for m in loaded[0][0] if any(passes(by_id.get(m["id"])) for by_id in meta_by_id)]
+    if not first:
+        raise ValueError(f"no anchor of {roots[0]} passes --filter {filters} in any dataset; nothing to show")
+    out = Path(out)
+    (out / "thumbs").mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     chosen = first if len(first) <= sample else rng.sample(first, sample)
+    # a row's concreteness is the mean over its cards: the datasets of one anchor perturb different keywords
+    row_c = {m["id"]: sum(cs) / len(cs) for m in chosen
+             if (cs := [by_id[m["id"]]["concreteness"] for by_id in meta_by_id if m["id"] in by_id])}
     if sort == "concreteness":
-        chosen.sort(key=lambda m: -m["concreteness"])
+        chosen.sort(key=lambda m: -row_c[m["id"]])
     elif sort == "category":
         chosen.sort(key=lambda m: (m["category"], -m["concreteness"]))
     else:
@@ -138,7 +143,7 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
             texts.append(m["caption"] + " " + m["neg_caption"])
         # each card carries its own category and concreteness (the datasets of one anchor differ in both);
         # the page's filters show a row when one of its cards passes them
-        rows.append(f'<section class="row" tabindex="0" data-c="{anchor["concreteness"]:.3f}" '
+        rows.append(f'<section class="row" tabindex="0" data-c="{row_c[anchor["id"]]:.3f}" '
                     f'data-text="{html.escape(" ".join(texts).lower(), quote=True)}">'
                     f'<h2>{html.escape(anchor["id"])}</h2><div class="cards">{"".join(cards)}</div></section>')
 
@@ -149,7 +154,27 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
         options="".join(f'<option value="{html.escape(c)}">{html.escape(c)}</option>' for c in sorted(categories))))
     atomic_write_text(out / "gallery.css", CSS)
     atomic_write_text(out / "gallery.js", JS)
+    written = {f"{n:05d}-{d}-{side}.jpg" for n in range(len(chosen)) for d in range(len(loaded)) for side in "an"}
+    for old in (out / "thumbs").glob("*.jpg"):  # an earlier, larger page's thumbnails
+        if old.name not in written:
+            old.unlink()
     return out / "index.html"
+
+
+def check_filter_values(filters: dict[str, str], datasets: list[list[dict]]) -> None:
+    """A filter value no record has (``category=relations``) is a typo, not an empty page."""
+    for key, value in filters.items():
+        present = sorted({str(m.get(key)) for metas in datasets for m in metas})
+        if value not in present:
+            raise ValueError(f"--filter {key}={value}: no record has {key} {value!r}; the datasets hold "
+                             f"{', '.join(present)}")
+
+
+# per-pair scores of an analysis (stats.json), in words
+SCORE_LABELS = {"i2t": "I2T right (reference CLIP)", "t2i": "T2I right (reference CLIP)",
+                "logit_gap": "logit gap S[i,i] - S[i,i']", "clip_l": "text-text cosine (t, t')",
+                "clip_v": "image-image cosine (v, v')", "dino": "DINOScore (v, v')", "bertscore": "BERTScore F1",
+                "edit_distance": "word edit distance"}
 
 
 def card(m: dict, dataset: str, stem: str, pair_scores: dict | None) -> str:
@@ -159,12 +184,16 @@ def card(m: dict, dataset: str, stem: str, pair_scores: dict | None) -> str:
     if m.get("neg_image_is_anchor"):
         facts.append(("negative image", "the anchor (text-only)"))
     for k, v in (pair_scores or {}).items():
-        facts.append((k, f"{v:.3f}" if isinstance(v, float) else str(v)))
+        if k == "concreteness" or v is None:  # shown above / not measured
+            continue
+        shown = ("yes" if v else "no") if isinstance(v, bool) else f"{v:.3f}" if isinstance(v, float) else str(v)
+        facts.append((SCORE_LABELS.get(k, k.replace("_", " ")), shown))
     dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts)
     return (f'<article class="card" data-category="{html.escape(m["category"])}" data-c="{m["concreteness"]:.3f}">'
-            f'<div class="pair"><figure><img src="thumbs/{stem}-a.jpg" alt="anchor">'
-            f'<figcaption class="anchor">{before}</figcaption></figure><figure><img src="thumbs/{stem}-n.jpg" '
-            f'alt="hard negative"><figcaption class="negative">{after}</figcaption></figure></div><dl>{dl}</dl>'
+            f'<div class="pair"><figure><div class="side">anchor</div><img src="thumbs/{stem}-a.jpg" alt="anchor">'
+            f'<figcaption class="anchor">{before}</figcaption></figure><figure><div class="side">hard negative</div>'
+            f'<img src="thumbs/{stem}-n.jpg" alt="hard negative"><figcaption class="negative">{after}</figcaption>'
+            f'</figure></div><dl>{dl}</dl>'
             '</article>')
 
 
@@ -209,6 +238,7 @@ img{width:256px;height:auto;display:block;border-radius:4px}figcaption{margin-to
 mark.del{background:#fbd3d0;text-decoration:line-through}mark.ins{background:#cdeccd}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 10px;margin:6px 0 0;font-size:12px}
 dt{color:#777}dd{margin:0}input[type=number]{width:4.5em}
+.side{font-size:11px;font-weight:600;text-transform:uppercase;letter-spacing:.04em;color:#666;margin:0 0 2px}
 """
 
 JS = """// Filters, sort and keyboard navigation. Reads data-* attributes only; never writes HTML.

@@ -8,6 +8,7 @@ sample with `keywords.KeywordSampler`, in input order.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from collections import Counter
@@ -177,6 +178,7 @@ def run_keywords(
     progress: bool = True,
     keep: Callable[[str], bool] | None = None,
     extractor=None,
+    limit: int | None = None,
 ) -> tuple[dict, list[dict]]:
     """Sample one keyword per caption sample into ``out`` (JSONL), resuming whatever ``out`` already holds.
 
@@ -185,6 +187,7 @@ def run_keywords(
     uninterrupted run. ``keep`` selects samples by id (a part of a sharded run); the others are not written.
     Returns the summary (also written to ``<out stem>.summary.json``) and the records, as in ``out``.
     ``extractor`` finds the candidates of batches instead of `CandidateWorkers` (e.g. on Ray), in order.
+    ``limit``: only the first ``limit`` samples of the input (before ``keep``), to try a setting on a few.
     """
     from tqdm import tqdm
 
@@ -193,10 +196,11 @@ def run_keywords(
 
     out_path = Path(out)
     # every input file is read (and a malformed one reported) before anything is written
-    samples = [s for s in read_samples(captions, fmt=fmt, split=split) if keep is None or keep(s.id)]
+    samples = [s for s in itertools.islice(read_samples(captions, fmt=fmt, split=split), limit)
+               if keep is None or keep(s.id)]
     settings = {
         "sampler": asdict(sampler_config), "filter": asdict(limits), "scale": ratings.name,
-        "spacy_model": f"{nlp.meta['lang']}_{nlp.meta['name']}-{nlp.meta['version']}",
+        "spacy_model": f"{nlp.meta['lang']}_{nlp.meta['name']}-{nlp.meta['version']}", "limit": limit,
     }
     config_path = out_path.with_name(out_path.stem + ".config.json")
     if config_path.exists() and out_path.exists():
@@ -204,7 +208,8 @@ def run_keywords(
         changed = sorted(k for k in settings if previous.get(k) != settings[k])
         if changed:
             raise KeywordJobError(
-                f"{out_path} was started with other settings ({', '.join(changed)} differ, see {config_path}); "
+                f"{out_path} was started with other settings ({', '.join(changed)} "
+                f"{'differs' if len(changed) == 1 else 'differ'}, see {config_path}); "
                 "pass another --out, or delete it to start over"
             )
     atomic_write_json(config_path, settings)

@@ -77,6 +77,22 @@ class Candidate:
                 "concreteness": self.concreteness, "rated": self.rated}
 
 
+# nouns of time: a preposition before them places nothing in the picture (`on a sunny day`, `at night`)
+TIME_NOUNS = frozenset(
+    "day night morning evening afternoon noon midnight dawn dusk sunset sunrise weekend week month year time "
+    "moment occasion holiday birthday summer winter spring autumn fall season hour minute today tonight".split()
+)
+
+
+def has_agent(verb) -> bool:
+    """Whether a verb has someone doing it: a subject, a noun it modifies (`man holding ...`), or those of the verb
+    it is coordinated with (`a man sitting ... and watching TV`: `watching` shares `sitting`'s man)."""
+    deps = {c.dep_ for c in verb.children}
+    if deps & {"nsubj", "nsubjpass"} or (verb.dep_ in ("acl", "relcl") and verb.head.pos_ in _NOMINAL):
+        return True
+    return verb.dep_ == "conj" and verb.head is not verb and verb.head.pos_ in ("VERB", "AUX") and has_agent(verb.head)
+
+
 def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
     """Every rated keyword of a parsed caption (a spaCy ``Doc``), in caption order, each span once."""
     text = doc.text
@@ -132,9 +148,10 @@ def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
         if i in used or not tok.is_alpha:
             continue
         pos, dep = tok.pos_, tok.dep_
-        # relation (ii): a spatial preposition with a nominal object
+        # relation (ii): a spatial preposition with a nominal object; a time is no place (`on a sunny day`)
         if dep == "prep" and lowers[i] in SPATIAL_PREPOSITIONS:
-            if any(c.dep_ == "pobj" and c.pos_ in ("NOUN", "PROPN", "PRON") for c in tok.children):
+            if any(c.dep_ == "pobj" and c.pos_ in ("NOUN", "PROPN", "PRON") and c.lemma_.lower() not in TIME_NOUNS
+                   for c in tok.children):
                 add(i, i + 1, "relation", lowers[i])
             continue
         # Other stop words are no keyword handles: quantifiers (`several`, `other`, `many`) and light verbs
@@ -144,9 +161,7 @@ def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
         # relation (iii): interaction, a transitive verb with a subject and a direct object
         if pos == "VERB":
             child_deps = {c.dep_ for c in tok.children}
-            if "dobj" in child_deps and (
-                child_deps & {"nsubj", "nsubjpass"} or (dep in ("acl", "relcl") and tok.head.pos_ in _NOMINAL)
-            ):
+            if "dobj" in child_deps and has_agent(tok):
                 add(i, i + 1, "relation", tok.lemma_, lowers[i])
                 continue
             # attribute: a state-like participle (`parked car`, `sliced bread`, `a car parked ...`)

@@ -23,13 +23,11 @@ from pathlib import Path
 import open_clip
 import torch
 
+from .checkpoints import CONFIG_FILE, WEIGHTS_FILE, resolve_checkpoint
 from .records import file_digest
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
-
-CONFIG_FILE = "open_clip_config.json"
-WEIGHTS_FILE = "open_clip_model.safetensors"
 
 
 class ModelError(ValueError):
@@ -44,13 +42,29 @@ class ClipModel:
     preprocess: object
     tokenizer: object
     config: dict  # {"model_cfg": ..., "preprocess_cfg": ...}, as open_clip_config.json
-    identity: dict = field(default_factory=dict)  # what made it: name, pretrained, seed or checkpoint hash
+    identity: dict = field(default_factory=dict)  # what made it: name, pretrained, seed, or checkpoint path and hash
 
     @property
     def hash(self) -> str:
-        """A stable id for caches: same weights source and config, same hash."""
-        blob = json.dumps({"identity": self.identity, "config": self.config}, sort_keys=True)
+        """A stable id for caches: same weights source and config, same hash (where a checkpoint lies does not
+        count: its weights' digest does)."""
+        identity = {k: v for k, v in self.identity.items() if k != "path"}
+        blob = json.dumps({"identity": identity, "config": self.config}, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        return describe_model(self.identity)
+
+
+def describe_model(identity: dict) -> str:
+    """A model's identity in words: ``ViT-B-32 (openai)``, ``cj-tiny (random init, seed 0)``,
+    ``runs/x/checkpoints/step-0000100 (weights sha1 1a2b…)``."""
+    if "checkpoint" in identity:
+        return f"{identity.get('path', 'checkpoint')} (weights sha1 {identity['checkpoint'][:12]})"
+    if identity.get("pretrained", "none") == "none":
+        return f"{identity.get('name')} (random init, seed {identity.get('seed', 0)})"
+    return f"{identity.get('name')} ({identity.get('pretrained')})"
 
 
 def uses_quick_gelu(model: torch.nn.Module) -> bool:
@@ -90,14 +104,12 @@ def load_model(
 ) -> ClipModel:
     """A model by open_clip name and pretrained tag (``none``: random init with ``seed``), or a checkpoint dir."""
     if checkpoint is not None:
-        path = Path(checkpoint)
-        if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
-            raise ModelError(f"{path} is not a checkpoint directory: it needs {CONFIG_FILE} and {WEIGHTS_FILE}")
+        path = resolve_checkpoint(checkpoint)
         config = json.loads((path / CONFIG_FILE).read_text())
         model, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{path}", device=device,
                                                                      precision=precision)
         tokenizer = open_clip.get_tokenizer(f"local-dir:{path}")
-        identity = {"checkpoint": file_digest(path / WEIGHTS_FILE, "sha1")}
+        identity = {"checkpoint": file_digest(path / WEIGHTS_FILE, "sha1"), "path": str(path)}
         return ClipModel(model.eval(), preprocess, tokenizer, config, identity)
 
     if name is None:
@@ -110,6 +122,8 @@ def load_model(
                          f"{open_clip.list_pretrained_tags_by_model(name)} (or a local weights file, or 'none')")
     if tag is None:
         torch.manual_seed(seed)
+    elif not Path(tag).is_file():
+        check_downloadable(name, tag)
     with _random_init_is_intended(tag is None):
         model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=tag, device=device,
                                                                      precision=precision)
@@ -119,6 +133,51 @@ def load_model(
     config = json.loads(json.dumps({"model_cfg": model_cfg, "preprocess_cfg": _preprocess_cfg(model)}))
     identity = {"name": name, "pretrained": tag or "none"} | ({"seed": seed} if tag is None else {})
     return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(name), config, identity)
+
+
+def cached_weights(name: str, tag: str) -> str | None:
+    """Where open_clip would find the weights of (name, tag) without the network, or None."""
+    import os
+    from urllib.parse import urlparse
+
+    from open_clip.pretrained import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(name, tag)
+    if cfg.get("file"):
+        return cfg["file"] if Path(cfg["file"]).is_file() else None
+    if cfg.get("hf_hub"):
+        from huggingface_hub import try_to_load_from_cache
+
+        repo, filename = os.path.split(cfg["hf_hub"])
+        for candidate in ("open_clip_model.safetensors", filename or "open_clip_pytorch_model.bin"):
+            found = try_to_load_from_cache(repo, candidate)
+            if isinstance(found, str):
+                return found
+    if cfg.get("url"):
+        path = Path("~/.cache/clip").expanduser() / os.path.basename(urlparse(cfg["url"]).path)
+        return str(path) if path.is_file() else None
+    return None
+
+
+def check_downloadable(name: str, tag: str, timeout: float = 3.0) -> None:
+    """Weights that are neither cached nor downloadable are one clear error at once, instead of the hub's retries
+    (about a minute offline) ending in a traceback."""
+    import os
+    import socket
+
+    if cached_weights(name, tag):
+        return
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    reason = "HF_HUB_OFFLINE is set"
+    if not offline:
+        try:
+            socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+            return
+        except OSError as e:
+            reason = f"huggingface.co cannot be reached ({e.strerror or type(e).__name__})"
+    raise ModelError(f"the {tag!r} weights of {name} are not in the local cache and {reason}: they are downloaded "
+                     f"once, with the network (then HF_HUB_OFFLINE=1 uses the cache), or pass a local weights "
+                     f"file, e.g. --pretrained /path/to/open_clip_model.safetensors")
 
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict,

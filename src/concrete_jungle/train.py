@@ -27,11 +27,13 @@ from pathlib import Path
 
 import torch
 
+from .checkpoints import resolve_checkpoint
 from .configs import ConfigError
-from .errors import TrainingError
+from .errors import Interrupted, TrainingError
 from .loss import CementLoss
 from .records import (JsonlAppender, atomic_write_json, atomic_write_jsonl, atomic_write_safetensors,
                       atomic_write_text, read_jsonl_repairing)
+from .text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
 from .train_config import LOSS_SCHEDULES, OptimConfig, TrainConfig, check_config, count_records
 from .train_data import EpochBatches, epoch_batches, training_set
 
@@ -97,6 +99,47 @@ def load_trainer_state(directory: Path, optimizer: torch.optim.Optimizer) -> dic
 
 
 # ------------------------------------------------------------------------------------------------ trainer
+
+
+class StopSignals:
+    """While active, Ctrl-C (SIGINT) and SIGTERM (a cluster pre-empting the job) ask the loop to stop after the
+    step in progress, so it can save a checkpoint first; a second signal acts as usual (stops at once). Where
+    handlers cannot be installed (a thread other than the main one), signals keep their usual effect."""
+
+    def __init__(self):
+        self.received: str | None = None
+        self.previous: dict = {}
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def handle(self, signum, frame):
+        import signal
+
+        self.received = signal.Signals(signum).name
+        signal.signal(signum, self.previous[signum])  # the next one is not caught
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def requested(self, world: int, device: str) -> bool:
+        """Whether any rank received a signal: all ranks stop after the same step."""
+        if world == 1:
+            return self.received is not None
+        import torch.distributed as dist
+
+        flag = torch.tensor([self.received is not None], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
 
 def distributed() -> tuple[int, int, int]:
@@ -173,8 +216,7 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
     if resume:
         if resume == "latest" and not (ckpt_root / "latest.json").is_file():
             raise ConfigError(f"--resume latest: {ckpt_root} holds no checkpoint yet; leave out --resume to start")
-        directory = ckpt_root / json.loads((ckpt_root / "latest.json").read_text())["name"] if resume == "latest" \
-            else Path(resume)
+        directory = resolve_checkpoint(ckpt_root / "latest" if resume == "latest" else resume)
         if not (directory / "trainer_state.json").exists():
             raise ConfigError(f"cannot resume from {directory}: no trainer_state.json there")
         from safetensors.torch import load_model as load_weights
@@ -183,10 +225,11 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
         position = load_trainer_state(directory, optimizer)
         step, epoch, step_in_epoch = position["step"], position["epoch"], position["step_in_epoch"]
 
-    dist_model = model
+    trim = config.model.trim_text and trimmable(model)
+    dist_model = TrimmedTextCLIP(model) if trim else model  # open_clip's forward, text at the captions' length
     if world > 1:
         dist_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=None if device == "cpu" else [local_rank])
+            dist_model, device_ids=None if device == "cpu" else [local_rank])
     if config.model.compile:
         dist_model = torch.compile(dist_model)
     schedule = LOSS_SCHEDULES[config.loss.name]
@@ -211,7 +254,11 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
 
         tb = SummaryWriter(str(out / "tensorboard"))
 
+    saved_at = -1  # the step of the last checkpoint this run wrote
+
     def save(tag: str) -> None:
+        nonlocal saved_at
+        saved_at = step
         if rank != 0:
             return
         if not all(torch.isfinite(p).all() for p in model.parameters()):
@@ -233,55 +280,65 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
                dynamic_ncols=True)
     last: dict = {}
     end = min(total, stop_at) if stop_at else total
-    while step < end:
-        batches = EpochBatches(len(dataset), config.batch_size, rank, world, config.seed, epoch, step_in_epoch)
-        loader = epoch_batches(dataset, batches, config.data.workers, pin_memory=device.startswith("cuda"))
-        tick = time.perf_counter()  # a step's time runs from here: waiting for its batch counts
-        for image, neg_image, text, neg_text, c, has_negative in loader:
-            if step >= end:
-                break
-            lr = lr_at(step, total, config.optim)
-            out_dict = training_step(dist_model, model, loss_fn, optimizer, (image, neg_image, text, neg_text, c,
-                                                                             has_negative), lr, config.optim.grad_clip,
-                                     device, autocast, getattr(dataset, "normalize", None))
-            loss = out_dict["contrastive_loss"]
-            if out_dict.get("non_finite"):
-                bar.close()
-                raise TrainingError(f"loss is {loss.item()} at step {step + 1} (lr {lr:.3g}); stopped. The last good "
-                                    f"checkpoint is kept in {ckpt_root}; lower optim.lr or check the data")
-            step, step_in_epoch = step + 1, step_in_epoch + 1
-            # .item() waits for the device to finish the step (the logit scale is clamped after the update), so
-            # the time below is the whole step on a GPU too, not the time it took to queue it
-            last = {"step": step, "epoch": epoch, "loss": loss.item(), "lr": lr,
-                    "logit_scale": model.logit_scale.exp().item()}
-            # the hard-negative diagnostics are undefined (NaN) for a batch without negatives: logged as null
-            last |= {k: finite_or_none(out_dict[k].item()) for k in ("hn_grad_share", "p_pos", "logit_gap", "margin")}
-            last["samples_per_s"] = config.batch_size / (time.perf_counter() - tick)
-            if log is not None and step % config.log_every == 0:
-                log.write(last)
-                log.flush()
-                if tb is not None:
-                    for k, v in last.items():
-                        tb.add_scalar(k, v, step)
-            bar.update()
-            bar.set_postfix(loss=f"{last['loss']:.4f}", **({} if last["hn_grad_share"] is None else
-                                                           {"share": f"{last['hn_grad_share']:.3f}"}))
-            if eval_data is not None and step % config.eval.every == 0:
-                scores = run_eval(clip, eval_data, device)
-                model.train()
-                if log is not None:
-                    log.write({"step": step, **scores})
-            if config.save_every and step % config.save_every == 0 and step < end:  # the last step saves below
-                save("periodic")
-            tick = time.perf_counter()
-        if step_in_epoch >= steps_per_epoch:
-            epoch, step_in_epoch = epoch + 1, 0
+    stopped_by = None  # the signal that asked the run to stop
+    with StopSignals() as signals:
+        while step < end and stopped_by is None:
+            batches = EpochBatches(len(dataset), config.batch_size, rank, world, config.seed, epoch, step_in_epoch)
+            loader = epoch_batches(dataset, batches, config.data.workers, pin_memory=device.startswith("cuda"))
+            tick = time.perf_counter()  # a step's time runs from here: waiting for its batch counts
+            for image, neg_image, text, neg_text, c, has_negative in loader:
+                if step >= end:
+                    break
+                lr = lr_at(step, total, config.optim)
+                batch = (image, neg_image, text, neg_text, c, has_negative)
+                out_dict = training_step(dist_model, model, loss_fn, optimizer, batch, lr, config.optim.grad_clip,
+                                         device, autocast, getattr(dataset, "normalize", None), trim)
+                loss = out_dict["contrastive_loss"]
+                if out_dict.get("non_finite"):
+                    bar.close()
+                    raise TrainingError(f"loss is {loss.item()} at step {step + 1} (lr {lr:.3g}); stopped. The last "
+                                        f"good checkpoint is kept in {ckpt_root}; lower optim.lr or check the data")
+                step, step_in_epoch = step + 1, step_in_epoch + 1
+                # .item() waits for the device to finish the step (the logit scale is clamped after the update), so
+                # the time below is the whole step on a GPU too, not the time it took to queue it
+                last = {"step": step, "epoch": epoch, "loss": loss.item(), "lr": lr,
+                        "logit_scale": model.logit_scale.exp().item()}
+                # the hard-negative diagnostics are undefined (NaN) for a batch without negatives: logged as null
+                last |= {k: finite_or_none(out_dict[k].item())
+                         for k in ("hn_grad_share", "p_pos", "logit_gap", "margin")}
+                last["samples_per_s"] = config.batch_size / (time.perf_counter() - tick)
+                if log is not None and step % config.log_every == 0:
+                    log.write(last)
+                    log.flush()
+                    if tb is not None:
+                        for k, v in last.items():
+                            tb.add_scalar(k, v, step)
+                bar.update()
+                bar.set_postfix(loss=f"{last['loss']:.4f}", **({} if last["hn_grad_share"] is None else
+                                                               {"share": f"{last['hn_grad_share']:.3f}"}))
+                if eval_data is not None and step % config.eval.every == 0:
+                    scores = run_eval(clip, eval_data, device, config.model.trim_text)
+                    model.train()
+                    if log is not None:
+                        log.write({"step": step, **scores})
+                if config.save_every and step % config.save_every == 0 and step < end:  # the last step saves below
+                    save("periodic")
+                tick = time.perf_counter()
+                if signals.requested(world, device):  # Ctrl-C, SIGTERM: save, then stop
+                    stopped_by = signals.received or "a signal to another rank"
+                    break
+            if step_in_epoch >= steps_per_epoch:
+                epoch, step_in_epoch = epoch + 1, 0
     bar.close()
-    save("final" if step >= total else "stopped")
+    if not (stopped_by and saved_at == step):  # a periodic checkpoint of this very step stands
+        save("final" if step >= total else "interrupted" if stopped_by else "stopped")
     if log is not None:
         log.close()
     if tb is not None:
         tb.close()
+    if stopped_by and step < total:
+        raise Interrupted(f"{stopped_by} received: stopped after step {step} of {total} with a checkpoint in "
+                          f"{ckpt_root / f'step-{step:07d}'}; continue with the same command and --resume latest")
     return last
 
 
@@ -290,11 +347,12 @@ def finite_or_none(value: float) -> float | None:
 
 
 def training_step(dist_model, model, loss_fn: CementLoss, optimizer, batch, lr: float, grad_clip: float | None,
-                  device: str, autocast: bool, normalize=None) -> dict:
+                  device: str, autocast: bool, normalize=None, trim_text: bool = False) -> dict:
     """One optimisation step on a batch of N anchors and their N negatives; the loss's output dict.
 
-    ``normalize`` turns uint8 pictures (from the image cache) into the model's input on the device. A non-finite
-    loss takes no step and comes back with ``non_finite`` set.
+    ``normalize`` turns uint8 pictures (from the image cache) into the model's input on the device. With
+    ``trim_text`` the tokens are cut to the batch's captions (`text_encoding.trim_tokens`) for a ``dist_model``
+    that wraps a `TrimmedTextCLIP`. A non-finite loss takes no step and comes back with ``non_finite`` set.
     """
     image, neg_image, text, neg_text, c, has_negative = batch
     for g in optimizer.param_groups:
@@ -305,6 +363,8 @@ def training_step(dist_model, model, loss_fn: CementLoss, optimizer, batch, lr: 
     if normalize is not None:
         images = normalize(images)
     texts = torch.cat([text.to(device, non_blocking=True), neg_text.to(device, non_blocking=True)])
+    if trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
+        texts = trim_tokens(model, texts)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
         image_features, text_features, logit_scale = dist_model(images, texts)[:3]
@@ -337,7 +397,7 @@ def load_eval_data(config: TrainConfig) -> dict:
     return loaded
 
 
-def run_eval(clip, loaded: dict, device: str) -> dict:
+def run_eval(clip, loaded: dict, device: str, trim_text: bool = True) -> dict:
     """The evaluation hook's scores, computed in full fp32 as the benchmarks' reference code does: training
     on CUDA allows TF32 matmuls (`use_open_clip_cuda_settings`), which would shift scores near a tie."""
     from . import evaluation
@@ -347,7 +407,8 @@ def run_eval(clip, loaded: dict, device: str) -> dict:
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
-        results = evaluation.run(Encoder(clip, device=device, progress=False), list(loaded), loaded)
+        results = evaluation.run(Encoder(clip, device=device, progress=False, trim_text=trim_text), list(loaded),
+                                 loaded)
     finally:
         torch.set_float32_matmul_precision(precision)
     return {f"eval/{name}/{k}": v for name, r in results.items() for k, v in r["metrics"].items()}

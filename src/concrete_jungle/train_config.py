@@ -25,6 +25,8 @@ class ModelConfig:
     precision: str = "amp_bf16"  # bf16 autocast on CUDA; fp32 on the CPU
     grad_checkpointing: bool = False
     compile: bool = False
+    # encode each batch's captions at their length, not the full context, where that is exact (text_encoding.py)
+    trim_text: bool = True
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class TrainConfig:
 
 def load_config(path: str | None, overrides: list[str]) -> TrainConfig:
     data = load_yaml(path) if path else {}
-    return from_dict(TrainConfig, apply_overrides(data, overrides), where=str(path or "config"))
+    return from_dict(TrainConfig, apply_overrides(data, overrides, TrainConfig), where=str(path or "config"))
 
 
 def check_config(config: TrainConfig) -> None:
@@ -141,8 +143,13 @@ def check_config(config: TrainConfig) -> None:
                 problems.append(f"model.name {m.name}: no such directory")
         elif not m.name.startswith("hf-hub:") and m.name not in open_clip_model_names():
             problems.append(f"model.name {m.name!r} is not an open_clip model (see open_clip.list_models())")
-    elif not Path(m.checkpoint).is_dir():
-        problems.append(f"model.checkpoint {m.checkpoint} is not a directory")
+    else:
+        from .checkpoints import CheckpointError, resolve_checkpoint
+
+        try:
+            resolve_checkpoint(m.checkpoint)
+        except CheckpointError as e:
+            problems.append(f"model.checkpoint: {e}")
     d = config.data
     if not d.concretebatch and not d.pairs:
         problems.append("no training data: pass --data DIR [DIR ...] (ConcreteBatch directories), or set "

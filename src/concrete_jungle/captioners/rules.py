@@ -6,7 +6,7 @@
   interaction verbs swapped among verbs of the same form;
 - object: a co-hyponym from WordNet 3.0 (Debian's ``wordnet-base`` in ``/usr/share/wordnet``; `dog` ->
   `wolf`), kept only when it is a concrete word (Brysbaert >= 4), else a word of the same group from
-  a built-in lexicon.
+  a built-in lexicon; a noun in no group (`day`) has no substitute: the sample is a reject, not `sunny glass`.
 
 Articles (`a`/`an`) and plural nouns agree with the replacement. Each (seed, id, attempt) gives one
 deterministic choice, so a retry after a rejected rewrite tries another word.
@@ -60,16 +60,28 @@ VERBS_ING = ["holding", "carrying", "pushing", "pulling", "watching", "touching"
              "kicking", "dropping", "eating", "riding", "wearing", "feeding", "washing", "chasing"]
 VERBS_S = ["holds", "carries", "pushes", "pulls", "watches", "touches", "throws", "catches", "kicks", "drops",
            "eats", "rides", "wears", "feeds", "washes", "chases"]
+# co-hyponym groups: without WordNet an object is replaced only by a word of its own group (a dog by another
+# animal, never by a surfboard); a noun in no group gets no substitute, and the sample is rejected with that reason
 OBJECT_GROUPS = [
-    ["dog", "cat", "horse", "cow", "sheep", "bear", "elephant", "giraffe", "zebra", "bird", "goat", "pig"],
-    ["car", "bus", "truck", "train", "bicycle", "motorcycle", "boat", "airplane", "van", "tractor"],
+    ["dog", "cat", "horse", "cow", "sheep", "bear", "elephant", "giraffe", "zebra", "bird", "goat", "pig", "duck",
+     "deer", "lion", "monkey", "chicken"],
+    ["car", "bus", "truck", "train", "bicycle", "motorcycle", "boat", "airplane", "van", "tractor", "taxi", "scooter"],
     ["table", "chair", "sofa", "bed", "desk", "bench", "couch", "shelf", "cabinet", "stool"],
-    ["pizza", "sandwich", "cake", "banana", "apple", "orange", "donut", "carrot", "broccoli", "hot dog"],
-    ["shirt", "jacket", "hat", "helmet", "dress", "coat", "scarf", "tie", "skirt", "sweater"],
-    ["cup", "bowl", "plate", "glass", "bottle", "mug", "fork", "knife", "spoon", "jar"],
-    ["man", "woman", "boy", "girl", "child", "person", "player", "skier", "surfer", "baby"],
-    ["street", "road", "beach", "field", "park", "river", "lake", "mountain", "kitchen", "room"],
-    ["ball", "kite", "frisbee", "skateboard", "surfboard", "racket", "bat", "umbrella", "bag", "book"],
+    ["pizza", "sandwich", "cake", "banana", "apple", "orange", "donut", "carrot", "broccoli", "hot dog", "egg",
+     "bread", "salad", "steak", "soup", "cheese", "tomato", "potato", "burger", "cookie"],
+    ["shirt", "jacket", "hat", "helmet", "dress", "coat", "scarf", "tie", "skirt", "sweater", "vest", "cap",
+     "glove", "boot", "shoe"],
+    ["cup", "bowl", "plate", "glass", "bottle", "mug", "fork", "knife", "spoon", "jar", "pot", "pan", "vase",
+     "basket", "box", "coffee cup", "teapot", "wine glass"],
+    ["man", "woman", "boy", "girl", "child", "person", "player", "skier", "surfer", "baby", "lady", "kid"],
+    ["street", "road", "beach", "field", "park", "river", "lake", "mountain", "kitchen", "room", "bathroom",
+     "sidewalk", "yard", "forest"],
+    ["ball", "kite", "frisbee", "skateboard", "surfboard", "racket", "bat", "umbrella", "bag", "book", "snowboard",
+     "suitcase", "backpack"],
+    ["laptop", "computer", "phone", "television", "tv", "keyboard", "monitor", "camera", "remote", "screen"],
+    ["oven", "refrigerator", "microwave", "sink", "toaster", "stove", "toilet", "bathtub", "dishwasher"],
+    ["tree", "flower", "bush", "plant", "palm", "cactus"],
+    ["house", "building", "church", "tower", "bridge", "barn", "station", "store", "restaurant"],
 ]
 VOWEL_SOUND = re.compile(r"^(?:[aeio]|u(?![sn]i|ni)|hour|honest|heir)", re.IGNORECASE)
 
@@ -206,7 +218,7 @@ class RulesCaptioner:
                      if w.isascii() and w.replace(" ", "").isalpha() and w.islower()
                      and (self.ratings.get(w) or 0) >= self.min_concreteness]
         if not found:
-            found = next((g for g in OBJECT_GROUPS if base in g), [w for g in OBJECT_GROUPS for w in g])
+            found = next((g for g in OBJECT_GROUPS if base in g), [])
         found = sorted(set(found) - {base})
         return [pluralize(w) for w in found] if plural else found
 

@@ -13,10 +13,21 @@ import sys
 from rich.console import Console
 
 from .. import __version__
-from ..errors import JobError
+from ..errors import Interrupted, JobError
 from . import analyze, cache, demo, evaluate, gallery, keywords, plant, train
 
 COMMANDS = (keywords, plant, evaluate, train, cache, gallery, analyze, demo)
+
+
+# what a command interrupted by Ctrl-C tells its user (every long job writes atomically and resumes)
+ON_INTERRUPT = {
+    "keywords": "nothing is lost: the same command resumes where it stopped",
+    "plant": "nothing is lost: finished shards stay, and the same command resumes from them",
+    "cache": "nothing is lost: a cache is published only when complete; the same command builds it again",
+    "train": "interrupted before the first step: the last checkpoint, if any, stands (--resume latest)",
+    "demo": "finished stages are kept: the same command reuses them",
+    "eval": "no result was written for the benchmark in progress; with --cache-dir, encoded embeddings are reused",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,19 +42,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag of a command, its sub-commands' included (``analyze datasets``, ``analyze gradient-share``)."""
+    out = []
+    for action in parser._actions:
+        out += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                out += option_strings(child)
+    return out
+
+
+def reject_unknown(parser: argparse.ArgumentParser, command: str, extras: list[str]) -> None:
+    """``unrecognized arguments``, with the flag meant where one is close (``--captoins``: ``--captions``)."""
+    import difflib
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    known = sorted(set(option_strings(sub)))
+    hints = [f"{x} (did you mean {match[0]}?)" if (match := difflib.get_close_matches(x.split("=")[0], known, 1, 0.7))
+             else x for x in extras]
+    sub.error(f"unrecognized arguments: {' '.join(hints)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `analyze DATASET ...` is short for `analyze datasets DATASET ...`
     if argv[:1] == ["analyze"] and len(argv) > 1 and argv[1] not in ("datasets", "gradient-share", "-h", "--help"):
         argv.insert(1, "datasets")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        reject_unknown(parser, args.command, extras)
     console = Console()  # results on stdout; progress bars and errors on stderr
+    errors = Console(stderr=True)
     try:
         return args.run(args, console)
+    except Interrupted as e:  # the job saved what it had before it stopped
+        errors.print(f"[bold yellow]interrupted:[/] {e}", highlight=False, soft_wrap=True)
+        return 130
+    except KeyboardInterrupt:
+        hint = ON_INTERRUPT.get(args.command)
+        errors.print(f"[bold yellow]interrupted[/]{f': {hint}' if hint else ''}", highlight=False, soft_wrap=True)
+        return 130
     # every input error of ours is a ValueError (ratings, sources, configs, models, benchmark data), a missing
     # file, or a JobError (a run that cannot go on)
     except (ValueError, FileNotFoundError, JobError) as e:
-        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        errors.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return 2
 
 

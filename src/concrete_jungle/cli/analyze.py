@@ -58,12 +58,17 @@ def run(args, console: Console) -> int:
         stats = analyze_datasets(args.datasets, clip, args.out, device=device, dino_model=args.dino_model,
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
                                  bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir)
+        from ..analysis import text_only_notes
+
+        for note in text_only_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
+            console.print(f"note: {note}", highlight=False)
         console.print(f"{len(stats['datasets'])} datasets analysed: {Path(args.out) / 'report.md'}, stats.json, "
                       "figures")
         return 0
     from rich.table import Table
 
-    from ..analysis import LABELS, concretebatch_features, gradient_share_by_batch_size, plot_gradient_share
+    from ..analysis import concretebatch_features, gradient_share_samples, means, spread
+    from ..analysis_figures import LABELS, plot_gradient_share
     from ..records import atomic_write_json
 
     sizes = list(args.batch_sizes)
@@ -71,17 +76,22 @@ def run(args, console: Console) -> int:
     image, text, c, _, _ = concretebatch_features(clip, args.data, device=device, limit=args.limit,
                                                   cache_dir=args.cache_dir or Path(args.out) / "embeddings")
     scale = args.logit_scale or clip.model.logit_scale.exp().item()
-    curves = gradient_share_by_batch_size(image, text, c, scale, sizes, batches=args.batches)
+    samples = gradient_share_samples(image, text, c, scale, sizes, batches=args.batches)
+    curves = means(samples)
+    sd = spread(samples)
     out = Path(args.out)
     atomic_write_json(out / "gradient_share.json", {"model": clip.identity, "data": args.data, "logit_scale": scale,
-                                                    "pairs": len(c), "curves": curves})
-    plot_gradient_share(curves, out / "gradient_share.png")
-    table = Table(title=f"hard-negative gradient share ({len(c)} pairs, logit scale {scale:.1f})")
+                                                    "pairs": len(c), "batches": args.batches, "curves": curves,
+                                                    "sd": sd})
+    plot_gradient_share(curves, out / "gradient_share.png", f"Hard-negative gradient share on {Path(args.data).name} "
+                        f"({len(c)} pairs) under {clip.label}, logit scale {scale:.1f} (Fig. 6)", sd, args.batches)
+    table = Table(title=f"hard-negative gradient share on {Path(args.data).name} under {clip.label} ({len(c)} pairs, "
+                  f"logit scale {scale:.1f}; mean ± sd over {args.batches} random batches)")
     table.add_column("N", justify="right")
     for schedule in curves:
         table.add_column(LABELS[schedule], justify="right")
     for n in sizes:
-        table.add_row(str(n), *(f"{curves[s][n]:.3f}" for s in curves))
+        table.add_row(str(n), *(f"{curves[s][n]:.3f} ± {sd[s][n]:.3f}" for s in curves))
     console.print(table)
     console.print(f"written: {out / 'gradient_share.json'}, {out / 'gradient_share.png'}")
     return 0

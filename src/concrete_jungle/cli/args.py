@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def _number(kind, minimum, text: str, strict: bool = False):
@@ -116,7 +115,8 @@ def add_model_args(p) -> None:
     g.add_argument("--model", help="open_clip model name, e.g. ViT-B-32 (or cj-tiny for smoke tests)")
     g.add_argument("--pretrained", default="openai",
                    help="pretrained tag, a weights file, or none (default %(default)s)")
-    g.add_argument("--checkpoint", help="a checkpoint directory of ours (carries its exact open_clip config)")
+    g.add_argument("--checkpoint", help="a checkpoint of ours (carries its exact open_clip config): its folder, "
+                   "<run>/checkpoints/latest, or a training run's folder")
     g.add_argument("--seed", type=int, default=0, help="seed of a --pretrained none model (default %(default)s)")
     g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     g.add_argument("--precision", default="fp32", help="open_clip precision (default fp32, the reference's)")
@@ -127,8 +127,9 @@ def check_model_args(args) -> None:
     from ..configs import open_clip_model_names
 
     if args.checkpoint:
-        if not Path(args.checkpoint).is_dir():
-            raise ValueError(f"--checkpoint {args.checkpoint} is not a directory")
+        from ..checkpoints import resolve_checkpoint
+
+        args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # `latest` and run folders too
     elif not args.model:
         raise ValueError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
     elif ":" not in args.model and args.model not in open_clip_model_names():

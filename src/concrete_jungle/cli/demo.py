@@ -15,10 +15,10 @@ def add_parser(sub) -> None:
         "with InfoNCE, static margin and Cement (and a control without negatives), evaluate, and write "
         "<out>/report.md. Finished stages are reused.",
     )
-    p.add_argument("--quick", action="store_true", help="a smaller world, fewer steps, one seed (about 2 minutes)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smaller world, fewer steps, one seed (run times of each: README, `demo`)")
     p.add_argument("--study", action="store_true",
-                   help="the pre-registered, powered experiment instead (docs/toyworld.md; about 80 minutes on 2 "
-                   "cores); writes <out>/study.md")
+                   help="the pre-registered, powered experiment instead (docs/toyworld.md); writes <out>/study.md")
     p.add_argument("--profile", choices=["cpu", "gpu"], default="cpu",
                    help="--study's size: cpu (default) or gpu (a larger world and model, N up to 1024, one GPU)")
     p.add_argument("--out", help="output directory (default runs/demo, or runs/study with --study)")

@@ -41,6 +41,9 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=non_negative_int, default=0, help="image-loading processes")
     p.add_argument("--cache-dir", help="cache embeddings here (by model hash and file)")
     p.add_argument("--compare", nargs="+", metavar="JSON", help="print a side-by-side table of result files and exit")
+    p.add_argument("--no-trim-text", action="store_true",
+                   help="encode every caption at the full context (77 tokens) instead of the batch's longest caption; "
+                   "the features are the same either way (docs/method.md §7)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_args(p)
     p.set_defaults(run=run)
@@ -76,7 +79,9 @@ def run(args, console: Console) -> int:
 
     clip, device = load_model_from_args(args)
     encoder = Encoder(clip, device=device, batch_size=args.batch_size, num_workers=args.workers,
+                      trim_text=not args.no_trim_text,
                       cache_dir=args.cache_dir, progress=not args.no_progress)
     results = evaluation.run(encoder, names, loaded, out=args.out)
     console.print(Markdown(markdown(results)))
+    console.print(f"written: {Path(args.out) / 'results.md'} and one JSON per benchmark in {args.out}", highlight=False)
     return 0

@@ -23,6 +23,7 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=positive_int, default=1,
                    help="processes that parse, extract and sample (default %(default)s)")
     p.add_argument("--max-words", type=positive_int, default=60, help="skip longer captions (default %(default)s)")
+    p.add_argument("--limit", type=positive_int, help="only the first N samples of the input: try settings on a few")
     p.add_argument("--out", required=True, help="output JSONL; an existing file is resumed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
@@ -41,7 +42,7 @@ def run(args, console: Console) -> int:
     summary, _ = run_keywords(
         args.captions, args.out, config, ratings, load_spacy(args.spacy_model), fmt=args.format, split=args.split,
         limits=FilterConfig(max_words=args.max_words), batch_size=args.batch_size, workers=args.workers,
-        progress=not args.no_progress,
+        progress=not args.no_progress, limit=args.limit,
     )
     console.print(summary_table(summary, f"keywords ({args.mode}) -> {args.out}"))
     return 0

@@ -16,7 +16,9 @@ def add_parser(sub) -> None:
         "Re-running with the same --out resumes. `concrete-jungle plant merge DIR` joins the parts of a "
         "--num-shards run.",
     )
-    p.add_argument("action", nargs="?", choices=["merge"], help="merge: check and join the parts in DIR")
+    # no `choices`: argparse would check them before it reports a misspelled flag, and `--captoins x.jsonl` would
+    # read as "invalid choice: 'x.jsonl'"
+    p.add_argument("action", nargs="?", metavar="merge", help="merge: check and join the parts in DIR")
     p.add_argument("--config", help="a YAML file of PlantConfig settings (e.g. configs/paper/plant_hc.yaml) instead "
                    "of the dataset flags below; change one with --set key=value")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a --config setting")
@@ -64,6 +66,8 @@ def add_parser(sub) -> None:
     g.add_argument("--num-shards", type=positive_int,
                    help="split the run into K parts (default: $WORLD_SIZE, SLURM array, 1)")
     g.add_argument("--shard-index", type=non_negative_int, help="this part (default: $RANK, SLURM array task, 0)")
+    g.add_argument("--limit", type=positive_int, help="only the first N samples of the input: try settings on a few "
+                   "(a dataset setting: resuming with another limit is refused)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
 
@@ -111,7 +115,7 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
         captioner_options=captioner_options | key_values(args.captioner_option, "--captioner-option"),
         editor=args.editor, editor_options=editor_options | key_values(args.editor_option, "--editor-option"),
         max_attempts=args.max_attempts, batch_size=args.batch_size, samples_per_shard=args.samples_per_shard,
-        num_shards=num_shards, shard_index=shard_index, engine=engine_config(args),
+        num_shards=num_shards, shard_index=shard_index, engine=engine_config(args), limit=args.limit,
     )
 
 
@@ -127,6 +131,9 @@ def run(args, console: Console) -> int:
     env_index, env_count = shard_from_environment()
     shard_index = args.shard_index if args.shard_index is not None else env_index
     num_shards = args.num_shards if args.num_shards is not None else env_count
+    if args.action not in (None, "merge"):
+        raise ValueError(f"plant: unexpected argument {args.action!r}; the only action is `plant merge DIR` "
+                         "(caption files go after --captions)")
     if args.action == "merge":
         if not args.merge_dir:
             raise ValueError("usage: concrete-jungle plant merge DIR")
@@ -138,7 +145,9 @@ def run(args, console: Console) -> int:
             given = [f"--{n}" for n in ("captions", "images", "out") if getattr(args, n)]
             if given:
                 raise ValueError(f"{', '.join(given)} with --config: put them in the file or pass --set key=value")
-            data = apply_overrides(load_yaml(args.config), args.set)
+            data = apply_overrides(load_yaml(args.config), args.set, PlantConfig)
+            if args.limit:
+                data["limit"] = args.limit
             data.setdefault("num_shards", num_shards)
             data.setdefault("shard_index", shard_index)
             config = from_dict(PlantConfig, data, where=args.config)
@@ -156,6 +165,19 @@ def run(args, console: Console) -> int:
     table.add_column("statistic")
     table.add_column("value", justify="right")
     for key, value in summary.items():
-        table.add_row(key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value))
+        table.add_row(key.replace("_", " "), readable(value))
     console.print(table)
+    if args.action != "merge":
+        console.print(f"written: {config.out} (shards, manifest.jsonl, rejects.jsonl, summary.json)", highlight=False)
     return 0
+
+
+def readable(value) -> str:
+    """A summary value for the table: numbers rounded, a mapping one ``key: value`` line per entry (reject reasons
+    whole, on lines of their own), nothing as a Python literal."""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, dict):
+        return "\n".join(f"{k}: {f'{v:.0%}' if isinstance(v, float) and 0 <= v <= 1 else readable(v)}"
+                         for k, v in value.items()) or "none"
+    return "-" if value is None else str(value)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..records import atomic_write_json, atomic_write_text
 from .names import BENCHMARKS
-from .report import markdown
+from .report import counts, markdown
 
 # The benchmark modules import torch and open_clip; they are imported where they are used, so that the
 # CLI (and its --help) starts without them.
@@ -66,7 +66,8 @@ def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None) 
         start = time.perf_counter()
         result = evaluate_one(name, encoder, loaded[name])
         result.pop("per_item", None)
-        results[name] = {"benchmark": name, "model": encoder.clip.identity, "model_hash": encoder.clip.hash,
+        results[name] = {"benchmark": name, "model": encoder.clip.identity, "model_label": encoder.clip.label,
+                         "model_hash": encoder.clip.hash, "items": counts(loaded[name])[0],
                          "seconds": round(time.perf_counter() - start, 2)} | result
         if out is not None:
             atomic_write_json(Path(out) / f"{name}.json", results[name])

@@ -46,6 +46,18 @@ def checked_subsets(data: dict[str, list[tuple]], layout: str, skip_missing: boo
             "skipped": {s: sum(it[path_at] in problems for it in items) for s, items in data.items()}}
 
 
+def subset_files(json_dir: Path, official: tuple[str, ...], subsets, layout: str) -> dict[str, Path]:
+    """The JSON file of each subset to evaluate. ``subsets`` named: exactly those. Otherwise every ``*.json`` in
+    ``json_dir``: the official subsets that are there, in their order, then any others (a user's own subset files
+    in the same format), so a folder holding three of the seven files evaluates those three."""
+    if subsets is not None:
+        return {s: json_dir / f"{s}.json" for s in subsets}
+    found = {p.stem: p for p in sorted(json_dir.glob("*.json"))} if json_dir.is_dir() else {}
+    if not found:
+        raise BenchmarkDataError(f"{json_dir} holds no subset files (*.json); expected layout: {layout}")
+    return {s: found[s] for s in official if s in found} | {s: p for s, p in found.items() if s not in official}
+
+
 def image_path(image_dir: Path, name: str) -> Path:
     """An image file named by a benchmark file, which must stay inside its image folder."""
     from ..sources import UnsafePathError, join_under
@@ -85,8 +97,9 @@ class Encoder:
     """Normalised image and text embeddings of a `ClipModel`, each unique item encoded once."""
 
     def __init__(self, clip: ClipModel, device: str = "cpu", batch_size: int = 64, num_workers: int = 0,
-                 cache_dir: str | Path | None = None, progress: bool = True):
+                 cache_dir: str | Path | None = None, progress: bool = True, trim_text: bool = True):
         self.clip = clip
+        self.trim_text = trim_text  # texts at their length where exact (text_encoding.py); False: the full context
         self.device = device
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -132,18 +145,30 @@ class Encoder:
 
     @torch.no_grad()
     def texts(self, texts: list[str]) -> torch.Tensor:
+        """One row per text (in order); each distinct text is encoded once. Texts are batched by length, so that a
+        batch cut to its longest caption (`text_encoding.encode_text`) carries little padding."""
         unique = list(dict.fromkeys(texts))
 
         def compute():
             from tqdm import tqdm
 
-            rows = []
+            from ..text_encoding import encode_text, pooled_positions, trimmable
+
+            model = self.clip.model
+            tokens = self.clip.tokenizer(unique)
+            order = torch.arange(len(unique))
+            if self.trim_text and trimmable(model) and len(unique):
+                order = torch.argsort(pooled_positions(model, tokens), stable=True)
+            rows = torch.empty(0)
             for i in tqdm(range(0, len(unique), self.batch_size), desc="texts", unit="batch",
                           disable=not self.progress, leave=False):
-                tokens = self.clip.tokenizer(unique[i: i + self.batch_size]).to(self.device)
-                rows.append(F.normalize(self.clip.model.encode_text(tokens).float(), dim=-1).cpu())
+                at = order[i: i + self.batch_size]
+                out = F.normalize(encode_text(model, tokens[at].to(self.device), trim=self.trim_text).float(), dim=-1)
+                if not rows.numel():
+                    rows = torch.empty(len(unique), out.shape[1])
+                rows[at] = out.cpu()  # back in input order
             self.encoded["texts"] += len(unique)
-            return torch.cat(rows) if rows else torch.empty(0)
+            return rows
 
         table = self._cached("texts", unique, compute)
         index = {t: i for i, t in enumerate(unique)}

@@ -29,27 +29,55 @@ def layout_report(loaded: dict) -> str:
 
 
 def markdown(results: dict[str, dict]) -> str:
-    lines = []
+    """A run's results: which model, then per benchmark its items and metrics."""
+    labels = list(dict.fromkeys(r.get("model_label", "") for r in results.values()))
+    lines = [f"Model: {', '.join(labels)}", ""] if any(labels) else []
     for name, result in results.items():
-        lines += [f"## {name}", "", "| metric | % |", "| --- | --- |"]
-        lines += [f"| {k} | {100 * v:.2f} |" for k, v in result["metrics"].items()] + [""]
+        lines += [f"## {name}", ""]
+        if "n" in result:  # items per subset
+            lines += ["Items: " + ", ".join(f"{k} {v}" for k, v in result["n"].items()), ""]
+        elif "items" in result:
+            lines += [f"Items: {result['items']}", ""]
+        lines += ["| metric | % |", "| --- | --- |"]
+        lines += [f"| {k} | {percent(v)} |" for k, v in result["metrics"].items()] + [""]
         skipped = result.get("skipped")
         if skipped and (sum(skipped.values()) if isinstance(skipped, dict) else skipped):
             lines += [f"Skipped items (missing or unreadable images): {skipped}", ""]
     return "\n".join(lines)
 
 
+def percent(value) -> str:
+    return "-" if value is None or value != value else f"{100 * value:.2f}"  # None or NaN: nothing to show
+
+
+def column_names(paths: list[str | Path]) -> list[str]:
+    """The shortest trailing part of each path that tells the files apart (``a/sugarcrepe.json`` and
+    ``b/sugarcrepe.json``, not two ``sugarcrepe``)."""
+    parts = [Path(p).parts for p in paths]
+    for k in range(1, max(map(len, parts)) + 1):
+        names = ["/".join(p[-k:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return [str(p) for p in paths]
+
+
 def compare(paths: list[str | Path]) -> str:
-    """A side-by-side Markdown table of the metrics of result JSON files (same benchmark)."""
+    """A side-by-side Markdown table of the metrics of result JSON files (same benchmark), each column named by
+    its file, with the model each file evaluated and its item count."""
     results = [json.loads(Path(p).read_text()) for p in paths]
     keys = list(dict.fromkeys(k for r in results for k in r["metrics"]))
-    header = "| metric | " + " | ".join(Path(p).stem + f" ({r['model_hash'][:8]})" for p, r in zip(paths, results))
+    names = column_names(paths)
+    header = "| metric | " + " | ".join(names)
     lines = [header + (" | Δ (last - first) |" if len(results) > 1 else " |"),
              "| --- |" + " --- |" * (len(results) + (len(results) > 1))]
     for k in keys:
         vals = [r["metrics"].get(k) for r in results]
-        cells = ["-" if v is None else f"{100 * v:.2f}" for v in vals]
+        cells = [percent(v) for v in vals]
         delta = [f"{100 * (vals[-1] - vals[0]):+.2f}"] if len(vals) > 1 and None not in (vals[0], vals[-1]) else (
             ["-"] if len(vals) > 1 else [])
         lines.append(f"| {k} | " + " | ".join(cells + delta) + " |")
+    lines += ["", "Files:"]
+    for name, path, r in zip(names, paths, results):
+        model = r.get("model_label") or r.get("model_hash", "?")[:8]
+        lines.append(f"- {name}: `{path}`, {r.get('benchmark', '?')}, model {model}, items {r.get('items', '?')}")
     return "\n".join(lines) + "\n"

@@ -3,14 +3,15 @@
 Data: the official JSON files (dict keyed by item index; some subsets are not contiguous, so keys are
 iterated, never ranges) and the COCO val2017 images. Score per item: ``sim(image, caption) >
 sim(image, negative_caption)`` strictly — a tie counts as wrong — in fp32. Reported: accuracy per
-subset, the ADD / REPLACE / SWAP averages and M.Avg over the 7 subsets.
+subset, the ADD / REPLACE / SWAP averages (where all their subsets are present) and M.Avg over the subsets
+evaluated (the 7 official ones when all their files are there).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .encoding import Encoder, checked_subsets, image_path, load_json_file
+from .encoding import Encoder, checked_subsets, image_path, load_json_file, subset_files
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 GROUPS = {"ADD": ("add_att", "add_obj"), "REPLACE": ("replace_att", "replace_obj", "replace_rel"),
@@ -19,12 +20,13 @@ LAYOUT = "<json_dir>/{add_att,add_obj,replace_att,replace_obj,replace_rel,swap_a
          "<image_dir>/<filename> (COCO val2017 images, e.g. 000000085329.jpg)"
 
 
-def load(json_dir: str | Path, image_dir: str | Path, subsets=SUBSETS, skip_missing: bool = False) -> dict:
-    """Items per subset, with every image checked before any model is loaded."""
+def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing: bool = False) -> dict:
+    """Items per subset (``subsets``, else every subset file in ``json_dir``: `encoding.subset_files`), with every
+    image checked before any model is loaded."""
     json_dir, image_dir = Path(json_dir), Path(image_dir)
     data = {}
-    for subset in subsets:
-        raw = load_json_file(json_dir / f"{subset}.json", LAYOUT)
+    for subset, path in subset_files(json_dir, SUBSETS, subsets, LAYOUT).items():
+        raw = load_json_file(path, LAYOUT)
         data[subset] = [(key, image_path(image_dir, item["filename"]), item["caption"], item["negative_caption"])
                         for key, item in raw.items()]
     return checked_subsets(data, LAYOUT, skip_missing)

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .encoding import Encoder, checked_subsets, image_path, load_json_file
+from .encoding import Encoder, checked_subsets, image_path, load_json_file, subset_files
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
 
 
-def load(json_dir: str | Path, image_dir: str | Path, subsets=SUBSETS, skip_missing: bool = False) -> dict:
+def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing: bool = False) -> dict:
+    """Items per subset (``subsets``, else every subset file in ``json_dir``), every image checked."""
     json_dir, image_dir = Path(json_dir), Path(image_dir)
     data = {}
-    for subset in subsets:
-        raw = load_json_file(json_dir / f"{subset}.json", LAYOUT)
+    for subset, path in subset_files(json_dir, SUBSETS, subsets, LAYOUT).items():
+        raw = load_json_file(path, LAYOUT)
         data[subset] = [(item["id"], image_path(image_dir, item["filename"]), item["caption"], item["caption2"],
                          item["negative_caption"]) for item in raw]
     return checked_subsets(data, LAYOUT, skip_missing)

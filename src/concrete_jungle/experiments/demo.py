@@ -89,10 +89,13 @@ def findings(table: dict, n_items: dict[str, int]) -> list[str]:
     def compare(a: str, b: str) -> str:
         ma, mb = table[a]["M.Avg"][0], table[b]["M.Avg"][0]
         (ba, sa), (bb, sb) = noise(a), noise(b)
-        se = max(math.hypot(ba, bb), math.hypot(sa, sb))
+        items, seeds = math.hypot(ba, bb), math.hypot(sa, sb)
+        se = max(items, seeds)
+        source = "test items" if items >= seeds else "seeds"
         delta = ma - mb
         verdict = "beats" if delta > 2 * se else "trails" if delta < -2 * se else "is within noise of"
-        return f"{a} {verdict} {b}: M.Avg {ma:.1f} vs {mb:.1f}, {signed(delta)} points (standard error {se:.1f})."
+        return (f"{a} {verdict} {b}: M.Avg {ma:.1f} vs {mb:.1f}, {signed(delta)} points (standard error {se:.1f}, "
+                f"from the {source}).")
 
     return [compare("D_hc + InfoNCE", CONTROL.label), compare("D_hc + Cement", "D_hc + InfoNCE"),
             compare("D_hc + Cement", "D_hc + static margin"), compare("D_hc + Cement", "D_lc + Cement"),
@@ -112,7 +115,8 @@ def dataset_finding(summaries: dict) -> str:
 
 def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analysed: dict, gallery: Path,
            curves: Path, out: Path) -> str:
-    from ..analysis import LABELS, SCHEDULES, table1_markdown
+    from ..analysis import SCHEDULES, table1_markdown
+    from ..analysis_figures import LABELS
 
     rel = lambda p: Path(p).resolve().relative_to(out.resolve()).as_posix()  # noqa: E731
     seconds = ", ".join(f"{k} {v:.0f} s" for k, v in result["seconds"].items())
@@ -129,7 +133,13 @@ def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analys
         "images; mean ± standard deviation over seeds.", "",
         table_markdown(result["table"]), "", "### What it shows", "",
         *[f"- {f}" for f in result["findings"]],
-        "", "The control row is the D_hc + InfoNCE fine-tune with every hard negative masked out: "
+        "", "How the standard error of a difference is computed: the larger of (a) the binomial standard error of "
+        "each model's M.Avg over this many test items, combined for the two models as if they were independent "
+        "(conservative: both answer the same items), and (b) the standard error of each row's mean over its seeds "
+        "(0 for the baseline, one run), combined the same way. With one seed, or when the test set is small, (a) "
+        "decides, and then every comparison has nearly the same standard error. A difference counts when it "
+        "exceeds twice it. `concrete-jungle demo --study` replaces this with a paired bootstrap.", "",
+        "The control row is the D_hc + InfoNCE fine-tune with every hard negative masked out: "
         "the same anchors, steps and data order, so D_hc + InfoNCE minus the control is what the hard negatives "
         "add. The world is not tuned to favour any setting; these are the numbers this run produced. A run of "
         "this size cannot separate the losses; `concrete-jungle demo --study` is the experiment powered to "
@@ -140,7 +150,7 @@ def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analys
         "columns are COCO with SDXL-Turbo edits under PE-Core-L, shown for orientation only: the toy world has "
         "a few dozen words and 64-pixel renders, so its values (unique keywords above all) are not comparable; "
         "compare the toy datasets with each other.", "",
-        table1_markdown(analysed["summaries"], analysed["modes"]), "",
+        table1_markdown(analysed["summaries"], analysed["modes"], f"the CLIP baseline ({c.model})"), "",
         dataset_finding(analysed["summaries"]), "",
         f"Full analysis: [{rel(Path(analysed['dir']) / 'report.md')}]({rel(Path(analysed['dir']) / 'report.md')}); "
         f"gallery of D_hc and D_lc side by side: [{rel(gallery)}]({rel(gallery)}).", "",

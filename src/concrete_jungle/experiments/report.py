@@ -23,28 +23,40 @@ def results_table(scores: dict) -> dict[str, dict[str, tuple[float, float, int]]
     return table
 
 
-def plot_training_curves(runs: dict, path: Path) -> Path:
-    """Loss and hard-negative gradient share per step of every fine-tune (mean over seeds)."""
+def training_curves_figure(runs: dict):
+    """Loss and hard-negative gradient share per step of every fine-tune (mean over seeds). One colour per row in
+    both panels, from one mapping, and each panel with its own legend: a row missing from a panel (the control
+    has no hard-negative share) cannot shift the colours of the others."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), dpi=110)
-    for label in dict.fromkeys(k[0] for k in runs):
+    labels = list(dict.fromkeys(k[0] for k in runs))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), dpi=110)
+    for label in labels:
         logs = [[r for r in read_jsonl(ckpt.parent.parent / "metrics.jsonl") if "loss" in r]
                 for (name, _), ckpt in runs.items() if name == label]
         steps = [r["step"] for r in logs[0]]
         for ax, key in zip(axes, ("loss", "hn_grad_share")):
             values = [[log_[i][key] for log_ in logs] for i in range(len(steps))]
             if all(v is not None for row in values for v in row):  # the control has no hard-negative share
-                ax.plot(steps, [statistics.fmean(row) for row in values], label=label)
+                ax.plot(steps, [statistics.fmean(row) for row in values], label=label, color=colour[label])
     for ax, title in zip(axes, ("Cement / InfoNCE loss", "hard-negative gradient share")):
         ax.set_xlabel("fine-tuning step")
         ax.set_title(title)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+        ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot_training_curves(runs: dict, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig = training_curves_figure(runs)
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -190,6 +190,7 @@ class Stages:
     def analyse(self, baseline: Path, datasets: dict[str, Path]) -> dict:
         """Table 1 and Fig. 5 (`analysis.analyze_datasets`) and Fig. 6 (gradient share), under the baseline."""
         from .. import analysis
+        from ..analysis_figures import plot_gradient_share
         from ..models import load_model
 
         c = self.c
@@ -206,9 +207,13 @@ class Stages:
         image, text, conc, _, _ = analysis.concretebatch_features(clip, datasets["hc"], limit=c.analysis_pairs,
                                                                   cache_dir=d / "embeddings", progress=False)
         sizes = [n for n in c.gradient_batch_sizes if n <= conc.shape[0]]
-        curves = analysis.gradient_share_by_batch_size(image, text, conc, clip.model.logit_scale.exp().item(), sizes)
-        analysis.plot_gradient_share(curves, d / "gradient_share.png",
-                                     "Hard-negative gradient share on D_hc under the CLIP baseline (Fig. 6)")
+        batches = 8
+        samples = analysis.gradient_share_samples(image, text, conc, clip.model.logit_scale.exp().item(), sizes,
+                                                  batches=batches)
+        curves = analysis.means(samples)
+        plot_gradient_share(curves, d / "gradient_share.png", f"Hard-negative gradient share on D_hc "
+                            f"({conc.shape[0]} pairs) under the CLIP baseline ({c.model}) (Fig. 6)",
+                            analysis.spread(samples), batches)
         done = {"dir": str(d), "summaries": {k: v["summary"] for k, v in stats["datasets"].items()},
                 "modes": {k: v["mode"] for k, v in stats["datasets"].items()},
                 "gradient_share": {s: {str(n): v for n, v in pts.items()} for s, pts in curves.items()}}

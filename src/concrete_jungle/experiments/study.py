@@ -70,7 +70,7 @@ class StudyConfig:
 
 
 PROFILES = {
-    "cpu": {},  # about 80 minutes on 2 cores
+    "cpu": {},  # 2 cores: the run time measured is in docs/toyworld.md, "Study results"
     # one H200: a 2.5x larger world, a 4x wider model, N up to 1024 (benchmarks/study_gpu.sh)
     "gpu": dict(world=WorldConfig(train=10000, test=2000, val=1000, seed=1), model="cj-study", pretrain_steps=1000,
                 pretrain_batch_size=256, batch_sizes=(128, 256, 512, 1024), share_pairs=8192, max_steps=400),

@@ -61,6 +61,7 @@ class PlantConfig:
     num_shards: int = 1
     shard_index: int = 0
     engine: EngineConfig = field(default_factory=EngineConfig)
+    limit: int | None = None  # only the first N samples of the input: to try settings on a few
 
     def __post_init__(self):
         if self.sampler.mode != self.mode:
@@ -70,6 +71,8 @@ class PlantConfig:
         for name in ("max_attempts", "batch_size", "samples_per_shard", "num_shards"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"limit must be >= 1 (or null: every sample), got {self.limit}")
 
     def check_inputs(self) -> None:
         """The caption files and image folder exist and the captioner and editor names resolve: checked
@@ -78,11 +81,35 @@ class PlantConfig:
         from ..sources import expand_paths
 
         expand_paths(self.captions)
+        out = Path(self.out)
+        if (out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file():
+            raise PlantError(f"--out {out} holds a training run (checkpoints/, metrics.jsonl); write the dataset "
+                             "to a folder of its own")
         if not Path(self.images).is_dir():
             raise PlantError(f"image directory not found: {self.images}; pass the folder the captions' image "
                              "paths are relative to with --images")
         target("captioner", self.captioner)
         target("editor", self.editor)
+        self.check_images()
+
+    def check_images(self, probe: int = 20) -> None:
+        """A wrong --images is an error before any file is written or model loaded, not a run of rejects: some
+        of the first ``probe`` images the captions name must be there."""
+        import itertools
+
+        from ..sources import UnsafePathError, join_under, read_samples
+
+        def exists(name: str) -> bool:
+            try:
+                return join_under(self.images, name).exists()
+            except UnsafePathError:
+                return False
+
+        samples = itertools.islice(read_samples(self.captions, fmt=self.format, split=self.split), self.limit)
+        named = list(itertools.islice((s.image for s in samples if s.error is None and s.image), probe))
+        if named and not any(map(exists, named)):
+            raise PlantError(f"none of the first {len(named)} images exist under {self.images} (named by the "
+                             f"captions, e.g. {Path(self.images) / named[0]}); check --images")
 
     @property
     def part(self) -> str:

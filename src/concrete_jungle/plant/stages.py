@@ -79,13 +79,6 @@ def load_image(root: Path, name: str | None) -> tuple[Image.Image | None, bytes 
     return image.convert("RGB"), data, None
 
 
-def safely_exists(root: Path, name: str) -> bool:
-    try:
-        return join_under(root, name).exists()
-    except UnsafePathError:
-        return False
-
-
 def check_config_matches(out: Path, settings: dict) -> None:
     import yaml
 
@@ -95,7 +88,8 @@ def check_config_matches(out: Path, settings: dict) -> None:
     previous = (yaml.safe_load(path.read_text()) or {}).get("dataset", {})
     changed = sorted(k for k in settings if previous.get(k) != settings[k])
     if changed:
-        raise PlantError(f"{out} holds a dataset made with other settings ({', '.join(changed)} differ, see "
+        raise PlantError(f"{out} holds a dataset made with other settings ({', '.join(changed)} "
+                         f"{'differs' if len(changed) == 1 else 'differ'}, see "
                          f"{path}); pass another --out, or delete it to start over")
 
 
@@ -117,16 +111,9 @@ class Plant:
         path = self.out / f"keywords-{c.part}.jsonl"
         _, records = run_keywords(
             list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model), fmt=c.format,
-            split=c.split, progress=self.progress, extractor=extractor,
+            split=c.split, progress=self.progress, extractor=extractor, limit=c.limit,
             keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
         return records
-
-    def check_images(self, records: list[dict], probe: int = 20) -> None:
-        """A wrong --images is an error before any model loads, not a run of rejects."""
-        named = [r for r in records if r.get("image")][:probe]
-        if named and not any(safely_exists(self.images, r["image"]) for r in named):
-            raise PlantError(f"none of the first {len(named)} images exist under {self.images} (e.g. "
-                             f"{self.images / named[0]['image']}); check --images")
 
     # -- stage 2
     def rewrite(self, captioner: Captioner, batch: list[dict]) -> list[tuple[str | None, str | None, int]]:
@@ -164,7 +151,6 @@ class Plant:
         check_config_matches(self.out, settings)
         records = self.sample_keywords(engine.extractor(c))
         ok = [r for r in records if r["status"] == "ok"]
-        self.check_images(ok)
         chunks = [ok[j: j + c.samples_per_shard] for j in range(0, len(ok), c.samples_per_shard)]
         shard_of = [j * c.num_shards + c.shard_index for j in range(len(chunks))]
         self.remove_orphans(shard_of)
@@ -175,9 +161,12 @@ class Plant:
                    for s, chunk in zip(shard_of, chunks) if s not in done
                    for b in range(0, len(chunk), c.batch_size)]
         n_done = sum(len(rows) for rows in done.values())
+        if done:
+            print(f"plant: reusing {len(done)} finished shard(s) of an earlier run ({n_done} samples); "
+                  f"{len(shard_of) - len(done)} to make", file=sys.stderr)
         names = engine.process(self, batches, n_done, len(ok))
         to_first = None if self.first_batch_at is None else self.first_batch_at - started
-        return self.finish(records, shard_of, names, time.perf_counter() - started, to_first)
+        return self.finish(records, shard_of, names, time.perf_counter() - started, to_first, len(done))
 
     def write_config(self, captioner_name: str, editor_name: str) -> None:
         import yaml
@@ -281,7 +270,7 @@ class Plant:
         return [tuple(x) for x in out]
 
     def finish(self, records: list[dict], shard_of: list[int], names: tuple[str, str], seconds: float,
-               to_first_batch: float | None) -> dict:
+               to_first_batch: float | None, reused: int = 0) -> dict:
         """Write this part's manifest and rejects; for a single part, the dataset's own files. The summary's
         ``seconds_to_first_batch`` is the run's start-up (keywords, loading the models, starting Ray's actors):
         the rest of ``seconds`` is the steady rate at which a larger job would go."""
@@ -296,7 +285,7 @@ class Plant:
         startup = None if to_first_batch is None else round(to_first_batch, 2)
         summary = summarize_manifest(rows) | {"seconds": round(seconds, 2), "seconds_to_first_batch": startup,
                                               "captioner": names[0], "editor": names[1], "part": c.part,
-                                              "engine": c.engine.name}
+                                              "engine": c.engine.name, "shards_reused": reused}
         atomic_write_json(self.out / f"summary{name}.json", summary)
         return summary
 

@@ -1,0 +1,44 @@
+"""Where a checkpoint is, from what a user names (torch-free, so commands check it before anything loads).
+
+A checkpoint is a folder with ``open_clip_config.json`` and ``open_clip_model.safetensors``; a training run keeps
+them in ``<run>/checkpoints/step-NNNNNNN`` and names its newest in ``<run>/checkpoints/latest.json``. Every command
+that takes a checkpoint accepts the folder itself, ``<run>/checkpoints/latest``, ``<run>/checkpoints`` or ``<run>``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CONFIG_FILE = "open_clip_config.json"
+WEIGHTS_FILE = "open_clip_model.safetensors"
+
+
+class CheckpointError(ValueError):
+    """A path that names no checkpoint."""
+
+
+def is_checkpoint(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The checkpoint folder ``path`` names (see the module's docstring), or a `CheckpointError` saying what is
+    there instead."""
+    path = Path(path)
+    if is_checkpoint(path):
+        return path
+    roots = ([path.parent] if path.name == "latest" else []) + [path, path / "checkpoints"]
+    for root in roots:
+        latest = root / "latest.json"
+        if latest.is_file():
+            try:
+                target = root / json.loads(latest.read_text())["name"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise CheckpointError(f"{latest} is damaged (not a latest.json written by training)") from None
+            if not is_checkpoint(target):
+                raise CheckpointError(f"{latest} names {target.name}, which is not a complete checkpoint folder")
+            return target
+    what = "does not exist" if not path.exists() and path.name != "latest" else "is not a checkpoint"
+    raise CheckpointError(f"{path} {what}: name a checkpoint folder (holding {CONFIG_FILE} and {WEIGHTS_FILE}), "
+                          "<run>/checkpoints/latest, or a training run's folder")
