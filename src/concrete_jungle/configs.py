@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import types
 import typing
 from pathlib import Path
@@ -44,24 +45,24 @@ def _check_type(value, annotation, where: str, problems: list[str]):
             converted = _check_type(value, option, where, trial)
             if not trial:
                 return converted
-        problems.append(f"{where}: {value!r} is not a {annotation}")
+        problems.append(f"{where}: {short(repr(value))} is not a {annotation}")
         return None
     if annotation is type(None):
         if value is not None:
-            problems.append(f"{where}: expected null, got {value!r}")
+            problems.append(f"{where}: expected null, got {short(repr(value))}")
         return None
     if dataclasses.is_dataclass(annotation):
         return _build(annotation, value, where, problems)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            problems.append(f"{where}: expected a list, got {value!r}")
+            problems.append(f"{where}: expected a list, got {short(repr(value))}")
             return None
         (item,) = typing.get_args(annotation)[:1] or (typing.Any,)
         items = [_check_type(v, item, f"{where}[{i}]", problems) for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            problems.append(f"{where}: expected a mapping, got {value!r}")
+            problems.append(f"{where}: expected a mapping, got {short(repr(value))}")
             return None
         _, val_t = typing.get_args(annotation) or (str, typing.Any)
         return {k: _check_type(v, val_t, f"{where}.{k}", problems) for k, v in value.items()}
@@ -69,14 +70,14 @@ def _check_type(value, annotation, where: str, problems: list[str]):
         return float(value)
     if annotation in (int, float, str, bool) and not (isinstance(value, annotation)
                                                      and not (annotation is int and isinstance(value, bool))):
-        problems.append(f"{where}: expected {annotation.__name__}, got {value!r}")
+        problems.append(f"{where}: expected {annotation.__name__}, got {short(repr(value))}")
         return None
     return value
 
 
 def _build(cls, data, where: str, problems: list[str]):
     if not isinstance(data, dict):
-        problems.append(f"{where}: expected a mapping of keys, got {data!r}")
+        problems.append(f"{where}: expected a mapping of keys, got {short(repr(data))}")
         return None
     before = len(problems)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -150,18 +151,66 @@ def apply_overrides(data: dict, overrides: list[str], cls=None) -> dict:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {p} is not a section")
-        node[leaf] = yaml.safe_load(raw)
+        node[leaf] = parse_yaml(raw, f"--set {short(item)}")
     return data
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """YAML as a config needs it: ``1e-5`` is a number (YAML 1.1 reads a float without a dot as a string), a key
+    given twice is an error instead of the last one silently winning."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"key {key!r} is given twice (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                   re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+ConfigLoader.add_constructor("tag:yaml.org,2002:map", ConfigLoader.construct_mapping)
+MAX_NODES = 100_000  # a config of a few hundred keys; an alias bomb expands to billions
+
+
+def expanded_size(value, limit: int = MAX_NODES) -> int:
+    """The number of values in ``value`` with every alias expanded, counting stops past ``limit``."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def parse_yaml(text: str, where: str):
+    try:
+        data = yaml.load(text, Loader=ConfigLoader)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e.problems[0]}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML ({short(str(e), 300)})") from None
+    if expanded_size(data) > MAX_NODES:
+        raise ConfigError(f"{where}: expands to more than {MAX_NODES:,} values (YAML aliases nested in aliases); "
+                          "a config needs none of that")
+    return data
+
+
+def short(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters: a message shows a value, never megabytes of it."""
+    return text if len(text) <= limit else f"{text[: limit - 25]}... ({len(text):,} characters)"
 
 
 def load_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    data = parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
     return data

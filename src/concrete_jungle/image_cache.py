@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from .concretebatch import IndexedConcreteBatch, recorded_digest
+from .locks import locked
 from .records import atomic_write_json
 
 
@@ -79,13 +80,21 @@ class _Geometric(torch.utils.data.Dataset):
 
 def build_cache(root: str | Path, clip, workers: int = 0, batch_size: int = 256, progress: bool = True) -> Path:
     """Preprocess every record of the ConcreteBatch ``root`` for ``clip``'s model; the cache's folder."""
-    from tqdm import tqdm
-
     root = Path(root)
     folder = root / "cache" / cache_key(clip)
     digest = dataset_digest(root)
     if cache_is_current(folder, digest):
         return folder
+    # one builder per cache: a second job waits for nothing and shares no temporary folder, it is refused
+    with locked(folder.with_name(f".{folder.name}.lock"), f"the cache {folder}", "concrete-jungle cache"):
+        if not cache_is_current(folder, digest):  # built by the job that held the lock before
+            _build(root, folder, digest, clip, workers, batch_size, progress)
+    return folder
+
+
+def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size: int, progress: bool) -> None:
+    from tqdm import tqdm
+
     geometric, mean, std = split_preprocess(clip.preprocess)
     records = IndexedConcreteBatch([root])
     n = len(records)
@@ -114,7 +123,6 @@ def build_cache(root: str | Path, clip, workers: int = 0, batch_size: int = 256,
                                            "dataset": digest, "transform": repr(geometric)})
     shutil.rmtree(folder, ignore_errors=True)  # a stale cache of an older dataset
     tmp.rename(folder)
-    return folder
 
 
 def cache_is_current(folder: Path, digest: str) -> bool:

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +31,7 @@ import torch
 from .checkpoints import resolve_checkpoint
 from .configs import ConfigError
 from .errors import Interrupted, TrainingError
+from .locks import locked
 from .loss import CementLoss
 from .records import (JsonlAppender, atomic_write_json, atomic_write_jsonl, atomic_write_safetensors,
                       atomic_write_text, read_jsonl_repairing)
@@ -177,11 +179,49 @@ def use_open_clip_cuda_settings() -> None:
 
 
 def train(config: TrainConfig, resume: str | None = None, progress: bool = True, stop_at: int | None = None,
-          label: str = "train") -> dict:
+          label: str = "train", overwrite: bool = False) -> dict:
     """Train; ``stop_at`` ends the run after that step with a checkpoint (continue with ``resume``).
-    ``label`` names the run on its progress bar (the demo runs many)."""
+    ``label`` names the run on its progress bar (the demo runs many). An ``out`` that holds a run is refused
+    unless the run is resumed or ``overwrite`` starts it over (its checkpoints and metrics removed first); one
+    job at a time writes into ``out``."""
     check_config(config)
     check_pretrained(config)
+    rank, _, _ = distributed()
+    if rank != 0:  # rank 0 alone writes into out: it holds the lock
+        return _train(config, resume, progress, stop_at, label)
+    out = Path(config.out)
+    with locked(out / ".train.lock", f"--out {out}", "concrete-jungle train"):
+        previous = used_run(out)
+        if previous and not resume:
+            if not overwrite:
+                raise ConfigError(f"--out {out} holds a training run ({previous}); continue it with --resume "
+                                  "latest, start it over with --overwrite, or choose another --out")
+            for old in ("checkpoints", "tensorboard"):
+                shutil.rmtree(out / old, ignore_errors=True)
+            (out / "metrics.jsonl").unlink(missing_ok=True)
+        remove_orphans(out / "checkpoints")
+        return _train(config, resume, progress, stop_at, label)
+
+
+def used_run(out: Path) -> str:
+    """The checkpoints (and log) of a run ``out`` holds, in words; "" when it holds no checkpoint (a run killed
+    before its first one has nothing to resume or to lose)."""
+    steps = sorted((out / "checkpoints").glob("step-*")) if (out / "checkpoints").is_dir() else []
+    logged = (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").stat().st_size > 0
+    return ", ".join([f"{len(steps)} checkpoint(s)"] + ["metrics.jsonl"] * logged) if steps else ""
+
+
+def remove_orphans(ckpt_root: Path) -> None:
+    """The temporary files and folders of saves a killed run left (``.step-N.tmp``, ``.latest.json.*.tmp``):
+    never data, and no other job writes here while this one holds the lock."""
+    for orphan in ckpt_root.glob(".*.tmp") if ckpt_root.is_dir() else []:
+        if orphan.is_dir():
+            shutil.rmtree(orphan)
+        else:
+            orphan.unlink(missing_ok=True)
+
+
+def _train(config: TrainConfig, resume: str | None, progress: bool, stop_at: int | None, label: str) -> dict:
     rank, world, local_rank = distributed()
     known = count_records(config)
     if not config.data.pairs and 0 <= known < config.batch_size:

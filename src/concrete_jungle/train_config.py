@@ -15,6 +15,7 @@ from pathlib import Path
 from .configs import apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
 
 LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
+PRECISIONS = ("fp32", "amp_bf16")  # what training does: fp32, or bf16 autocast on CUDA
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,10 @@ class ModelConfig:
     compile: bool = False
     # encode each batch's captions at their length, not the full context, where that is exact (text_encoding.py)
     trim_text: bool = True
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise_problems([f"model.precision {self.precision!r} is not one of {', '.join(PRECISIONS)}"])
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,9 @@ class LossConfig:
             problems.append(f"loss.name {self.name!r} is not one of {sorted(LOSS_SCHEDULES)}")
         if not self.tau > 0:
             problems.append(f"loss.tau must be > 0, got {self.tau}")
-        raise_problems(problems)
+        if self.m_min > self.m_max:
+            problems.append(f"loss.m_min {self.m_min} is above loss.m_max {self.m_max}")
+        raise_problems(problems + non_finite(self, "loss"))
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,16 @@ class OptimConfig:
             problems.append(f"optim.lr must be > 0, got {self.lr} (flag --lr)")
         if self.warmup < 0:
             problems.append(f"optim.warmup must be >= 0, got {self.warmup}")
-        raise_problems(problems)
+        if not self.weight_decay >= 0:
+            problems.append(f"optim.weight_decay must be >= 0, got {self.weight_decay}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            problems.append(f"optim.grad_clip must be > 0, or null for no clipping, got {self.grad_clip} (a "
+                            "negative norm would flip the gradients)")
+        problems += [f"optim.{k} must be in [0, 1), got {getattr(self, k)}" for k in ("beta1", "beta2")
+                     if not 0 <= getattr(self, k) < 1]
+        if not self.eps > 0:
+            problems.append(f"optim.eps must be > 0, got {self.eps}")
+        raise_problems(problems + non_finite(self, "optim"))
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,10 @@ class EvalConfig:
     data_root: str | None = None
     every: int = 0  # steps; 0 = never
     subset: int = 200  # items per benchmark subset
+
+    def __post_init__(self):
+        raise_problems([f"eval.{k} must be >= 0, got {getattr(self, k)}" for k in ("every", "subset")
+                        if getattr(self, k) < 0])
 
 
 @dataclass(frozen=True)
@@ -122,7 +142,18 @@ class TrainConfig:
                     for k, f in flags.items() if getattr(self, k) is not None and getattr(self, k) < 1]
         if self.save_every < 0:
             problems.append(f"save_every must be >= 0 (0: only the final checkpoint), got {self.save_every}")
+        if not self.out.strip():
+            problems.append("out is empty: name the run folder (flag --out)")
         raise_problems(problems)
+
+
+def non_finite(section, name: str) -> list[str]:
+    """A NaN or infinite number in a config section is an error where it is read, not a failure steps later."""
+    import math
+    from dataclasses import fields
+
+    return [f"{name}.{f.name} must be a finite number, got {getattr(section, f.name)}" for f in fields(section)
+            if isinstance(getattr(section, f.name), float) and not math.isfinite(getattr(section, f.name))]
 
 
 def load_config(path: str | None, overrides: list[str]) -> TrainConfig:

@@ -47,10 +47,16 @@ def add_parser(sub) -> None:
 
 def run(args, console: Console) -> int:
     from ..concretebatch import shard_urls
+    from ..locks import locked
 
     for d in args.datasets if args.analysis == "datasets" else [args.data]:
         shard_urls(d)  # a ConcreteBatch directory, or a clear error before the model loads
     check_model_args(args)
+    with locked(Path(args.out) / ".analyze.lock", f"--out {args.out}", "concrete-jungle analyze"):
+        return analyze(args, console)
+
+
+def analyze(args, console: Console) -> int:
     if args.analysis == "datasets":
         from ..analysis import analyze_datasets
 

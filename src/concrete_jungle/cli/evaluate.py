@@ -81,7 +81,10 @@ def run(args, console: Console) -> int:
     encoder = Encoder(clip, device=device, batch_size=args.batch_size, num_workers=args.workers,
                       trim_text=not args.no_trim_text,
                       cache_dir=args.cache_dir, progress=not args.no_progress)
-    results = evaluation.run(encoder, names, loaded, out=args.out)
+    from ..locks import locked
+
+    with locked(Path(args.out) / ".eval.lock", f"--out {args.out}", "concrete-jungle eval"):
+        results = evaluation.run(encoder, names, loaded, out=args.out)
     console.print(Markdown(markdown(results)))
     console.print(f"written: {Path(args.out) / 'results.md'} and one JSON per benchmark in {args.out}", highlight=False)
     return 0

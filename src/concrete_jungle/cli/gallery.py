@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Console
 
 from .args import positive_int
@@ -35,7 +37,13 @@ def run(args, console: Console) -> int:
             raise ValueError(f"--filter {item!r} must look like category=relation")
         key, value = item.split("=", 1)
         filters[key] = value
-    page = build_gallery(args.datasets, args.out, sample=args.sample, seed=args.seed, sort=args.sort,
-                         filters=filters, stats=args.stats)
+    from ..concretebatch import shard_urls
+    from ..locks import locked
+
+    for d in args.datasets:
+        shard_urls(d)  # a ConcreteBatch directory, or a clear error before the output folder is made
+    with locked(Path(args.out) / ".gallery.lock", f"--out {args.out}", "concrete-jungle gallery"):
+        page = build_gallery(args.datasets, args.out, sample=args.sample, seed=args.seed, sort=args.sort,
+                             filters=filters, stats=args.stats)
     console.print(f"gallery written: {page}")
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Console
 
 from .args import add_input_args, add_sampler_args, positive_int, sampler_config
@@ -39,10 +41,14 @@ def run(args, console: Console) -> int:
 
     from ..keyword_job import FilterConfig, load_spacy, run_keywords, summary_table
 
-    summary, _ = run_keywords(
-        args.captions, args.out, config, ratings, load_spacy(args.spacy_model), fmt=args.format, split=args.split,
-        limits=FilterConfig(max_words=args.max_words), batch_size=args.batch_size, workers=args.workers,
-        progress=not args.no_progress, limit=args.limit,
-    )
+    from ..locks import locked
+
+    out = Path(args.out)
+    with locked(out.with_name(f".{out.name}.lock"), f"--out {out}", "concrete-jungle keywords"):
+        summary, _ = run_keywords(
+            args.captions, args.out, config, ratings, load_spacy(args.spacy_model), fmt=args.format, split=args.split,
+            limits=FilterConfig(max_words=args.max_words), batch_size=args.batch_size, workers=args.workers,
+            progress=not args.no_progress, limit=args.limit,
+        )
     console.print(summary_table(summary, f"keywords ({args.mode}) -> {args.out}"))
     return 0

@@ -31,6 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=positive_float, help="peak learning rate (optim.lr)")
     p.add_argument("--seed", type=int, help="seed of the initialisation, data order and RNG state")
     p.add_argument("--resume", help="latest, or a checkpoint directory")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in an --out that holds a run (its checkpoints and metrics are removed first)")
     p.add_argument("--stop-at", type=positive_int,
                    help="stop after this step with a checkpoint (continue with --resume)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,7 +61,8 @@ def run(args, console: Console) -> int:
 
     from ..train import train
 
-    last = train(config, resume=args.resume, progress=not args.no_progress, stop_at=args.stop_at)
+    last = train(config, resume=args.resume, progress=not args.no_progress, stop_at=args.stop_at,
+                 overwrite=args.overwrite)
     if last and int(os.environ.get("RANK", 0)) == 0:
         share = "-" if last["hn_grad_share"] is None else f"{last['hn_grad_share']:.3f}"
         console.print(f"step {last['step']}: loss {last['loss']:.4f}, hard-negative gradient share {share} "

@@ -66,6 +66,8 @@ def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None) 
         start = time.perf_counter()
         result = evaluate_one(name, encoder, loaded[name])
         result.pop("per_item", None)
+        # a metric with nothing to average (every item skipped) has no value: null in JSON, never NaN
+        result["metrics"] = {k: None if isinstance(v, float) and v != v else v for k, v in result["metrics"].items()}
         results[name] = {"benchmark": name, "model": encoder.clip.identity, "model_label": encoder.clip.label,
                          "model_hash": encoder.clip.hash, "items": counts(loaded[name])[0],
                          "seconds": round(time.perf_counter() - start, 2)} | result

@@ -68,15 +68,49 @@ def image_path(image_dir: Path, name: str) -> Path:
         raise BenchmarkDataError(f"{e}: a benchmark file may only name images inside its image folder") from None
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _refuse_duplicates(pairs: list) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:  # json keeps the last silently: one item of the benchmark would be lost
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def load_json_file(path: Path, layout: str):
     import json
 
     if not path.is_file():
         raise BenchmarkDataError(f"{path} not found; expected layout: {layout}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_refuse_duplicates)
     except json.JSONDecodeError as e:
         raise BenchmarkDataError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    except _DuplicateKey as e:
+        raise BenchmarkDataError(f"{path}: key {e.args[0]!r} appears twice; JSON would keep only the last item of "
+                                 "that key, so the file is not a benchmark file as published") from None
+
+
+def checked_items(path: Path, items, fields: tuple[str, ...], layout: str) -> list[tuple[str, dict]]:
+    """``(key, item)`` pairs of a subset file (a dict keyed by item, or a list), each item a mapping with every
+    field a string; a malformed item or an empty file is an error naming the file, the item and the field."""
+    pairs = list(items.items()) if isinstance(items, dict) else list(enumerate(items)) \
+        if isinstance(items, list) else None
+    if pairs is None:
+        raise BenchmarkDataError(f"{path}: expected a list or a dict of items, found {type(items).__name__}; "
+                                 f"expected layout: {layout}")
+    if not pairs:
+        raise BenchmarkDataError(f"{path} holds no items; remove it or give it the subset's items")
+    for key, item in pairs:
+        missing = [f for f in fields if not isinstance(item, dict) or not isinstance(item.get(f), str)]
+        if missing:
+            raise BenchmarkDataError(f"{path}: item {key!r} has no text in {', '.join(missing)}; every item needs "
+                                     f"{', '.join(fields)}")
+    return [(str(key), item) for key, item in pairs]
 
 
 class _Images(torch.utils.data.Dataset):

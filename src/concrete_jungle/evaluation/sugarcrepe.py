@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .encoding import Encoder, checked_subsets, image_path, load_json_file, subset_files
+from .encoding import (BenchmarkDataError, Encoder, checked_items, checked_subsets, image_path, load_json_file,
+                       subset_files)
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 GROUPS = {"ADD": ("add_att", "add_obj"), "REPLACE": ("replace_att", "replace_obj", "replace_rel"),
@@ -27,15 +28,22 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
     data = {}
     for subset, path in subset_files(json_dir, SUBSETS, subsets, LAYOUT).items():
         raw = load_json_file(path, LAYOUT)
+        if not isinstance(raw, dict):
+            raise BenchmarkDataError(f"{path}: SugarCrepe files are a dict keyed by item index; expected layout: "
+                                     f"{LAYOUT}")
         data[subset] = [(key, image_path(image_dir, item["filename"]), item["caption"], item["negative_caption"])
-                        for key, item in raw.items()]
+                        for key, item in checked_items(path, raw, ("filename", "caption", "negative_caption"),
+                                                       LAYOUT)]
     return checked_subsets(data, LAYOUT, skip_missing)
 
 
-def macro(scores: dict[str, float]) -> dict[str, float]:
-    out = {g: sum(scores[s] for s in members) / len(members) for g, members in GROUPS.items()
-           if all(s in scores for s in members)}
-    out["M.Avg"] = sum(scores.values()) / len(scores)
+def macro(scores: dict[str, float | None]) -> dict[str, float | None]:
+    """ADD, REPLACE and SWAP where all their subsets were scored, and M.Avg over the scored subsets (a subset whose
+    every item was skipped has no score, None)."""
+    scored = {s: v for s, v in scores.items() if v is not None}
+    out = {g: sum(scored[s] for s in members) / len(members) for g, members in GROUPS.items()
+           if all(s in scored for s in members)}
+    out["M.Avg"] = sum(scored.values()) / len(scored) if scored else None
     return out
 
 
@@ -50,7 +58,7 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     for subset, subset_items in data["items"].items():
         flags = correct[at: at + len(subset_items)]
         at += len(subset_items)
-        scores[subset] = sum(flags) / len(flags) if flags else float("nan")
+        scores[subset] = sum(flags) / len(flags) if flags else None  # every item skipped: no score
         per_item[subset] = [(it[0], f) for it, f in zip(subset_items, flags)]
     return {"metrics": scores | macro(scores), "n": {s: len(v) for s, v in data["items"].items()},
             "skipped": data["skipped"], "per_item": per_item}

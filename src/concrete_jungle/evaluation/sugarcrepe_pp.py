@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .encoding import Encoder, checked_subsets, image_path, load_json_file, subset_files
+from .encoding import (BenchmarkDataError, Encoder, checked_items, checked_subsets, image_path, load_json_file,
+                       subset_files)
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
@@ -21,8 +22,15 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
     data = {}
     for subset, path in subset_files(json_dir, SUBSETS, subsets, LAYOUT).items():
         raw = load_json_file(path, LAYOUT)
-        data[subset] = [(item["id"], image_path(image_dir, item["filename"]), item["caption"], item["caption2"],
-                         item["negative_caption"]) for item in raw]
+        if not isinstance(raw, list):
+            raise BenchmarkDataError(f"{path}: SugarCrepe++ files are a list of items; expected layout: {LAYOUT}")
+        items = checked_items(path, raw, ("filename", "caption", "caption2", "negative_caption"), LAYOUT)
+        ids = [str(item.get("id", n)) for n, (_, item) in enumerate(items)]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise BenchmarkDataError(f"{path}: item id(s) {twice[:5]} appear more than once")
+        data[subset] = [(i, image_path(image_dir, item["filename"]), item["caption"], item["caption2"],
+                         item["negative_caption"]) for i, (_, item) in zip(ids, items)]
     return checked_subsets(data, LAYOUT, skip_missing)
 
 
@@ -36,10 +44,10 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     metrics, at = {}, 0
     for subset, subset_items in data["items"].items():
         k = len(subset_items)
-        metrics[f"{subset}/ITT"] = sum(itt[at: at + k]) / k if k else float("nan")
-        metrics[f"{subset}/TOT"] = sum(tot[at: at + k]) / k if k else float("nan")
+        metrics[f"{subset}/ITT"] = sum(itt[at: at + k]) / k if k else None  # every item skipped: no score
+        metrics[f"{subset}/TOT"] = sum(tot[at: at + k]) / k if k else None
         at += k
     for kind in ("ITT", "TOT"):
-        values = [v for key, v in metrics.items() if key.endswith(kind)]
-        metrics[f"M.Avg/{kind}"] = sum(values) / len(values)
+        values = [v for key, v in metrics.items() if key.endswith(kind) and v is not None]
+        metrics[f"M.Avg/{kind}"] = sum(values) / len(values) if values else None
     return {"metrics": metrics, "n": {s: len(v) for s, v in data["items"].items()}, "skipped": data["skipped"]}

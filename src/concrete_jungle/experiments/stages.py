@@ -112,7 +112,9 @@ class Stages:
         if latest is not None and latest["reason"] == "final":
             self.reused(label)
         else:
-            train(config(str(d / "run")), resume="latest" if latest else None, progress=self.progress, label=label)
+            # a stage folder is the stage's own: a run killed before its first checkpoint starts over
+            train(config(str(d / "run")), resume="latest" if latest else None, progress=self.progress, label=label,
+                  overwrite=True)
             latest = json.loads((checkpoints / "latest.json").read_text())
         return checkpoints / latest["name"]
 

@@ -34,6 +34,7 @@ from ..editors import Editor
 from ..errors import PlantError
 from ..keyword_job import load_spacy, run_keywords
 from ..keywords import sample_rng
+from ..locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, mean_median
 from ..sources import UnsafePathError, join_under
 from .config import PlantConfig
@@ -146,6 +147,11 @@ class Plant:
         c = self.config
         started, self.first_batch_at = time.perf_counter(), None
         c.check_inputs()
+        with locked(self.out / f".plant-{c.part}.lock", f"part {c.part} of {self.out}", "concrete-jungle plant"):
+            return self._run(engine, started)
+
+    def _run(self, engine, started: float) -> dict:
+        c = self.config
         self.out.mkdir(parents=True, exist_ok=True)
         settings = c.dataset_settings()
         check_config_matches(self.out, settings)
