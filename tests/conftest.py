@@ -37,3 +37,21 @@ def require_system_dependency(available: bool, what: str, install: str) -> None:
     if os.environ.get("CJ_REQUIRE_SYSTEM_DEPS") == "1":
         pytest.fail(message + "; CI requires it")
     pytest.skip(message)
+
+
+# training flags for the tiny random-init model, fast on a CPU
+TINY_TRAIN = ["--set", "model.name=cj-tiny", "--set", "model.pretrained=none", "--set", "data.workers=0",
+              "--batch-size", "8", "--no-progress"]
+
+
+@pytest.fixture(scope="session")
+def planted(tmp_path_factory):
+    """A small ConcreteBatch (48 samples, text-only negatives) made by `plant`, for commands that read one."""
+    from test_plant import make_dataset, plant_args
+
+    from concrete_jungle.cli import main
+
+    root = tmp_path_factory.mktemp("planted")
+    captions, images = make_dataset(root, 48, image_size=32)
+    assert main(plant_args(captions, images, root / "cb", "--samples-per-shard", 16)) == 0
+    return root / "cb"

@@ -16,23 +16,15 @@ import pytest
 from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import TINY_TRAIN  # noqa: E402
 from test_plant import make_dataset, plant_args  # noqa: E402
 
-TINY_TRAIN = ["--set", "model.name=cj-tiny", "--set", "model.pretrained=none", "--set", "data.workers=0",
-              "--batch-size", "8", "--no-progress"]
 
 
 def cli(*args, env=None, timeout=300):
     return subprocess.run([sys.executable, "-m", "concrete_jungle.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, env=env)
 
-
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    root = tmp_path_factory.mktemp("day1")
-    captions, images = make_dataset(root, 48, image_size=32)
-    assert main(plant_args(captions, images, root / "cb", "--samples-per-shard", 16)) == 0
-    return root / "cb"
 
 
 @pytest.fixture(scope="module")

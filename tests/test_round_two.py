@@ -18,18 +18,10 @@ from concrete_jungle.configs import ConfigError
 from concrete_jungle.train_config import load_config
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import TINY_TRAIN  # noqa: E402
 from test_plant import dataset_fingerprint, make_dataset, plant_args  # noqa: E402
 
-TINY_TRAIN = ["--set", "model.name=cj-tiny", "--set", "model.pretrained=none", "--set", "data.workers=0",
-              "--batch-size", "8", "--no-progress"]
 
-
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    root = tmp_path_factory.mktemp("r2")
-    captions, images = make_dataset(root, 40, image_size=24)
-    assert main(plant_args(captions, images, root / "cb", "--samples-per-shard", 20)) == 0
-    return root / "cb"
 
 
 def dead_pid() -> int:
