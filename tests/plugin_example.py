@@ -42,3 +42,56 @@ class MainThreadMirrorEditor(MirrorEditor):
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError(f"edit called on thread {threading.current_thread().name!r}, not the main thread")
         return super().edit(images, prompts, seeds)
+
+
+# plugins that break the contract, as a user's first try might (tests/test_round_two.py)
+
+
+class ShortEditor(MirrorEditor):
+    """Returns one image too few."""
+
+    name = "short"
+
+    def edit(self, images, prompts, seeds):
+        return super().edit(images, prompts, seeds)[:-1]
+
+
+class DrawingEditor:
+    """Draws on the images it is given (in place), then returns them: the stored anchors must not change."""
+
+    name = "drawing"
+    reuses_anchor = False
+
+    def edit(self, images, prompts, seeds):
+        for im in images:
+            im.paste((255, 0, 0), (0, 0, im.width, im.height))
+        return images
+
+
+class StrCaptioner(PurpleCaptioner):
+    """Returns strings instead of `Reply` objects, and has no close()."""
+
+    close = None
+
+    def rewrite(self, requests):
+        return [reply.text for reply in super().rewrite(requests)]
+
+
+class NoCloseCaptioner:
+    """The README's interface and nothing more: a name and rewrite(); no close()."""
+
+    name = "no-close"
+
+    def rewrite(self, requests):
+        return [Reply(r.caption[: r.span[0]] + "teapot" + r.caption[r.span[1]:]) for r in requests]
+
+
+class RaisingCaptioner(NoCloseCaptioner):
+    name = "raising"
+
+    def rewrite(self, requests):
+        raise ConnectionError("the server went away")
+
+
+def a_function_not_a_class(requests):
+    return []

@@ -83,12 +83,13 @@ def feature_cache_path(clip, source, limit: int | None, dino, cache_dir: str | P
 
 
 def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 64, limit: int | None = None,
-                           dino=None, cache_dir: str | Path | None = None, progress: bool = True):
+                           dino=None, cache_dir: str | Path | None = None, progress: bool = True,
+                           partial: bool = False):
     """(image features, text features, concreteness, metadata, DINO similarities) of a ConcreteBatch under a
     model; features are ``[anchors; negatives]``. ``dino`` (a `DinoScorer`) adds image-image DINOScores.
     With ``cache_dir`` they are computed once per model and dataset and read back afterwards."""
     if cache_dir is None:
-        return _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress)
+        return _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress, partial)
     import json
 
     from safetensors.torch import load_file
@@ -100,7 +101,8 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
         t = load_file(str(path / "features.safetensors"))
         return (t["image"], t["text"], t["concreteness"], json.loads((path / "metas.json").read_text()),
                 t["dino"].tolist() if "dino" in t else [])
-    image, text, c, metas, dino_scores = _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress)
+    image, text, c, metas, dino_scores = _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress,
+                                                               partial)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {"image": image, "text": text, "concreteness": c} | (
         {"dino": torch.tensor(dino_scores)} if dino_scores else {})
@@ -110,7 +112,8 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
 
 
 @torch.no_grad()
-def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int | None, dino, progress: bool):
+def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int | None, dino, progress: bool,
+                          partial: bool = False):
     from .concretebatch import iter_records
     from .text_encoding import encode_text
 
@@ -136,7 +139,7 @@ def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int
 
     from tqdm import tqdm
 
-    for n, record in enumerate(tqdm(iter_records(source), desc=f"encode {Path(source).name}", unit="pair",
+    for n, record in enumerate(tqdm(iter_records(source, partial), desc=f"encode {Path(source).name}", unit="pair",
                                     total=limit, leave=False, disable=not progress)):
         if limit is not None and n >= limit:
             break
@@ -254,7 +257,8 @@ def summarize_rows(rows: list[dict]) -> dict:
 def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: str = "cpu",
                      dino_model: str | None = None, bertscore_model: str | None = None,
                      bertscore_layers: int | None = None, bertscore_rescale: bool = True,
-                     limit: int | None = None, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
+                     limit: int | None = None, cache_dir: str | Path | None = None, progress: bool = True,
+                     partial: bool = False) -> dict:
     """Table 1 statistics, Fig. 5 and per-pair scores for each dataset; writes stats.json and report.md.
     Embeddings are cached in ``cache_dir`` (default ``<out>/embeddings``) by model and dataset."""
     from .records import atomic_write_json, atomic_write_text
@@ -268,7 +272,7 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
         name = Path(d).name
         image, text, _, metas, dino_scores = concretebatch_features(clip, d, device=device, limit=limit, dino=dino,
                                                                     cache_dir=cache_dir or out / "embeddings",
-                                                                    progress=progress)
+                                                                    progress=progress, partial=partial)
         bert = (bertscore_f1([m["neg_caption"] for m in metas], [m["caption"] for m in metas], bertscore_model,
                              bertscore_layers, bertscore_rescale, device) if bertscore_model else None)
         per_dataset[name] = pair_rows(image, text, metas, scale, dino_scores, bert)

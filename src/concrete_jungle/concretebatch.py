@@ -154,9 +154,28 @@ def shard_problem(root: Path, shard_index: int) -> str | None:
     return None
 
 
-def shard_urls(root: str | Path) -> list[str]:
+def unfinished(root: Path) -> str | None:
+    """Why the dataset in ``root`` is not a finished one, or None: a plant run that has not ended (its keyword files
+    but no summary.json), or the parts of a split run not merged (naming the parts that have not finished). Shards
+    another tool wrote, without plant's files, are taken as they are."""
+    if (root / "summary.json").is_file() and (root / "manifest.jsonl").is_file():
+        return None
+    parts = sorted(root.glob("manifest-*-of-*.jsonl"))
+    if not parts:
+        if not any(root.glob("keywords-*-of-*.jsonl")):
+            return None
+        return f"{root} is unfinished (no summary.json): re-run the plant command that made it to finish it"
+    k = int(parts[0].stem.split("-of-")[1])
+    missing = sorted(set(range(k)) - {int(p.stem.split("-")[1]) for p in parts})
+    state = f"parts {missing} of {k} have not finished" if missing else "parts are not merged"
+    return (f"{root} is a split run whose {state}: finish them (plant --shard-index i), then `concrete-jungle plant "
+            f"merge {root}`")
+
+
+def shard_urls(root: str | Path, partial: bool = False) -> list[str]:
     """The shards of a dataset, each checked against its recorded digest; every shard the manifest names must
-    exist. A damaged dataset is a `DatasetError` naming the shard, never a partial read."""
+    exist. A damaged dataset is a `DatasetError` naming the shard, never a partial read; an unfinished or
+    unmerged one too, unless ``partial`` asks for the finished shards it holds."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"ConcreteBatch directory not found: {root}")
@@ -164,6 +183,10 @@ def shard_urls(root: str | Path) -> list[str]:
     if not urls:
         raise FileNotFoundError(f"{root} holds no shard-*.tar files; is it a ConcreteBatch directory (made by "
                                 "`concrete-jungle plant`)?")
+    problem = unfinished(root)
+    if problem and not partial:
+        raise DatasetError(f"{problem} (or pass --partial / data.partial: true to use the finished shards it "
+                           "holds)")
     named = {int(Path(u).stem.split("-")[1]) for u in urls} | set(read_shard_manifests(root))
     if (root / "manifest.jsonl").is_file():
         named |= {int(Path(r["shard"]).stem.split("-")[1]) for r in read_jsonl(root / "manifest.jsonl")
@@ -188,12 +211,13 @@ def _decode(sample: dict) -> dict:
     }
 
 
-def iter_records(source: str | Path | list[str]) -> Iterator[dict]:
+def iter_records(source: str | Path | list[str], partial: bool = False) -> Iterator[dict]:
     """Every record of a ConcreteBatch (directory or list of shard paths/URLs), decoded, streaming with
-    `webdataset`: dicts with image, caption, neg_image, neg_caption, concreteness, meta."""
+    `webdataset`: dicts with image, caption, neg_image, neg_caption, concreteness, meta. ``partial``: the
+    finished shards of an unfinished dataset (`shard_urls`)."""
     import webdataset as wds
 
-    urls = source if isinstance(source, list) else shard_urls(source)
+    urls = source if isinstance(source, list) else shard_urls(source, partial)
     for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
         yield _decode(sample)
 
@@ -274,8 +298,8 @@ def read_member(location: tuple[str, int, int]) -> bytes:
 class IndexedConcreteBatch:
     """Random access to ConcreteBatch records (map-style): ``dataset[i]`` -> dict of decoded fields."""
 
-    def __init__(self, roots: list[str | Path]):
-        self.urls = [u for root in roots for u in shard_urls(root)]
+    def __init__(self, roots: list[str | Path], partial: bool = False):
+        self.urls = [u for root in roots for u in shard_urls(root, partial)]
         self.records = index_shards(self.urls)
 
     def __len__(self) -> int:

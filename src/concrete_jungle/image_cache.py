@@ -78,8 +78,10 @@ class _Geometric(torch.utils.data.Dataset):
                             for im in (r["image"], r["neg_image"])])
 
 
-def build_cache(root: str | Path, clip, workers: int = 0, batch_size: int = 256, progress: bool = True) -> Path:
-    """Preprocess every record of the ConcreteBatch ``root`` for ``clip``'s model; the cache's folder."""
+def build_cache(root: str | Path, clip, workers: int = 0, batch_size: int = 256, progress: bool = True,
+                partial: bool = False) -> Path:
+    """Preprocess every record of the ConcreteBatch ``root`` for ``clip``'s model; the cache's folder. ``partial``:
+    the finished shards of an unfinished dataset (refused otherwise)."""
     root = Path(root)
     folder = root / "cache" / cache_key(clip)
     digest = dataset_digest(root)
@@ -88,15 +90,16 @@ def build_cache(root: str | Path, clip, workers: int = 0, batch_size: int = 256,
     # one builder per cache: a second job waits for nothing and shares no temporary folder, it is refused
     with locked(folder.with_name(f".{folder.name}.lock"), f"the cache {folder}", "concrete-jungle cache"):
         if not cache_is_current(folder, digest):  # built by the job that held the lock before
-            _build(root, folder, digest, clip, workers, batch_size, progress)
+            _build(root, folder, digest, clip, workers, batch_size, progress, partial)
     return folder
 
 
-def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size: int, progress: bool) -> None:
+def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size: int, progress: bool,
+           partial: bool) -> None:
     from tqdm import tqdm
 
     geometric, mean, std = split_preprocess(clip.preprocess)
-    records = IndexedConcreteBatch([root])
+    records = IndexedConcreteBatch([root], partial)
     n = len(records)
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # what a killed build left

@@ -39,11 +39,23 @@ class PluginError(ValueError):
     """A captioner or editor name that resolves to nothing importable."""
 
 
+METHODS = {"captioner": "rewrite", "editor": "edit"}  # what each kind must have, besides a ``name``
+
+
 def registered(kind: str) -> dict[str, str]:
-    """Name -> ``module:Class`` of every built-in and installed plugin of ``kind``."""
+    """Name -> ``module:Class`` of every built-in and installed plugin of ``kind``; a name two installed packages
+    both register is an error naming both (one of them would win silently)."""
     found = dict(BUILTIN[kind])
+    sources: dict[str, list[str]] = {}
     for ep in entry_points(group=GROUPS[kind]):
+        package = getattr(ep.dist, "name", None) or "?"
+        sources.setdefault(ep.name, []).append(f"{ep.value} (package {package})")
         found.setdefault(ep.name, ep.value)
+    clashes = {name: where for name, where in sources.items() if len(set(where)) > 1}
+    if clashes:
+        name, where = next(iter(clashes.items()))
+        raise PluginError(f"{kind} {name!r} is registered by more than one installed package: {'; '.join(where)}; "
+                          "uninstall one, or name the class by its path (package.module:Class)")
     return found
 
 
@@ -59,15 +71,25 @@ def target(kind: str, name: str) -> str:
 
 
 def load_class(kind: str, name: str) -> type:
+    """The plugin's class, imported and checked: a class with the kind's method (``rewrite`` or ``edit``).
+    Whatever goes wrong on the way (a missing module, a syntax error in it, a function where a class should
+    be) is one `PluginError` naming the plugin."""
     module_name, _, attribute = target(kind, name).partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise PluginError(f"{kind} {name!r}: cannot import {module_name} ({e})") from None
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise PluginError(f"{kind} {name!r}: {module_name} has no {attribute}") from None
+    except Exception as e:  # noqa: BLE001 - a plugin's module may fail in any way; it is reported, not raised
+        where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
+        raise PluginError(f"{kind} {name!r}: cannot import {module_name}: {type(e).__name__}: {e}{where}") from None
+    cls = getattr(module, attribute, None)
+    if cls is None:
+        raise PluginError(f"{kind} {name!r}: {module_name} has no {attribute}")
+    method = METHODS[kind]
+    if not inspect.isclass(cls):
+        raise PluginError(f"{kind} {name!r}: {module_name}:{attribute} is a {type(cls).__name__}, not a class; a "
+                          f"{kind} is a class with a name and {method}() (README, 'Your own captioner or editor')")
+    if not callable(getattr(cls, method, None)):
+        raise PluginError(f"{kind} {name!r}: {module_name}:{attribute} has no {method}() method")
+    return cls
 
 
 def create(kind: str, name: str, **options):
@@ -77,4 +99,7 @@ def create(kind: str, name: str, **options):
         inspect.signature(cls).bind(**options)
     except TypeError as e:
         raise PluginError(f"{kind} {name!r} does not take these options ({e}); check its options") from None
-    return cls(**options)
+    instance = cls(**options)
+    if not isinstance(getattr(instance, "name", None), str) or not instance.name:
+        raise PluginError(f"{kind} {name!r} has no name (a string attribute written into every record)")
+    return instance

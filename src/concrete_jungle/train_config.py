@@ -47,6 +47,8 @@ class DataConfig:
     # false: every hard negative is masked out of the loss (the anchors alone, plain CLIP loss): the control
     # that tells what the negatives add from what more training on the same anchors adds
     negatives: bool = True
+    # true: train on the finished shards of an unfinished or unmerged ConcreteBatch (refused otherwise)
+    partial: bool = False
 
     def __post_init__(self):
         problems = [f"data.{k} must be >= 0, got {getattr(self, k)}" for k in ("workers", "preload_mib")

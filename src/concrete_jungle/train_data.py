@@ -118,13 +118,15 @@ def training_set(data: DataConfig, clip, progress: bool = True):
     """The training set of a config's data: its image caches when every ConcreteBatch has a current one (and
     no plain pairs are mixed in), else preloaded into memory when it fits ``data.preload_mib``, else decoded
     per step."""
-    from .concretebatch import IndexedConcreteBatch
+    from .concretebatch import IndexedConcreteBatch, shard_urls
     from .image_cache import CachedSet, current_cache
 
+    for root in data.concretebatch:  # damaged, unfinished or unmerged: refused before a cache is used too
+        shard_urls(root, data.partial)
     caches = [current_cache(root, clip) for root in data.concretebatch]
     if data.concretebatch and not data.pairs and all(caches):
         return CachedSet(caches, negatives=data.negatives)
-    parts = [IndexedConcreteBatch(data.concretebatch)] if data.concretebatch else []
+    parts = [IndexedConcreteBatch(data.concretebatch, data.partial)] if data.concretebatch else []
     if data.pairs:
         parts.append(PairsDataset(data.pairs, data.pairs_images, data.pairs_split))
     dataset = TrainingSet(parts, clip.preprocess, clip.tokenizer, negatives=data.negatives)

@@ -39,6 +39,8 @@ def add_parser(sub) -> None:
     g.add_argument("--logit-scale", type=positive_float, help="default: the model's own")
     for q in (d, g):
         q.add_argument("--limit", type=positive_int, help="use at most this many pairs")
+        q.add_argument("--partial", action="store_true",
+                       help="use the finished shards of an unfinished or unmerged dataset (refused otherwise)")
         q.add_argument("--out", default="report", help="output folder (default %(default)s)")
         q.add_argument("--cache-dir", help="embeddings cache, by model and dataset (default <out>/embeddings)")
         add_model_args(q)
@@ -50,7 +52,7 @@ def run(args, console: Console) -> int:
     from ..locks import locked
 
     for d in args.datasets if args.analysis == "datasets" else [args.data]:
-        shard_urls(d)  # a ConcreteBatch directory, or a clear error before the model loads
+        shard_urls(d, args.partial)  # a finished ConcreteBatch, or a clear error before the model loads
     check_model_args(args)
     with locked(Path(args.out) / ".analyze.lock", f"--out {args.out}", "concrete-jungle analyze"):
         return analyze(args, console)
@@ -63,7 +65,8 @@ def analyze(args, console: Console) -> int:
         clip, device = load_model_from_args(args)
         stats = analyze_datasets(args.datasets, clip, args.out, device=device, dino_model=args.dino_model,
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
-                                 bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir)
+                                 bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir,
+                                 partial=args.partial)
         from ..analysis import text_only_notes
 
         for note in text_only_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
@@ -80,7 +83,8 @@ def analyze(args, console: Console) -> int:
     sizes = list(args.batch_sizes)
     clip, device = load_model_from_args(args)
     image, text, c, _, _ = concretebatch_features(clip, args.data, device=device, limit=args.limit,
-                                                  cache_dir=args.cache_dir or Path(args.out) / "embeddings")
+                                                  cache_dir=args.cache_dir or Path(args.out) / "embeddings",
+                                                  partial=args.partial)
     scale = args.logit_scale or clip.model.logit_scale.exp().item()
     samples = gradient_share_samples(image, text, c, scale, sizes, batches=args.batches)
     curves = means(samples)

@@ -18,6 +18,8 @@ def add_parser(sub) -> None:
     )
     p.add_argument("datasets", nargs="+", metavar="DATASET", help="ConcreteBatch directories")
     p.add_argument("--workers", type=non_negative_int, default=4, help="decoding processes (default %(default)s)")
+    p.add_argument("--partial", action="store_true",
+                   help="cache the finished shards of an unfinished or unmerged dataset (refused otherwise)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_args(p)
     p.set_defaults(run=run)
@@ -27,13 +29,13 @@ def run(args, console: Console) -> int:
     from ..concretebatch import shard_urls
 
     for d in args.datasets:
-        shard_urls(d)
+        shard_urls(d, args.partial)
     check_model_args(args)
     from ..image_cache import build_cache
 
     clip, _ = load_model_from_args(args)
     for d in args.datasets:
-        folder = build_cache(d, clip, workers=args.workers, progress=not args.no_progress)
+        folder = build_cache(d, clip, workers=args.workers, progress=not args.no_progress, partial=args.partial)
         size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
         console.print(f"{d}: cache {folder} ({size:.0f} MiB)", highlight=False)
     return 0

@@ -75,9 +75,9 @@ class PlantConfig:
             raise ConfigError(f"limit must be >= 1 (or null: every sample), got {self.limit}")
 
     def check_inputs(self) -> None:
-        """The caption files and image folder exist and the captioner and editor names resolve: checked
-        before any file is written or any model loads."""
-        from ..plugins import target
+        """The caption files and image folder exist and the captioner and editor import as classes with their
+        methods: checked before any file is written or any model loads."""
+        from ..plugins import load_class
         from ..sources import expand_paths
 
         expand_paths(self.captions)
@@ -88,8 +88,8 @@ class PlantConfig:
         if not Path(self.images).is_dir():
             raise PlantError(f"image directory not found: {self.images}; pass the folder the captions' image "
                              "paths are relative to with --images")
-        target("captioner", self.captioner)
-        target("editor", self.editor)
+        load_class("captioner", self.captioner)  # imported and checked, not built: that may load a model
+        load_class("editor", self.editor)
         self.check_images()
 
     def check_images(self, probe: int = 20) -> None:

@@ -41,5 +41,7 @@ def process(plant, batches: list, n_done: int, total: int) -> tuple[str, str]:
             if future is not None:
                 future.cancel()
             bar.close()
-    captioner.close()
+    close = getattr(captioner, "close", None)  # optional: a captioner with nothing to release has none
+    if callable(close):
+        close()
     return captioner.name, editor.name

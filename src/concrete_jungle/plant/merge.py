@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 from ..errors import PlantError
 from ..records import atomic_write_json, atomic_write_jsonl, read_jsonl
-from .stages import summarize_manifest
+from .stages import part_of, summarize_manifest
 
 
 def merge_parts(out: str | Path) -> dict:
@@ -21,10 +22,36 @@ def merge_parts(out: str | Path) -> dict:
         raise PlantError(f"{out} mixes parts of runs with different --num-shards: {sorted(counts)}")
     k = counts.pop()
     found = {int(p.stem.split("-")[1]) for p in parts}
-    missing = sorted(set(range(k)) - found)
+    beyond = sorted(i for i in found if i >= k)
+    if beyond:
+        raise PlantError(f"{out} holds part(s) {beyond} of a run of {k} parts: indices run 0..{k - 1}; they come "
+                         "from another run: remove them")
+    # a part has finished when its summary is written (after its manifest)
+    missing = sorted(i for i in range(k) if i not in found or not (out / f"summary-{i:05d}-of-{k:05d}.json").is_file())
     if missing:
         raise PlantError(f"parts {missing} of {k} have not finished in {out}; run them (--shard-index) first")
-    rows = [row for p in parts for row in read_jsonl(p)]
+    rows = []
+    for p in parts:
+        index = int(p.stem.split("-")[1])
+        try:
+            part_rows = read_jsonl(p)
+            part_ids = [r["id"] for r in part_rows]
+        except (ValueError, KeyError, TypeError) as e:
+            raise PlantError(f"{p} is damaged ({type(e).__name__}: {e}); run part {index} again "
+                             f"(--shard-index {index}) to remake it") from None
+        foreign = [i for i in part_ids if part_of(i, k) != index]
+        if foreign:
+            raise PlantError(f"{p} holds ids that belong to other parts ({foreign[:3]}): it comes from another "
+                             f"run; run part {index} again")
+        rows += part_rows
+    settings = {p.name: json.loads(p.read_text()) for p in sorted(out.glob("keywords-*-of-*.config.json"))}
+    if len({json.dumps(v, sort_keys=True) for v in settings.values()}) > 1:
+        first = next(iter(settings.values()))
+        odd = sorted(n for n, v in settings.items() if v != first)
+        differ = sorted({key for v in settings.values() for key in v if v.get(key) != first.get(key)})
+        verb = "differs" if len(differ) == 1 else "differ"
+        raise PlantError(f"the parts were made with different settings ({', '.join(differ)} {verb}; e.g. {odd[:2]} "
+                         f"against {next(iter(settings))}); they are not one dataset")
     ids = Counter(r["id"] for r in rows)
     twice = [i for i, n in ids.items() if n > 1]
     if twice:

@@ -31,7 +31,7 @@ from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, read_shard
                              shard_files, shard_problem, write_shard_manifest)
 from ..concreteness import load_ratings
 from ..editors import Editor
-from ..errors import PlantError
+from ..errors import JobError, PlantError
 from ..keyword_job import load_spacy, run_keywords
 from ..keywords import sample_rng
 from ..locks import locked
@@ -128,7 +128,7 @@ class Plant:
             requests = [RewriteRequest(batch[i]["id"], batch[i]["caption"], batch[i]["keyword"],
                                        tuple(batch[i]["span"]), batch[i]["category"], c.mode, attempt,
                                        c.sampler.seed) for i in todo]
-            replies = captioner.rewrite(requests)
+            replies = checked_replies(captioner, requests, call_plugin("captioner", captioner, "rewrite", requests))
             retry = []
             for i, reply in zip(todo, replies):
                 text = clean_reply(reply.text) if reply.error is None else ""
@@ -260,9 +260,13 @@ class Plant:
         if not todo:
             return [tuple(x) for x in out]
         seeds = [sample_rng(c.sampler.seed, f"edit\x00{r['id']}").getrandbits(32) for _, r, *_ in todo]
-        edited = editor.edit([im for _, _, _, im, _ in todo], [new for _, _, new, _, _ in todo], seeds)
-        for (at, record, new, image, data), neg, seed in zip(todo, edited, seeds):
-            anchor_bytes = data if data[:3] == b"\xff\xd8\xff" else encode_jpeg(image)
+        # the anchors are encoded before the editor sees them, and it gets copies: an editor that draws on the
+        # images it is given cannot change the stored anchors
+        anchors = [data if data[:3] == b"\xff\xd8\xff" else encode_jpeg(image) for _, _, _, image, data in todo]
+        prompts = [new for _, _, new, _, _ in todo]
+        edited = checked_images(editor, len(todo), call_plugin("editor", editor, "edit",
+                                                               [im.copy() for _, _, _, im, _ in todo], prompts, seeds))
+        for (at, record, new, image, data), anchor_bytes, neg, seed in zip(todo, anchors, edited, seeds):
             meta = {
                 "id": record["id"], "keyword": record["keyword"], "span": record["span"],
                 "category": record["category"], "concreteness": record["concreteness"], "rated": record["rated"],
@@ -294,6 +298,51 @@ class Plant:
                                               "engine": c.engine.name, "shards_reused": reused}
         atomic_write_json(self.out / f"summary{name}.json", summary)
         return summary
+
+
+def call_plugin(kind: str, plugin, method: str, *args):
+    """A captioner's or editor's call; what it raises stops the run as one error naming it (the shards already
+    committed stay, and the same command resumes once the plugin is fixed). Our own errors pass as they are."""
+    try:
+        return getattr(plugin, method)(*args)
+    except (JobError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - a plugin may fail in any way
+        raise PlantError(f"{kind} {plugin.name!r} failed in {method}(): {type(e).__name__}: {e}") from e
+
+
+def checked_replies(captioner, requests: list, replies) -> list:
+    """What a captioner returned, held to its contract: one `Reply` per request, in order. Anything else would
+    lose samples silently (too few: rejected as never asked; too many: answers shifted onto other samples)."""
+    from ..captioners import Reply
+
+    replies = list(replies) if isinstance(replies, (list, tuple)) else replies
+    if not isinstance(replies, list) or len(replies) != len(requests):
+        got = f"{len(replies)} replies" if isinstance(replies, list) else f"a {type(replies).__name__}"
+        raise PlantError(f"captioner {captioner.name!r} returned {got} for {len(requests)} requests; a captioner "
+                         "returns a list of one Reply per request, in order")
+    wrong = next((r for r in replies if not isinstance(r, Reply)), None)
+    if wrong is not None:
+        raise PlantError(f"captioner {captioner.name!r} returned a {type(wrong).__name__} where a Reply belongs; "
+                         "return concrete_jungle.captioners.Reply(text) (or Reply('', error=...) for a failure)")
+    return replies
+
+
+def checked_images(editor, expected: int, images) -> list:
+    """What an editor returned, held to its contract: ``expected`` PIL images, in order, of one size."""
+    images = list(images) if isinstance(images, (list, tuple)) else images
+    if not isinstance(images, list) or len(images) != expected:
+        got = f"{len(images)} images" if isinstance(images, list) else f"a {type(images).__name__}"
+        raise PlantError(f"editor {editor.name!r} returned {got} for {expected} anchors; an editor returns a list of "
+                         "one PIL image per anchor, in order")
+    wrong = next((im for im in images if not isinstance(im, Image.Image)), None)
+    if wrong is not None:
+        raise PlantError(f"editor {editor.name!r} returned a {type(wrong).__name__} where a PIL image belongs")
+    sizes = {im.size for im in images}
+    if len(sizes) > 1 or any(0 in size for size in sizes):
+        raise PlantError(f"editor {editor.name!r} returned images of sizes {sorted(sizes)} in one batch; an editor "
+                         "renders every image of a batch at one size")
+    return images
 
 
 def reason_kind(reason: str) -> str:
