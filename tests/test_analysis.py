@@ -138,17 +138,20 @@ def test_word_edit_distance():
 
 def test_embeddings_are_computed_once_per_model_and_dataset(tmp_path):
     from concrete_jungle.analysis import concretebatch_features
+    from concrete_jungle.errors import DatasetError
     from concrete_jungle.models import load_model
     from test_gallery import make_concretebatch
 
     data = make_concretebatch(tmp_path, "D_hc")
     clip = load_model("cj-tiny", "none", seed=0)
     first = concretebatch_features(clip, data, cache_dir=tmp_path / "cache")
-    for shard in data.glob("shard-*.tar"):  # the second answer can only come from the cache
-        shard.unlink()
+    # the second answer can only come from the cache: the shards are unreadable now, though the dataset's
+    # identity (its shards' recorded digests, which key the cache) is the same
+    for shard in data.glob("shard-*.tar"):
+        shard.write_bytes(b"\0" * shard.stat().st_size)
     second = concretebatch_features(clip, data, cache_dir=tmp_path / "cache")
     assert all(torch.equal(a, b) for a, b in zip(first[:3], second[:3])) and first[3] == second[3]
-    with pytest.raises(FileNotFoundError):  # another model is encoded afresh, and there is nothing left to read
-        concretebatch_features(load_model("cj-tiny", "none", seed=1), data, cache_dir=tmp_path / "cache")
-    with pytest.raises(FileNotFoundError):  # no cache: read the (now missing) shards
-        concretebatch_features(clip, data)
+    # another model is encoded afresh, and with no cache the shards are read: nothing readable is left
+    for model, cache in ((load_model("cj-tiny", "none", seed=1), tmp_path / "cache"), (clip, None)):
+        with pytest.raises((DatasetError, ValueError), match="holds no records|damaged"):
+            concretebatch_features(model, data, cache_dir=cache)

@@ -394,3 +394,48 @@ def test_train_cache_and_analyze_refuse_an_unmerged_dataset_unless_partial(two_p
                  "--out", str(tmp_path / "a")]) == 0
     assert main(["plant", "merge", str(out)]) == 0
     assert main(train[:4] + [str(tmp_path / "run2")] + train[5:]) == 0  # merged: a dataset like any other
+
+
+# ------------------------------------------------------------------------------------------------ 3. caches
+
+
+def test_the_image_cache_key_covers_the_tokenizer_s_options():
+    from open_clip.tokenizer import SimpleTokenizer
+
+    from concrete_jungle.image_cache import cache_key
+    from concrete_jungle.models import ClipModel, load_model
+
+    clip = load_model("cj-tiny", "none")
+    other = SimpleTokenizer(context_length=77, clean="whitespace")  # same class and context: "A" -> 288, not 320
+    assert other(["A"])[0, 1] != clip.tokenizer(["A"])[0, 1]
+    assert cache_key(ClipModel(clip.model, clip.preprocess, other, clip.config)) != cache_key(clip)
+    assert cache_key(load_model("cj-tiny", "none", seed=1)) == cache_key(clip)  # weights do not change the bytes
+
+
+def test_the_embedding_cache_follows_the_weights_file_s_content_and_the_precision(tmp_path):
+    from safetensors.torch import save_file
+
+    from concrete_jungle.models import load_model
+
+    weights = tmp_path / "w.safetensors"
+    save_file(load_model("cj-tiny", "none", seed=1).model.state_dict(), str(weights))
+    first = load_model("cj-tiny", str(weights))
+    save_file(load_model("cj-tiny", "none", seed=2).model.state_dict(), str(weights))  # overwritten in place
+    assert load_model("cj-tiny", str(weights)).hash != first.hash
+    assert load_model("cj-tiny", "none", precision="bf16").hash != load_model("cj-tiny", "none").hash
+
+
+def test_analyze_features_are_keyed_by_the_shards_not_the_manifest(tmp_path):
+    import shutil
+
+    from concrete_jungle.analysis import feature_cache_path
+    from concrete_jungle.models import load_model
+
+    captions, images = make_dataset(tmp_path, 10, image_size=16)
+    out, clip = tmp_path / "cb", load_model("cj-tiny", "none")
+    assert main(plant_args(captions, images, out)) == 0
+    before, manifest = feature_cache_path(clip, out, None, None, tmp_path), (out / "manifest.jsonl").read_bytes()
+    shutil.rmtree(out)  # planted again with another editor: the same manifest, other negative images
+    assert main(plant_args(captions, images, out, "--editor", "plugin_example:MirrorEditor")) == 0
+    assert (out / "manifest.jsonl").read_bytes() == manifest
+    assert feature_cache_path(clip, out, None, None, tmp_path) != before

@@ -72,12 +72,14 @@ def spread(samples: dict[str, dict[int, list[float]]]) -> dict[str, dict[int, fl
 
 
 def feature_cache_path(clip, source, limit: int | None, dino, cache_dir: str | Path) -> Path:
-    """Where the features of (model, dataset contents, limit, DINO model) are kept: the dataset is named by
-    its manifest's bytes, so a re-planted dataset is encoded again and a moved one is not."""
+    """Where the features of (model, dataset contents, limit, DINO model) are kept: the dataset is named by its
+    shards' recorded digests, so a re-planted dataset (another editor, the same manifest) is encoded again and a
+    moved one is not."""
     import hashlib
 
-    manifest = Path(source) / "manifest.jsonl"
-    digest = hashlib.sha1(manifest.read_bytes() if manifest.is_file() else str(Path(source).resolve()).encode())
+    from .concretebatch import dataset_digest
+
+    digest = hashlib.sha1(dataset_digest(source).encode())
     digest.update(f"{limit}|{getattr(dino, 'name', None)}".encode())
     return Path(cache_dir) / clip.hash / f"{Path(source).name}-{digest.hexdigest()[:16]}"
 

@@ -124,6 +124,16 @@ def recorded_digest(root: Path, shard_index: int) -> str | None:
     return digest.read_text().split()[0] if digest.is_file() else None
 
 
+def dataset_digest(root: str | Path) -> str:
+    """The dataset's identity: its shards' names and recorded digests (sizes where none is recorded). Read from
+    the records of the digests, not from the shards: deciding whether a cache is current reads no shard."""
+    parts = []
+    for path in sorted(Path(root).glob("shard-*.tar")):
+        recorded = recorded_digest(path.parent, int(path.stem.split("-")[1]))
+        parts.append(f"{path.name}:{recorded or path.stat().st_size}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 def write_shard_manifest(root: Path, shard_index: int, rows: list[dict], digest: str) -> None:
     """The shard's sha256 (``sha256sum -c`` format, relative to the dataset), then its rows: a shard whose rows
     file exists is complete and has its digest."""

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .concretebatch import IndexedConcreteBatch, recorded_digest
+from .concretebatch import IndexedConcreteBatch, dataset_digest
 from .locks import locked
 from .records import atomic_write_json
 
@@ -47,20 +47,24 @@ def split_preprocess(preprocess) -> tuple[object, torch.Tensor, torch.Tensor]:
 
 
 def cache_key(clip) -> str:
+    """Everything that decides the cached bytes: the preprocessing and the tokenizer, its class, options,
+    vocabulary and what it makes of a probe text (two tokenizers of one class and context can differ in all)."""
     geometric, mean, std = split_preprocess(clip.preprocess)
     spec = {"transform": repr(geometric), "mean": mean.flatten().tolist(), "std": std.flatten().tolist(),
-            "tokenizer": type(clip.tokenizer).__name__, "context": int(clip.tokenizer(["a"]).shape[1])}
+            "tokenizer": tokenizer_fingerprint(clip.tokenizer)}
     return hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def dataset_digest(root: str | Path) -> str:
-    """The dataset's identity: its shards' names and recorded digests (sizes where none is recorded). Read from
-    the records of the digests, not from the shards: deciding whether a cache is current reads no shard."""
-    parts = []
-    for path in sorted(Path(root).glob("shard-*.tar")):
-        recorded = recorded_digest(path.parent, int(path.stem.split("-")[1]))
-        parts.append(f"{path.name}:{recorded or path.stat().st_size}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+PROBE = "A Red-Ball, 42 CAFÉS?  ünïcode (x) <b>twice</b> twice"
+
+
+def tokenizer_fingerprint(tokenizer) -> dict:
+    vocab = getattr(tokenizer, "encoder", None)  # open_clip's SimpleTokenizer
+    if vocab is None and hasattr(getattr(tokenizer, "tokenizer", None), "get_vocab"):  # an HF tokenizer
+        vocab = tokenizer.tokenizer.get_vocab()
+    options = {k: v for k, v in sorted(vars(tokenizer).items()) if isinstance(v, (str, int, float, bool))}
+    return {"class": type(tokenizer).__name__, "options": options, "probe": tokenizer([PROBE]).tolist(),
+            "vocabulary": hashlib.sha1(json.dumps(sorted(vocab.items()) if vocab else None).encode()).hexdigest()}
 
 
 class _Geometric(torch.utils.data.Dataset):

@@ -109,7 +109,8 @@ def load_model(
         model, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{path}", device=device,
                                                                      precision=precision)
         tokenizer = open_clip.get_tokenizer(f"local-dir:{path}")
-        identity = {"checkpoint": file_digest(path / WEIGHTS_FILE, "sha1"), "path": str(path)}
+        identity = {"checkpoint": file_digest(path / WEIGHTS_FILE, "sha1"), "path": str(path)} | (
+            {"precision": precision} if precision != "fp32" else {})
         return ClipModel(model.eval(), preprocess, tokenizer, config, identity)
 
     if name is None:
@@ -132,6 +133,10 @@ def load_model(
     # through JSON, so a config compares equal to the one its checkpoint carries
     config = json.loads(json.dumps({"model_cfg": model_cfg, "preprocess_cfg": _preprocess_cfg(model)}))
     identity = {"name": name, "pretrained": tag or "none"} | ({"seed": seed} if tag is None else {})
+    if tag is not None and Path(tag).is_file():  # a weights file: its content, not its path, names the model
+        identity["weights_sha1"] = file_digest(Path(tag), "sha1")
+    if precision != "fp32":
+        identity["precision"] = precision  # other numbers: other embeddings
     return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(name), config, identity)
 
 
