@@ -439,3 +439,82 @@ def test_analyze_features_are_keyed_by_the_shards_not_the_manifest(tmp_path):
     assert main(plant_args(captions, images, out, "--editor", "plugin_example:MirrorEditor")) == 0
     assert (out / "manifest.jsonl").read_bytes() == manifest
     assert feature_cache_path(clip, out, None, None, tmp_path) != before
+
+
+# ------------------------------------------------------------------------------------------------ 4. images
+
+
+def hostile_images(folder: Path) -> dict[str, str]:
+    """Image files a data set can hold by accident or on purpose; name -> what must happen to it."""
+    import struct
+    import zlib
+
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = folder / "small.png"
+    Image.new("L", (10, 10)).save(buf)
+    data = bytearray(buf.read_bytes())
+    data[16:24] = struct.pack(">II", 30000, 30000)  # a decompression bomb's header: 900 M pixels claimed
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    (folder / "bomb.png").write_bytes(bytes(data))
+    buf.unlink()
+    Image.new("L", (1, 60000)).save(folder / "needle.png")
+    os.mkfifo(folder / "fifo.jpg")
+    os.symlink("/dev/zero", folder / "zero.jpg")
+    Image.fromarray(np.full((16, 16), 40000, np.uint16)).save(folder / "deep.png")  # 16-bit grey
+    Image.new("RGB", (64, 64), (10, 200, 30)).save(folder / "whole.jpg", quality=90)
+    (folder / "cut.jpg").write_bytes((folder / "whole.jpg").read_bytes()[:300])  # truncated
+    return {"bomb.png": "image too large", "needle.png": "extreme aspect ratio", "fifo.jpg": "is a FIFO",
+            "zero.jpg": "is a device", "cut.jpg": "unreadable image", "deep.png": "kept", "whole.jpg": "kept"}
+
+
+def test_plant_skips_hostile_images_with_their_reason_and_scales_deep_ones(tmp_path):
+    import numpy as np
+
+    from concrete_jungle.concretebatch import iter_records
+
+    expected = hostile_images(tmp_path / "img")
+    captions = tmp_path / "c.jsonl"
+    captions.write_text("".join(json.dumps({"id": name, "captions": ["a dog next to a red car"],
+                                            "image": name}) + "\n" for i, name in enumerate(expected)))
+    out = tmp_path / "cb"
+    # no hang, no crash; the two kept anchors (16 and 64 px) share a batch: `none` returns them at their own sizes
+    assert main(plant_args(captions, tmp_path / "img", out)) == 0
+    rows = {r["id"]: r for r in map(json.loads, (out / "manifest.jsonl").read_text().splitlines())}
+    for name, what in expected.items():
+        if what == "kept":
+            assert rows[name]["status"] == "ok", rows[name]
+        else:
+            assert rows[name]["status"] == "rejected" and what in rows[name]["reason"], rows[name]
+    deep = next(r for r in iter_records(out) if r["meta"]["id"] == "deep.png")
+    assert abs(int(np.asarray(deep["image"]).mean()) - round(40000 * 255 / 65535)) <= 3  # scaled, not white
+
+
+def test_eval_check_decodes_every_image_and_the_run_skips_what_it_counted(data_root, tmp_path, capsys):
+    root = copy_root(data_root, tmp_path)
+    victim = sorted((root / "coco" / "val2017").glob("*.jpg"))[0]
+    victim.write_bytes(victim.read_bytes()[:200])  # a truncated JPEG: its header still reads
+    assert main(["eval", "--data-root", str(root), "--check"]) == 2
+    assert f"image {victim} is unreadable" in " ".join(capsys.readouterr().err.split())
+    assert main(["eval", "--data-root", str(root), "--check", "--skip-missing"]) == 0
+    assert main(["eval", "--data-root", str(root), "--model", "cj-tiny", "--pretrained", "none", "--skip-missing",
+                 "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    result = json.loads((tmp_path / "r" / "sugarcrepe.json").read_text())
+    assert sum(result["skipped"].values()) >= 1
+
+
+def test_training_pairs_skip_hostile_images_and_count_them(tmp_path, capsys):
+    expected = hostile_images(tmp_path / "img")
+    del expected["cut.jpg"]  # decodes only at its step: its error is tested by the unit below
+    captions = tmp_path / "pairs.jsonl"
+    names = list(expected) * 3
+    captions.write_text("".join(json.dumps({"id": f"{n}-{i}", "caption": f"a thing {i}", "image": n}) + "\n"
+                                for i, n in enumerate(names)))
+    out = tmp_path / "run"
+    assert main(["train", "--set", f"data.pairs=['{captions}']", "--set", f"data.pairs_images={tmp_path / 'img'}",
+                 "--out", str(out), "--steps", "2", "--batch-size", "4", "--set", "model.name=cj-tiny", "--set",
+                 "model.pretrained=none", "--set", "data.workers=0", "--no-progress"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "data.pairs: 12 of 18 pairs skipped (4 images)" in err and "is a FIFO" in err

@@ -30,20 +30,39 @@ class PairsDataset:
     def __init__(self, caption_files: list[str], images: str, split: str | None = None):
         from .sources import anchor_caption, join_under, read_samples
 
+        import sys
+
+        from .images import header_problem
+
         # an image name that leaves the image folder is an error (sources.join_under), not a silent skip
-        self.items = [(join_under(images, s.image), anchor_caption(s.captions))
-                      for s in read_samples(caption_files, split=split)
-                      if not s.error and s.image and anchor_caption(s.captions)]
+        items = [(join_under(images, s.image), anchor_caption(s.captions))
+                 for s in read_samples(caption_files, split=split)
+                 if not s.error and s.image and anchor_caption(s.captions)]
+        # a missing, hostile or broken image file (a FIFO, a bomb, 1 x 60000) is skipped and counted, the same at
+        # every start, so a resumed run sees the same pairs
+        problems = {path: header_problem(path) for path, _ in items}
+        self.skipped = {str(path): why for path, why in problems.items() if why}
+        self.items = [(path, caption) for path, caption in items if not problems[path]]
+        for why in list(self.skipped.values())[:5]:
+            print(f"data.pairs: skipped: {why}", file=sys.stderr)
+        if self.skipped:
+            print(f"data.pairs: {len(items) - len(self.items)} of {len(items)} pairs skipped ({len(self.skipped)} "
+                  "images)", file=sys.stderr)
 
     def __len__(self):
         return len(self.items)
 
     def __getitem__(self, i):
-        from PIL import Image
+        from .errors import TrainingError
+        from .images import ImageRejected, open_image
 
         path, caption = self.items[i]
-        with Image.open(path) as im:
-            image = im.convert("RGB")
+        try:
+            with open_image(path) as im:
+                image = im.convert("RGB")
+        except ImageRejected as e:  # passed the header check, failed to decode: a truncated file
+            raise TrainingError(f"data.pairs: {e}; remove it from the caption file or the image folder and resume "
+                                "(--resume latest)") from None
         return {"image": image, "caption": caption, "neg_image": image, "neg_caption": caption,
                 "concreteness": 0.0, "has_negative": False}
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from PIL import Image, UnidentifiedImageError
 
 from ..models import ClipModel
 
@@ -23,16 +22,20 @@ class BenchmarkDataError(ValueError):
 
 
 def check_images(paths: list[Path], layout: str, skip_missing: bool) -> dict[Path, str]:
-    """Problems by image path ({} when all are fine). Without ``skip_missing`` the first one is an error."""
+    """Problems by image path ({} when all are fine), each image opened safely and decoded whole
+    (`images.open_image`), so a file that would fail in the middle of a run fails here, before any model loads.
+    Without ``skip_missing`` the first one is an error."""
+    from ..images import ImageRejected, open_image
+
     problems: dict[Path, str] = {}
     for path in dict.fromkeys(paths):
-        try:
-            with Image.open(path) as im:
-                im.size  # noqa: B018 - the header is read, the pixels are not
-        except FileNotFoundError:
+        if not Path(path).exists() and not Path(path).is_symlink():
             problems[path] = "missing"
-        except (UnidentifiedImageError, OSError) as e:
-            problems[path] = f"unreadable ({type(e).__name__})"
+        else:
+            try:
+                open_image(path).close()
+            except ImageRejected as e:
+                problems[path] = f"unreadable ({e})"
         if problems.get(path) and not skip_missing:
             raise BenchmarkDataError(f"image {path} is {problems[path]}; expected layout: {layout}. "
                                      "Fix the data root, or pass --skip-missing to count and skip such items.")
@@ -123,7 +126,9 @@ class _Images(torch.utils.data.Dataset):
     def __getitem__(self, i):
         # the image as opened, as the benchmarks' reference code passes it: open_clip's transform converts to
         # RGB after resizing, and converting first gives other pixels for palette, RGBA and CMYK files
-        with Image.open(self.paths[i]) as im:
+        from ..images import open_image
+
+        with open_image(self.paths[i]) as im:
             return self.preprocess(im)
 
 

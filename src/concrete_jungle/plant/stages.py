@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from ..captioners import Captioner, RewriteRequest
 from ..captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
@@ -33,6 +33,7 @@ from ..concreteness import load_ratings
 from ..editors import Editor
 from ..errors import JobError, PlantError
 from ..keyword_job import load_spacy, run_keywords
+from ..images import ImageRejected, read_image
 from ..keywords import sample_rng
 from ..locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, mean_median
@@ -57,26 +58,13 @@ def package_versions() -> dict:
 
 
 def load_image(root: Path, name: str | None) -> tuple[Image.Image | None, bytes | None, str | None]:
-    """(image, original bytes, None) or (None, None, reason)."""
+    """(image, original bytes, None) or (None, None, reason): the file read safely (`images.read_image`)."""
     if not name:
         return None, None, "no image file named for this sample"
     try:
-        path = join_under(root, name)
-    except UnsafePathError as e:
+        image, data = read_image(join_under(root, name))
+    except (UnsafePathError, ImageRejected) as e:
         return None, None, str(e)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None, None, f"missing image: {path}"
-    except OSError as e:
-        return None, None, f"unreadable image: {path} ({e.strerror})"
-    try:
-        import io
-
-        image = Image.open(io.BytesIO(data))
-        image.load()
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        return None, None, f"unreadable image: {path} ({type(e).__name__})"
     return image.convert("RGB"), data, None
 
 
@@ -329,7 +317,8 @@ def checked_replies(captioner, requests: list, replies) -> list:
 
 
 def checked_images(editor, expected: int, images) -> list:
-    """What an editor returned, held to its contract: ``expected`` PIL images, in order, of one size."""
+    """What an editor returned, held to its contract: ``expected`` non-empty PIL images, in order (their sizes are
+    the editor's: the anchors' own for ``none``, the model's for an image generator)."""
     images = list(images) if isinstance(images, (list, tuple)) else images
     if not isinstance(images, list) or len(images) != expected:
         got = f"{len(images)} images" if isinstance(images, list) else f"a {type(images).__name__}"
@@ -338,10 +327,9 @@ def checked_images(editor, expected: int, images) -> list:
     wrong = next((im for im in images if not isinstance(im, Image.Image)), None)
     if wrong is not None:
         raise PlantError(f"editor {editor.name!r} returned a {type(wrong).__name__} where a PIL image belongs")
-    sizes = {im.size for im in images}
-    if len(sizes) > 1 or any(0 in size for size in sizes):
-        raise PlantError(f"editor {editor.name!r} returned images of sizes {sorted(sizes)} in one batch; an editor "
-                         "renders every image of a batch at one size")
+    empty = next((im for im in images if 0 in im.size), None)
+    if empty is not None:
+        raise PlantError(f"editor {editor.name!r} returned an empty image ({empty.size[0]} x {empty.size[1]})")
     return images
 
 

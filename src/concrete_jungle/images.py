@@ -1,0 +1,126 @@
+"""One safe way to open an image file named by a data file: what a hostile or broken file cannot do to a job.
+
+Only a regular file is read (a FIFO would block forever, a device such as ``/dev/zero`` read until memory runs
+out); its size, its pixel count (a decompression bomb: 30000 x 30000 in a few kB) and its aspect ratio (1 x 60000
+costs gigabytes once resized to the model's square) are checked from the header, before any pixel is decoded;
+the whole image is then decoded, so a truncated file is found here and not in the middle of a run; 16-bit and
+float images are scaled to 8 bits instead of being clipped to white. A file that fails is an `ImageRejected`
+whose message is the reason, for the caller to skip and count, or to report.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+MAX_BYTES = 256 * 2**20
+MAX_PIXELS = 64_000_000  # 8000 x 8000; COCO's are 0.3 M, SDXL's 1024 x 1024 1 M
+MAX_ASPECT = 20.0
+
+
+class ImageRejected(ValueError):
+    """An image file that is not read, with the reason."""
+
+
+def check_file(path: Path) -> int:
+    """The file's size, if it is a regular file of at most `MAX_BYTES` (symbolic links are followed)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ImageRejected(f"missing image: {path}") from None
+    except OSError as e:
+        raise ImageRejected(f"unreadable image: {path} ({e.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or \
+            stat.S_ISBLK(info.st_mode) else "a folder" if stat.S_ISDIR(info.st_mode) else "not a file"
+        raise ImageRejected(f"not a regular file: {path} is {kind}")
+    if info.st_size > MAX_BYTES:
+        raise ImageRejected(f"image too large: {path} has {info.st_size / 2**20:.0f} MiB (at most "
+                            f"{MAX_BYTES // 2**20} MiB)")
+    return info.st_size
+
+
+def decode(image: Image.Image, where: str) -> Image.Image:
+    """``image`` checked from its header, then decoded whole; high-bit depths scaled to 8 bits."""
+    width, height = image.size
+    if width * height > MAX_PIXELS:
+        raise ImageRejected(f"image too large: {where} is {width} x {height} pixels (at most {MAX_PIXELS:,}; a "
+                            "decompression bomb?)")
+    if min(width, height) == 0 or max(width, height) / min(width, height) > MAX_ASPECT:
+        raise ImageRejected(f"extreme aspect ratio: {where} is {width} x {height} pixels (at most "
+                            f"{MAX_ASPECT:g}:1)")
+    try:
+        image.load()
+    except Image.DecompressionBombError as e:
+        raise ImageRejected(f"image too large: {where} ({e})") from None
+    except (OSError, ValueError, SyntaxError) as e:
+        raise ImageRejected(f"unreadable image: {where} ({type(e).__name__}: {e})") from None
+    return to_8_bit(image)
+
+
+def to_8_bit(image: Image.Image) -> Image.Image:
+    """16-bit and 32-bit integer images shifted, float images scaled, to 8-bit grey; other modes as they are."""
+    if image.mode.startswith("I;16") or image.mode == "I":
+        values = np.asarray(image, dtype=np.float64)
+        top = 65535.0 if values.max(initial=0) <= 65535 else values.max()
+        return Image.fromarray(np.clip(values * (255.0 / top), 0, 255).round().astype(np.uint8), "L")
+    if image.mode == "F":
+        values = np.nan_to_num(np.asarray(image, dtype=np.float64))
+        top = 1.0 if values.max(initial=0) <= 1.0 else 255.0 if values.max() <= 255.0 else values.max()
+        return Image.fromarray(np.clip(values * (255.0 / top), 0, 255).round().astype(np.uint8), "L")
+    return image
+
+
+def open_image(path: str | Path) -> Image.Image:
+    """The image at ``path`` as opened (its own mode, high bit depths scaled), decoded and checked."""
+    path = Path(path)
+    check_file(path)
+    try:
+        image = Image.open(path)
+    except Image.DecompressionBombError as e:
+        raise ImageRejected(f"image too large: {path} ({e})") from None
+    except (OSError, ValueError, SyntaxError) as e:
+        raise ImageRejected(f"unreadable image: {path} ({type(e).__name__})") from None
+    return decode(image, str(path))
+
+
+def read_image(path: str | Path) -> tuple[Image.Image, bytes]:
+    """`open_image` that also returns the file's bytes (plant keeps a JPEG anchor's original bytes)."""
+    path = Path(path)
+    check_file(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ImageRejected(f"unreadable image: {path} ({e.strerror})") from None
+    try:
+        image = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:
+        raise ImageRejected(f"image too large: {path} ({e})") from None
+    except (OSError, ValueError, SyntaxError) as e:
+        raise ImageRejected(f"unreadable image: {path} ({type(e).__name__})") from None
+    return decode(image, str(path)), data
+
+
+def header_problem(path: str | Path) -> str | None:
+    """Why `open_image` would refuse ``path``, from its file and header alone (no pixel decoded), or None: cheap
+    enough to run over every image of a training set before it starts."""
+    try:
+        check_file(Path(path))
+        with Image.open(path) as image:
+            width, height = image.size
+    except ImageRejected as e:
+        return str(e)
+    except Image.DecompressionBombError as e:
+        return f"image too large: {path} ({e})"
+    except (OSError, ValueError, SyntaxError) as e:
+        return f"unreadable image: {path} ({type(e).__name__})"
+    if width * height > MAX_PIXELS:
+        return f"image too large: {path} is {width} x {height} pixels"
+    if min(width, height) == 0 or max(width, height) / min(width, height) > MAX_ASPECT:
+        return f"extreme aspect ratio: {path} is {width} x {height} pixels"
+    return None
