@@ -518,3 +518,15 @@ def test_training_pairs_skip_hostile_images_and_count_them(tmp_path, capsys):
                  "model.pretrained=none", "--set", "data.workers=0", "--no-progress"]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert "data.pairs: 12 of 18 pairs skipped (4 images)" in err and "is a FIFO" in err
+
+
+def test_eval_in_bf16_on_the_cpu_runs_and_keeps_its_own_cache(data_root, tmp_path):
+    runs = {}
+    for precision in ("bf16", "fp32"):
+        out = tmp_path / precision
+        assert main(["eval", "--data-root", str(data_root), "--model", "cj-tiny", "--pretrained", "none",
+                     "--precision", precision, "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
+                     "--no-progress"]) == 0
+        runs[precision] = json.loads((out / "sugarcrepe.json").read_text())
+    assert runs["bf16"]["model_hash"] != runs["fp32"]["model_hash"]
+    assert len(list((tmp_path / "cache").iterdir())) == 2  # one embedding cache per precision

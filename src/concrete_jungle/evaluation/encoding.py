@@ -172,9 +172,12 @@ class Encoder:
 
             loader = torch.utils.data.DataLoader(_Images(unique, self.clip.preprocess), batch_size=self.batch_size,
                                                  num_workers=self.num_workers)
+            # a model loaded in bf16 or fp16 (--precision) takes its pictures in the dtype of its weights
+            dtype = max(self.clip.model.visual.parameters(), key=lambda t: t.numel()).dtype
             rows = []
             for batch in tqdm(loader, desc="images", unit="batch", disable=not self.progress, leave=False):
-                rows.append(F.normalize(self.clip.model.encode_image(batch.to(self.device)).float(), dim=-1).cpu())
+                pixels = batch.to(self.device, dtype=dtype)
+                rows.append(F.normalize(self.clip.model.encode_image(pixels).float(), dim=-1).cpu())
             self.encoded["images"] += len(unique)
             return torch.cat(rows) if rows else torch.empty(0)
 
