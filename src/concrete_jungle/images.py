@@ -45,8 +45,18 @@ def check_file(path: Path) -> int:
     return info.st_size
 
 
-def decode(image: Image.Image, where: str) -> Image.Image:
-    """``image`` checked from its header, then decoded whole; high-bit depths scaled to 8 bits."""
+def _open(source, where: str) -> Image.Image:
+    """`PIL.Image.open` (header only) with its failures as `ImageRejected`."""
+    try:
+        return Image.open(source)
+    except Image.DecompressionBombError as e:
+        raise ImageRejected(f"image too large: {where} ({e})") from None
+    except (OSError, ValueError, SyntaxError) as e:
+        raise ImageRejected(f"unreadable image: {where} ({type(e).__name__})") from None
+
+
+def check_header(image: Image.Image, where: str) -> None:
+    """The pixel count (a decompression bomb) and the aspect ratio, read from the header."""
     width, height = image.size
     if width * height > MAX_PIXELS:
         raise ImageRejected(f"image too large: {where} is {width} x {height} pixels (at most {MAX_PIXELS:,}; a "
@@ -54,6 +64,11 @@ def decode(image: Image.Image, where: str) -> Image.Image:
     if min(width, height) == 0 or max(width, height) / min(width, height) > MAX_ASPECT:
         raise ImageRejected(f"extreme aspect ratio: {where} is {width} x {height} pixels (at most "
                             f"{MAX_ASPECT:g}:1)")
+
+
+def decode(image: Image.Image, where: str) -> Image.Image:
+    """``image`` checked from its header, then decoded whole; high-bit depths scaled to 8 bits."""
+    check_header(image, where)
     try:
         image.load()
     except Image.DecompressionBombError as e:
@@ -80,13 +95,7 @@ def open_image(path: str | Path) -> Image.Image:
     """The image at ``path`` as opened (its own mode, high bit depths scaled), decoded and checked."""
     path = Path(path)
     check_file(path)
-    try:
-        image = Image.open(path)
-    except Image.DecompressionBombError as e:
-        raise ImageRejected(f"image too large: {path} ({e})") from None
-    except (OSError, ValueError, SyntaxError) as e:
-        raise ImageRejected(f"unreadable image: {path} ({type(e).__name__})") from None
-    return decode(image, str(path))
+    return decode(_open(path, str(path)), str(path))
 
 
 def read_image(path: str | Path) -> tuple[Image.Image, bytes]:
@@ -97,13 +106,7 @@ def read_image(path: str | Path) -> tuple[Image.Image, bytes]:
         data = path.read_bytes()
     except OSError as e:
         raise ImageRejected(f"unreadable image: {path} ({e.strerror})") from None
-    try:
-        image = Image.open(io.BytesIO(data))
-    except Image.DecompressionBombError as e:
-        raise ImageRejected(f"image too large: {path} ({e})") from None
-    except (OSError, ValueError, SyntaxError) as e:
-        raise ImageRejected(f"unreadable image: {path} ({type(e).__name__})") from None
-    return decode(image, str(path)), data
+    return decode(_open(io.BytesIO(data), str(path)), str(path)), data
 
 
 def header_problem(path: str | Path) -> str | None:
@@ -111,16 +114,8 @@ def header_problem(path: str | Path) -> str | None:
     enough to run over every image of a training set before it starts."""
     try:
         check_file(Path(path))
-        with Image.open(path) as image:
-            width, height = image.size
+        with _open(path, str(path)) as image:
+            check_header(image, str(path))
     except ImageRejected as e:
         return str(e)
-    except Image.DecompressionBombError as e:
-        return f"image too large: {path} ({e})"
-    except (OSError, ValueError, SyntaxError) as e:
-        return f"unreadable image: {path} ({type(e).__name__})"
-    if width * height > MAX_PIXELS:
-        return f"image too large: {path} is {width} x {height} pixels"
-    if min(width, height) == 0 or max(width, height) / min(width, height) > MAX_ASPECT:
-        return f"extreme aspect ratio: {path} is {width} x {height} pixels"
     return None

@@ -191,7 +191,7 @@ def run_keywords(
     """
     from tqdm import tqdm
 
-    from .records import JsonlAppender, atomic_write_json, read_jsonl_repairing
+    from .records import JsonlAppender, atomic_write_json, differing, read_jsonl_repairing
     from .sources import read_samples
 
     out_path = Path(out)
@@ -208,8 +208,7 @@ def run_keywords(
         changed = sorted(k for k in settings if previous.get(k) != settings[k])
         if changed:
             raise KeywordJobError(
-                f"{out_path} was started with other settings ({', '.join(changed)} "
-                f"{'differs' if len(changed) == 1 else 'differ'}, see {config_path}); "
+                f"{out_path} was started with other settings ({differing(changed)}, see {config_path}); "
                 "pass another --out, or delete it to start over"
             )
     atomic_write_json(config_path, settings)

@@ -159,3 +159,8 @@ class JsonlAppender:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def differing(names: list[str]) -> str:
+    """``"sampler differs"``, ``"limit, sampler differ"``: the settings a job found changed, for its message."""
+    return f"{', '.join(names)} {'differs' if len(names) == 1 else 'differ'}"

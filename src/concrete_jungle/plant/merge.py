@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import PlantError
-from ..records import atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..records import atomic_write_json, atomic_write_jsonl, differing, read_jsonl
 from .stages import part_of, summarize_manifest
 
 
@@ -49,8 +49,7 @@ def merge_parts(out: str | Path) -> dict:
         first = next(iter(settings.values()))
         odd = sorted(n for n, v in settings.items() if v != first)
         differ = sorted({key for v in settings.values() for key in v if v.get(key) != first.get(key)})
-        verb = "differs" if len(differ) == 1 else "differ"
-        raise PlantError(f"the parts were made with different settings ({', '.join(differ)} {verb}; e.g. {odd[:2]} "
+        raise PlantError(f"the parts were made with different settings ({differing(differ)}; e.g. {odd[:2]} "
                          f"against {next(iter(settings))}); they are not one dataset")
     ids = Counter(r["id"] for r in rows)
     twice = [i for i, n in ids.items() if n > 1]

@@ -36,7 +36,7 @@ from ..keyword_job import load_spacy, run_keywords
 from ..images import ImageRejected, read_image
 from ..keywords import sample_rng
 from ..locks import locked
-from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, mean_median
+from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, mean_median
 from ..sources import UnsafePathError, join_under
 from .config import PlantConfig
 
@@ -77,8 +77,7 @@ def check_config_matches(out: Path, settings: dict) -> None:
     previous = (yaml.safe_load(path.read_text()) or {}).get("dataset", {})
     changed = sorted(k for k in settings if previous.get(k) != settings[k])
     if changed:
-        raise PlantError(f"{out} holds a dataset made with other settings ({', '.join(changed)} "
-                         f"{'differs' if len(changed) == 1 else 'differ'}, see "
+        raise PlantError(f"{out} holds a dataset made with other settings ({differing(changed)}, see "
                          f"{path}); pass another --out, or delete it to start over")
 
 
