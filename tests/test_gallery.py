@@ -121,13 +121,13 @@ def test_thumbnails_shrink_large_images_and_enlarge_tiny_ones_crisply(tmp_path):
         Image.new("RGB", size, colour).save(buf, "PNG")
         return buf.getvalue()
 
-    thumbnail(png((1024, 512), (200, 10, 10)), tmp_path / "big.jpg")
+    thumbnail(png((1024, 512), (200, 10, 10)), "big", tmp_path / "big.jpg")
     assert Image.open(tmp_path / "big.jpg").size == (THUMB, THUMB // 2)
     tiny = Image.new("RGB", (64, 64), (255, 255, 255))
     tiny.paste((0, 0, 0), (0, 0, 32, 64))  # left half black: a sharp edge
     buf = io.BytesIO()
     tiny.save(buf, "PNG")
-    thumbnail(buf.getvalue(), tmp_path / "tiny.jpg")
+    thumbnail(buf.getvalue(), "tiny", tmp_path / "tiny.jpg")
     out = np.asarray(Image.open(tmp_path / "tiny.jpg").convert("L"), np.float32)
     assert out.shape == (THUMB, THUMB)
     assert out[:, : THUMB // 2 - 4].mean() < 20 and out[:, THUMB // 2 + 4:].mean() > 235  # no blur across the edge

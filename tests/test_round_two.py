@@ -412,6 +412,43 @@ def test_the_image_cache_key_covers_the_tokenizer_s_options():
     assert cache_key(load_model("cj-tiny", "none", seed=1)) == cache_key(clip)  # weights do not change the bytes
 
 
+@pytest.mark.parametrize("damage, message", [
+    ("truncate images.u8", "images.u8 has {size} bytes where its build wrote {full} (truncated or overwritten)"),
+    ("zero tokens.i32", "the content of {path} is not what its build wrote"),
+    ("remove values.f32", "{path} is missing"),
+])
+def test_a_torn_or_overwritten_image_cache_is_an_error_naming_the_file_and_cache_rebuilds_it(
+        planted, tmp_path, capsys, damage, message):
+    import shutil
+
+    data = tmp_path / "cb"
+    shutil.copytree(planted, data, ignore=shutil.ignore_patterns("cache", ".*.lock"))
+    cache = ["cache", str(data), "--model", "cj-tiny", "--pretrained", "none", "--workers", "0", "--no-progress"]
+    assert main(cache) == 0
+    folder = next((data / "cache").iterdir())
+    originals = {name: (folder / name).read_bytes() for name in ("images.u8", "tokens.i32", "values.f32")}
+    action, name = damage.split()
+    path = folder / name
+    if action == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(len(originals[name]) // 2)
+    elif action == "zero":  # same size, every token id 0: only the digest can tell
+        path.write_bytes(bytes(len(originals[name])))
+    else:
+        path.unlink()
+    train = ["train", "--data", str(data), "--out", str(tmp_path / "run"), *TINY_TRAIN, "--steps", "2"]
+    capsys.readouterr()
+    assert main(train) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message.format(size=len(originals[name]) // 2, full=len(originals[name]), path=path) in err
+    assert f"rebuild it with `concrete-jungle cache {data}`" in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no step read the damaged cache
+    assert main(cache) == 0  # rebuilt, with a note, to the same bytes
+    assert "note: rebuilding a damaged cache" in capsys.readouterr().err
+    assert {n: (folder / n).read_bytes() for n in originals} == originals
+    assert main(train) == 0
+
+
 def test_the_embedding_cache_follows_the_weights_file_s_content_and_the_precision(tmp_path):
     from safetensors.torch import save_file
 
@@ -507,7 +544,7 @@ def test_eval_check_decodes_every_image_and_the_run_skips_what_it_counted(data_r
 
 def test_training_pairs_skip_hostile_images_and_count_them(tmp_path, capsys):
     expected = hostile_images(tmp_path / "img")
-    del expected["cut.jpg"]  # decodes only at its step: its error is tested by the unit below
+    del expected["cut.jpg"]  # decodes only at its step: tested below
     captions = tmp_path / "pairs.jsonl"
     names = list(expected) * 3
     captions.write_text("".join(json.dumps({"id": f"{n}-{i}", "caption": f"a thing {i}", "image": n}) + "\n"
@@ -518,6 +555,72 @@ def test_training_pairs_skip_hostile_images_and_count_them(tmp_path, capsys):
                  "model.pretrained=none", "--set", "data.workers=0", "--no-progress"]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert "data.pairs: 12 of 18 pairs skipped (4 images)" in err and "is a FIFO" in err
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_training_pair_that_fails_to_decode_at_its_step_is_skipped_logged_and_the_same_after_resume(
+        tmp_path, capfd, workers):
+    import numpy as np
+    from PIL import Image
+
+    folder = tmp_path / "img"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(8):  # noise: most of the file is scan data, after the header
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(folder / f"{i}.jpg", quality=95)
+    whole = (folder / "3.jpg").read_bytes()
+    (folder / "3.jpg").write_bytes(whole[:len(whole) // 2])  # its header reads: only decoding finds it
+    captions = tmp_path / "pairs.jsonl"
+    captions.write_text("".join(json.dumps({"id": str(i), "caption": f"a thing {i}", "image": f"{i}.jpg"}) + "\n"
+                                for i in range(8)))
+    out = tmp_path / "run"
+    base = ["train", "--set", f"data.pairs=['{captions}']", "--set", f"data.pairs_images={folder}", "--out",
+            str(out), "--batch-size", "4", "--set", "model.name=cj-tiny", "--set", "model.pretrained=none", "--set",
+            f"data.workers={workers}", "--set", "data.preload_mib=0", "--set", "save_every=1", "--no-progress"]
+    assert main(base + ["--steps", "4"]) == 0  # two epochs: the broken pair's batch comes twice
+    err = " ".join(capfd.readouterr().err.split())  # from the DataLoader worker's process too
+    assert f"data.pairs: skipped: unreadable image: {folder / '3.jpg'}" in err
+    skips = [json.loads(line) for line in (out / "skipped_pairs.jsonl").read_text().splitlines()]
+    assert skips == [{"pair": 3, "instead": 4, "reason": skips[0]["reason"]}] * 2
+    straight = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    resumed = [a if a != str(out) else str(tmp_path / "resumed") for a in base] + ["--steps", "4"]
+    assert main(resumed + ["--stop-at", "2"]) == 0  # the broken batch once, then stopped and resumed
+    assert main(resumed + ["--resume", "latest"]) == 0
+    log = tmp_path / "resumed"
+    assert [json.loads(line)["loss"] for line in (log / "metrics.jsonl").read_text().splitlines()] == straight
+    assert (log / "skipped_pairs.jsonl").read_text() == (out / "skipped_pairs.jsonl").read_text()
+
+
+@pytest.mark.parametrize("command", ["train", "cache", "gallery", "analyze"])
+def test_a_broken_picture_in_a_concretebatch_of_other_tools_stops_naming_the_record(planted, tmp_path, capsys,
+                                                                                     command):
+    import io
+    import shutil
+    import tarfile
+
+    data = tmp_path / "cb"
+    shutil.copytree(planted, data, ignore=shutil.ignore_patterns("cache", ".*.lock"))
+    shard = data / "shard-000001.tar"
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar]
+    victim = next(m for m, _ in members if m.name.endswith(".neg.jpg"))
+    with tarfile.open(shard, "w") as tar:  # one negative cut short: its header reads, its pixels do not
+        for member, content in members:
+            content = content[:len(content) // 2] if member is victim else content
+            member.size = len(content)
+            tar.addfile(member, io.BytesIO(content))
+    (data / "manifests" / "shard-000001.sha256").unlink()  # as other tools write it: no recorded digest
+    model = ["--model", "cj-tiny", "--pretrained", "none"]
+    args = {"train": ["train", "--data", str(data), "--out", str(tmp_path / "run"), *TINY_TRAIN, "--steps", "6",
+                      "--set", "data.preload_mib=0"],
+            "cache": ["cache", str(data), *model, "--workers", "0", "--no-progress"],
+            "gallery": ["gallery", str(data), "--out", str(tmp_path / "g")],
+            "analyze": ["analyze", "datasets", str(data), *model, "--out", str(tmp_path / "a")]}[command]
+    capsys.readouterr()
+    assert main(args) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "unreadable image:" in err and str(shard) in err and "the dataset is damaged" in err, err
+    assert "Traceback" not in err
 
 
 def test_eval_in_bf16_on_the_cpu_runs_and_keeps_its_own_cache(data_root, tmp_path):

@@ -208,13 +208,27 @@ def shard_urls(root: str | Path, partial: bool = False) -> list[str]:
     return urls
 
 
+def picture(data: bytes, where: str) -> Image.Image:
+    """A record's picture, decoded by the safe opener (`images.image_from_bytes`) as RGB. A picture that fails is
+    a damaged dataset, not a hostile input (`plant` stores only JPEGs it encoded or checked, and readers check
+    every recorded shard digest first): the job stops naming the record, rather than shift the records after it."""
+    from .images import ImageRejected, image_from_bytes
+
+    try:
+        return image_from_bytes(data, where).convert("RGB")
+    except ImageRejected as e:
+        raise DatasetError(f"{e}; the dataset is damaged: re-run the `concrete-jungle plant` command that made it")\
+            from None
+
+
 def _decode(sample: dict) -> dict:
     meta = json.loads(sample["json"])
+    where = f"record {sample['__key__']} of {sample.get('__url__', 'a shard')}"
     return {
         "key": sample["__key__"],
-        "image": Image.open(io.BytesIO(sample["jpg"])).convert("RGB"),
+        "image": picture(sample["jpg"], f"the image of {where}"),
         "caption": sample["txt"].decode("utf-8"),
-        "neg_image": Image.open(io.BytesIO(sample["neg.jpg"])).convert("RGB"),
+        "neg_image": picture(sample["neg.jpg"], f"the negative image of {where}"),
         "neg_caption": sample["neg.txt"].decode("utf-8"),
         "concreteness": float(meta["concreteness"]),
         "meta": meta,
@@ -324,10 +338,11 @@ class IndexedConcreteBatch:
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]
         meta = json.loads(read_member(r["json"]))
+        where = f"record {i} of {r['jpg'][0]}"
         return {
-            "image": Image.open(io.BytesIO(read_member(r["jpg"]))).convert("RGB"),
+            "image": picture(read_member(r["jpg"]), f"the image of {where}"),
             "caption": read_member(r["txt"]).decode("utf-8"),
-            "neg_image": Image.open(io.BytesIO(read_member(r["neg.jpg"]))).convert("RGB"),
+            "neg_image": picture(read_member(r["neg.jpg"]), f"the negative image of {where}"),
             "neg_caption": read_member(r["neg.txt"]).decode("utf-8"),
             "concreteness": float(meta["concreteness"]),
             "has_negative": True,

@@ -51,11 +51,10 @@ def adaptive_margin(c: float) -> float:
     return float(AdaptiveMargin()(torch.tensor([c]))[0])
 
 
-def thumbnail(data: bytes, path: Path) -> None:
-    import io
+def thumbnail(data: bytes, where: str, path: Path) -> None:
+    from .concretebatch import picture
 
-    with Image.open(io.BytesIO(data)) as im:
-        im = im.convert("RGB")
+    with picture(data, where) as im:
         if max(im.size) * 2 <= THUMB:  # tiny images (the toy world's 64 px): enlarge with crisp pixels
             k = THUMB // max(im.size)
             im = im.resize((im.width * k, im.height * k), Image.Resampling.NEAREST)
@@ -136,8 +135,10 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
                 cards.append('<div class="card missing">not in this dataset</div>')
                 continue
             stem = f"{n:05d}-{d}"
-            thumbnail(read_member(locs[m["id"]]["jpg"]), out / "thumbs" / f"{stem}-a.jpg")
-            thumbnail(read_member(locs[m["id"]]["neg.jpg"]), out / "thumbs" / f"{stem}-n.jpg")
+            for member, end in (("jpg", "a"), ("neg.jpg", "n")):
+                location = locs[m["id"]][member]
+                thumbnail(read_member(location), f"{member} of {m['id']} in {location[0]}",
+                          out / "thumbs" / f"{stem}-{end}.jpg")
             cards.append(card(m, names[d], stem, scores.get(names[d], {}).get(m["id"])))
             categories.add(m["category"])
             texts.append(m["caption"] + " " + m["neg_caption"])

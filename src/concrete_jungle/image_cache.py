@@ -8,28 +8,42 @@ gathers rows and normalises them where they are used, on the GPU. uint8 is a qua
 
 Layout: ``<dataset>/cache/<key>/`` holds ``images.u8`` (n x 2 x 3 x H x W uint8: anchor, negative), ``tokens.i32``
 (n x 2 x context), ``values.f32`` (n concreteness values) and ``cache.json`` (shapes, the normalisation, the
-dataset's shard digests), written last; ``<key>`` is a hash of the transform and tokenizer, so one dataset keeps
-a cache per model family. Built in a temporary folder and renamed when complete; a changed dataset makes its
-cache stale (not used).
+dataset's shard digests, each file's size and digest), written last; ``<key>`` is a hash of the transform and
+tokenizer, so one dataset keeps a cache per model family. Built in a temporary folder and renamed when complete; a
+changed dataset makes its cache stale (not used). Every file's size and digest is checked each time the cache is
+opened: a truncated or overwritten file is an error naming it, never pixels or tokens read silently wrong. The
+digest is SHA-1 over 64 MiB chunks hashed on all cores (hashlib releases the GIL), so the check costs one read of
+the cache at disk speed (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .concretebatch import IndexedConcreteBatch, dataset_digest
+from .errors import DatasetError
 from .locks import locked
 from .records import atomic_write_json
+
+FILES = ("images.u8", "tokens.i32", "values.f32")
+CHUNK = 64 * 2**20
 
 
 class CacheError(ValueError):
     """A model whose preprocessing cannot be split into a geometric part and a normalisation."""
+
+
+class CacheDamaged(DatasetError):
+    """A cache file whose size or digest is not the one its build wrote."""
 
 
 def split_preprocess(preprocess) -> tuple[object, torch.Tensor, torch.Tensor]:
@@ -89,12 +103,15 @@ def build_cache(root: str | Path, clip, workers: int = 0, batch_size: int = 256,
     root = Path(root)
     folder = root / "cache" / cache_key(clip)
     digest = dataset_digest(root)
-    if cache_is_current(folder, digest):
-        return folder
     # one builder per cache: a second job waits for nothing and shares no temporary folder, it is refused
     with locked(folder.with_name(f".{folder.name}.lock"), f"the cache {folder}", "concrete-jungle cache"):
-        if not cache_is_current(folder, digest):  # built by the job that held the lock before
-            _build(root, folder, digest, clip, workers, batch_size, progress, partial)
+        if cache_is_current(folder, digest):  # built before, perhaps by the job that held the lock before
+            try:
+                check_cache(folder)
+                return folder
+            except CacheDamaged as e:
+                print(f"note: rebuilding a damaged cache: {e}", file=sys.stderr)
+        _build(root, folder, digest, clip, workers, batch_size, progress, partial)
     return folder
 
 
@@ -110,7 +127,8 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
     tmp.mkdir(parents=True)
     first = _Geometric(records, geometric)[0]
     context = int(clip.tokenizer(["a"]).shape[1])
-    images = np.memmap(tmp / "images.u8", dtype=np.uint8, mode="w+", shape=(n, *first.shape))
+    shape = [n, *first.shape]
+    images = np.memmap(tmp / "images.u8", dtype=np.uint8, mode="w+", shape=tuple(shape))
     tokens = np.memmap(tmp / "tokens.i32", dtype=np.int32, mode="w+", shape=(n, 2, context))
     values = np.memmap(tmp / "values.f32", dtype=np.float32, mode="w+", shape=(n,))
     loader = torch.utils.data.DataLoader(_Geometric(records, geometric), batch_size=batch_size, num_workers=workers)
@@ -125,16 +143,53 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
         values[start: start + len(rows)] = [r[2] for r in rows]
     for array in (images, tokens, values):
         array.flush()
-    atomic_write_json(tmp / "cache.json", {"records": n, "images": list(images.shape), "context": context,
+    del images, tokens, values  # closed before they are digested and renamed
+    files = {name: {"bytes": (tmp / name).stat().st_size, "sha1": file_digest(tmp / name)} for name in FILES}
+    atomic_write_json(tmp / "cache.json", {"records": n, "images": shape, "context": context,
                                            "mean": mean.flatten().tolist(), "std": std.flatten().tolist(),
-                                           "dataset": digest, "transform": repr(geometric)})
+                                           "dataset": digest, "transform": repr(geometric), "files": files})
     shutil.rmtree(folder, ignore_errors=True)  # a stale cache of an older dataset
     tmp.rename(folder)
 
 
 def cache_is_current(folder: Path, digest: str) -> bool:
+    """Whether ``folder`` holds a complete cache of the dataset with this digest (a cache written before files
+    carried digests is not: it is rebuilt)."""
     meta = folder / "cache.json"
-    return meta.is_file() and json.loads(meta.read_text()).get("dataset") == digest
+    if not meta.is_file():
+        return False
+    written = json.loads(meta.read_text())
+    return written.get("dataset") == digest and "files" in written
+
+
+def file_digest(path: Path) -> str:
+    """SHA-1 of the SHA-1s of the file's 64 MiB chunks, the chunks hashed on all cores."""
+    size = path.stat().st_size
+
+    def chunk(start: int) -> bytes:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return hashlib.sha1(f.read(CHUNK)).digest()
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return hashlib.sha1(b"".join(pool.map(chunk, range(0, max(size, 1), CHUNK)))).hexdigest()
+
+
+def check_cache(folder: Path) -> None:
+    """Every file of the cache has the size and digest its build wrote; else `CacheDamaged` naming the file."""
+    written = json.loads((folder / "cache.json").read_text())["files"]
+    fix = f"rebuild it with `concrete-jungle cache {folder.parent.parent}` and the same model"
+    for name in FILES:
+        path, expected = folder / name, written[name]
+        if not path.is_file():
+            raise CacheDamaged(f"damaged image cache: {path} is missing; {fix}")
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            raise CacheDamaged(f"damaged image cache: {path} has {size} bytes where its build wrote "
+                               f"{expected['bytes']} (truncated or overwritten); {fix}")
+        if file_digest(path) != expected["sha1"]:
+            raise CacheDamaged(f"damaged image cache: the content of {path} is not what its build wrote "
+                               f"(digest {expected['sha1'][:12]} expected); {fix}")
 
 
 def current_cache(root: str | Path, clip) -> Path | None:
@@ -153,6 +208,7 @@ class CachedSet:
     def __init__(self, folders: list[Path], negatives: bool = True):
         self.parts = []
         for folder in folders:
+            check_cache(folder)
             meta = json.loads((folder / "cache.json").read_text())
             n = meta["records"]
             self.parts.append((np.memmap(folder / "images.u8", dtype=np.uint8, mode="r", shape=tuple(meta["images"])),

@@ -106,7 +106,16 @@ def read_image(path: str | Path) -> tuple[Image.Image, bytes]:
         data = path.read_bytes()
     except OSError as e:
         raise ImageRejected(f"unreadable image: {path} ({e.strerror})") from None
-    return decode(_open(io.BytesIO(data), str(path)), str(path)), data
+    return image_from_bytes(data, str(path)), data
+
+
+def image_from_bytes(data: bytes, where: str) -> Image.Image:
+    """An image held in memory (a tar member), checked and decoded as `open_image` checks and decodes a file;
+    ``where`` names it in the reason."""
+    if len(data) > MAX_BYTES:
+        raise ImageRejected(f"image too large: {where} has {len(data) / 2**20:.0f} MiB (at most "
+                            f"{MAX_BYTES // 2**20} MiB)")
+    return decode(_open(io.BytesIO(data), where), where)
 
 
 def header_problem(path: str | Path) -> str | None:

@@ -198,7 +198,8 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
                                   "latest, start it over with --overwrite, or choose another --out")
             for old in ("checkpoints", "tensorboard"):
                 shutil.rmtree(out / old, ignore_errors=True)
-            (out / "metrics.jsonl").unlink(missing_ok=True)
+            for old in ("metrics.jsonl", "skipped_pairs.jsonl"):
+                (out / old).unlink(missing_ok=True)
         remove_orphans(out / "checkpoints")
         return _train(config, resume, progress, stop_at, label)
 
@@ -242,7 +243,8 @@ def _train(config: TrainConfig, resume: str | None, progress: bool, stop_at: int
     if config.model.grad_checkpointing:
         model.set_grad_checkpointing(True)
 
-    dataset = training_set(config.data, clip, progress=progress and rank == 0)
+    dataset = training_set(config.data, clip, progress=progress and rank == 0,
+                           skip_log=out / "skipped_pairs.jsonl")
     if len(dataset) < config.batch_size:
         raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(dataset)} records)")
     steps_per_epoch = len(dataset) // config.batch_size

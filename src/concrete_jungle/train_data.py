@@ -14,10 +14,14 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
+from .errors import TrainingError
 from .train_config import DataConfig
 
 # one batch: images, negative images, tokens, negative tokens, concreteness, has_negative
@@ -25,12 +29,17 @@ Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tens
 
 
 class PairsDataset:
-    """Plain image-caption pairs (the anchor caption of each sample); they have no hard negative."""
+    """Plain image-caption pairs (the anchor caption of each sample); they have no hard negative.
 
-    def __init__(self, caption_files: list[str], images: str, split: str | None = None):
+    A missing or hostile image (a FIFO, a bomb, 1 x 60000) is found from its header and skipped before the first
+    step. A file whose header reads but whose pixels do not (a truncated JPEG) is found only when its batch is
+    decoded: the next pair that decodes takes its place in the batch (a batch cannot be one short: every rank's
+    batch has one shape), and the skip is printed and appended to ``skip_log`` with its reason. The same happens at
+    the same place after ``--resume``: the pairs and their order do not change."""
+
+    def __init__(self, caption_files: list[str], images: str, split: str | None = None,
+                 skip_log: Path | None = None):
         from .sources import anchor_caption, join_under, read_samples
-
-        import sys
 
         from .images import header_problem
 
@@ -38,11 +47,10 @@ class PairsDataset:
         items = [(join_under(images, s.image), anchor_caption(s.captions))
                  for s in read_samples(caption_files, split=split)
                  if not s.error and s.image and anchor_caption(s.captions)]
-        # a missing, hostile or broken image file (a FIFO, a bomb, 1 x 60000) is skipped and counted, the same at
-        # every start, so a resumed run sees the same pairs
         problems = {path: header_problem(path) for path, _ in items}
         self.skipped = {str(path): why for path, why in problems.items() if why}
         self.items = [(path, caption) for path, caption in items if not problems[path]]
+        self.skip_log = skip_log
         for why in list(self.skipped.values())[:5]:
             print(f"data.pairs: skipped: {why}", file=sys.stderr)
         if self.skipped:
@@ -53,18 +61,27 @@ class PairsDataset:
         return len(self.items)
 
     def __getitem__(self, i):
-        from .errors import TrainingError
         from .images import ImageRejected, open_image
 
-        path, caption = self.items[i]
-        try:
-            with open_image(path) as im:
-                image = im.convert("RGB")
-        except ImageRejected as e:  # passed the header check, failed to decode: a truncated file
-            raise TrainingError(f"data.pairs: {e}; remove it from the caption file or the image folder and resume "
-                                "(--resume latest)") from None
+        for k in range(len(self.items)):
+            path, caption = self.items[(i + k) % len(self.items)]
+            try:
+                with open_image(path) as im:
+                    image = im.convert("RGB")
+                break
+            except ImageRejected as e:  # passed the header check, failed to decode: a truncated file
+                self._skipped_at_its_step(i, (i + k + 1) % len(self.items), str(e))
+        else:
+            raise TrainingError("data.pairs: no image of the pairs decodes")
         return {"image": image, "caption": caption, "neg_image": image, "neg_caption": caption,
                 "concreteness": 0.0, "has_negative": False}
+
+    def _skipped_at_its_step(self, pair: int, instead: int, why: str) -> None:
+        print(f"data.pairs: skipped: {why}; pair {instead} takes its place in the batch", file=sys.stderr)
+        if self.skip_log is not None:  # one short line per skip: appends of DataLoader workers do not interleave
+            self.skip_log.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.skip_log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"pair": pair, "instead": instead, "reason": why}) + "\n")
 
 
 class TrainingSet(torch.utils.data.Dataset):
@@ -133,10 +150,10 @@ class EpochBatches(torch.utils.data.Sampler):
             yield self.order[at: at + self.per_rank]
 
 
-def training_set(data: DataConfig, clip, progress: bool = True):
+def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path | None = None):
     """The training set of a config's data: its image caches when every ConcreteBatch has a current one (and
     no plain pairs are mixed in), else preloaded into memory when it fits ``data.preload_mib``, else decoded
-    per step."""
+    per step. ``skip_log``: where pairs skipped at their step are recorded (`PairsDataset`)."""
     from .concretebatch import IndexedConcreteBatch, shard_urls
     from .image_cache import CachedSet, current_cache
 
@@ -147,7 +164,7 @@ def training_set(data: DataConfig, clip, progress: bool = True):
         return CachedSet(caches, negatives=data.negatives)
     parts = [IndexedConcreteBatch(data.concretebatch, data.partial)] if data.concretebatch else []
     if data.pairs:
-        parts.append(PairsDataset(data.pairs, data.pairs_images, data.pairs_split))
+        parts.append(PairsDataset(data.pairs, data.pairs_images, data.pairs_split, skip_log))
     dataset = TrainingSet(parts, clip.preprocess, clip.tokenizer, negatives=data.negatives)
     if len(dataset) and dataset.bytes_in_memory() <= data.preload_mib * 2**20:
         return PreloadedSet(dataset, workers=data.workers, progress=progress)
