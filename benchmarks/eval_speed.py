@@ -66,8 +66,9 @@ def main() -> None:
         timed, answers = {}, {}
         for name, trim in (("concrete-jungle, full 77-token context", False), ("concrete-jungle", True)):
             t0 = time.perf_counter()
-            answers[name] = sugarcrepe.evaluate(Encoder(clip, batch_size=args.batch_size, progress=False,
-                                                        trim_text=trim), data)["per_item"]
+            outcomes = sugarcrepe.evaluate(Encoder(clip, batch_size=args.batch_size, progress=False,
+                                                   trim_text=trim), data)["outcomes"]["series"]
+            answers[name] = {s: list(zip(v["keys"], map(bool, v["values"]))) for s, v in outcomes.items()}
             timed[name] = time.perf_counter() - t0
         t0 = time.perf_counter()
         ref = reference(clip, data)

@@ -225,9 +225,10 @@ def test_compare_names_columns_by_file_and_lists_model_and_items(run, data_root,
     assert f"written: {tmp_path / 'a' / 'results.md'}" in " ".join(printed.split())
     result = json.loads((tmp_path / "a" / "sugarcrepe.json").read_text())
     assert result["items"] == sum(result["n"].values()) > 0
-    from concrete_jungle.evaluation.report import compare
+    from concrete_jungle.evaluation.report import compare, compare_markdown
 
-    table = compare([tmp_path / "a" / "sugarcrepe.json", tmp_path / "b" / "sugarcrepe.json"])
+    table = compare_markdown(compare([tmp_path / "a" / "sugarcrepe.json", tmp_path / "b" / "sugarcrepe.json"],
+                                     resamples=50))
     header = table.splitlines()[0]
     assert "a/sugarcrepe.json" in header and "b/sugarcrepe.json" in header and result["model_hash"] not in header
     assert f"items {result['items']}" in table and str(run / "checkpoints") in table
@@ -246,7 +247,11 @@ def test_sugarcrepe_evaluates_the_subset_files_that_are_there(data_root, tmp_pat
     assert main(["eval", "--data-root", str(root), "--check", "--skip-missing"]) == 0
     data = sugarcrepe.load(root / "sugarcrepe", root / "coco" / "val2017")
     assert list(data["items"]) == ["add_att", "replace_rel", "swap_obj", "my_subset"]  # official order, then others
-    scores = sugarcrepe.macro({"add_att": 0.5, "replace_rel": 0.7, "swap_obj": 0.9, "my_subset": 0.1})
+    from concrete_jungle.stats import metric_values, series
+
+    accuracy = {"add_att": 5, "replace_rel": 7, "swap_obj": 9, "my_subset": 1}  # of 10
+    answers = {s: series(range(10), range(10), [1] * k + [0] * (10 - k)) for s, k in accuracy.items()}
+    scores = metric_values({"series": answers, "metrics": sugarcrepe.recipes(list(answers))})
     assert scores["M.Avg"] == pytest.approx(0.55) and "ADD" not in scores  # ADD needs both of its subsets
     with pytest.raises(ValueError, match="holds no subset files"):
         sugarcrepe.load(tmp_path / "empty", root / "coco" / "val2017")

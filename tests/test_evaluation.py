@@ -50,7 +50,9 @@ def test_sugarcrepe_equals_the_per_item_reference_loop(data_root, clip, subsets)
         for key, item in raw[subset].items():
             image = ref.image(data_root / "coco" / "val2017" / item["filename"])
             expected.append((key, bool(image @ ref.text(item["caption"]) > image @ ref.text(item["negative_caption"]))))
-        assert result["per_item"][subset] == expected  # every item, in the file's key order
+        answers = result["outcomes"]["series"][subset]
+        assert list(zip(answers["keys"], map(bool, answers["values"]))) == expected  # in the file's key order
+        assert answers["units"] == [f"val2017/{item['filename']}" for item in raw[subset].values()]
         assert result["metrics"][subset] == sum(f for _, f in expected) / len(expected)
         assert result["n"][subset] == len(raw[subset])
 
@@ -64,16 +66,27 @@ def test_sugarcrepe_ties_are_wrong_and_keys_need_not_be_contiguous(tmp_path, cli
     (tmp_path / "add_att.json").write_text(json.dumps(items))
     data = sugarcrepe.load(tmp_path, tmp_path / "img", subsets=("add_att",))
     result = sugarcrepe.evaluate(Encoder(clip, progress=False), data)
-    flags = dict(result["per_item"]["add_att"])
+    answers = result["outcomes"]["series"]["add_att"]
+    flags = dict(zip(answers["keys"], map(bool, answers["values"])))
     assert list(flags) == ["0", "7", "31"]
     assert flags["0"] is False and flags["31"] is False  # identical captions tie: counted wrong
 
 
 def test_macro_averages():
-    scores = dict(zip(sugarcrepe.SUBSETS, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]))
-    m = sugarcrepe.macro(scores)
+    from concrete_jungle.stats import metric_values, series
+
+    # subset k gets k of 10 items right: accuracies 0.1 ... 0.7
+    answers = {s: series(range(10), range(10), [1] * (k + 1) + [0] * (9 - k)) for k, s in enumerate(sugarcrepe.SUBSETS)}
+    m = metric_values({"series": answers, "metrics": sugarcrepe.recipes(list(sugarcrepe.SUBSETS))})
     assert m["ADD"] == pytest.approx(0.15) and m["REPLACE"] == pytest.approx(0.4) and m["SWAP"] == pytest.approx(0.65)
     assert m["M.Avg"] == pytest.approx(0.4)
+    del answers["add_obj"]  # ADD needs both its subsets; M.Avg is over the subsets there
+    m = metric_values({"series": answers, "metrics": sugarcrepe.recipes(list(answers))})
+    assert "ADD" not in m and m["M.Avg"] == pytest.approx((0.1 + 0.3 + 0.4 + 0.5 + 0.6 + 0.7) / 6)
+    answers["add_obj"] = series([], [], [])  # present, every item skipped: no score, no ADD
+    m = metric_values({"series": answers, "metrics": sugarcrepe.recipes(list(answers))})
+    assert m["add_obj"] is None and m["ADD"] is None
+    assert m["M.Avg"] == pytest.approx((0.1 + 0.3 + 0.4 + 0.5 + 0.6 + 0.7) / 6)
 
 
 def test_sugarcrepe_pp_equals_the_reference(data_root, clip):
@@ -98,7 +111,7 @@ def test_each_unique_image_and_caption_is_encoded_once_and_cached(data_root, cli
     assert enc.encoded["images"] == len({it[1] for it in items}) < len(items)  # images shared across subsets
     assert enc.encoded["texts"] == len({it[2] for it in items} | {it[3] for it in items}) < 2 * len(items)
     again = Encoder(clip, cache_dir=tmp_path / "cache", progress=False)
-    assert sugarcrepe.evaluate(again, data)["per_item"] == first["per_item"]
+    assert sugarcrepe.evaluate(again, data)["outcomes"] == first["outcomes"]
     assert again.encoded == {"images": 0, "texts": 0}  # read back from the cache
 
 

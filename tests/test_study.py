@@ -14,14 +14,18 @@ SUBSETS = ("add_att", "swap_obj")
 
 
 def answers(rates: dict[str, float], seeds=(0, 1, 2), items=400, seed=0):
-    """Per-item answers of every row with the given accuracy (the same items, independent draws per seed)."""
+    """Per-item answers of every row with the given accuracy (the same items, two per scene, independent draws per
+    seed), as `stats` outcomes."""
+    from concrete_jungle.evaluation.sugarcrepe import recipes
+    from concrete_jungle.stats import series
+
     rng = np.random.default_rng(seed)
     out = {}
     for label in [BASELINE] + [r.label for r in ROWS]:
         for s in seeds:
-            flags = {sub: [(str(i), bool(x)) for i, x in enumerate(rng.random(items) < rates.get(label, 0.6))]
-                     for sub in SUBSETS}
-            out[(label, s)] = {"per_item": flags}
+            answers = {sub: series(range(items), [f"scene{i // 2}" for i in range(items)],
+                                   rng.random(items) < rates.get(label, 0.6)) for sub in SUBSETS}
+            out[(label, s)] = {"outcomes": {"series": answers, "metrics": recipes(list(SUBSETS))}}
     return out
 
 

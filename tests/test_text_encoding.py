@@ -112,7 +112,7 @@ def test_benchmark_decisions_are_identical_item_by_item(data_root, tmp_path):
         results[trim] = {name: modules[name].evaluate(encoder, d) for name, d in data.items()}
         texts = [it[2] for items in data["sugarcrepe"]["items"].values() for it in items]
         results[trim]["features"] = encoder.texts(texts)
-    assert results[False]["sugarcrepe"]["per_item"] == results[True]["sugarcrepe"]["per_item"]
+    assert results[False]["sugarcrepe"]["outcomes"] == results[True]["sugarcrepe"]["outcomes"]
     for name in modules:
         assert results[False][name]["metrics"] == results[True][name]["metrics"], name
     assert (results[False]["features"] - results[True]["features"]).abs().max() <= 1e-6

@@ -40,7 +40,15 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64, help="images or texts per forward pass")
     p.add_argument("--workers", type=non_negative_int, default=0, help="image-loading processes")
     p.add_argument("--cache-dir", help="cache embeddings here (by model hash and file)")
-    p.add_argument("--compare", nargs="+", metavar="JSON", help="print a side-by-side table of result files and exit")
+    p.add_argument("--compare", nargs="+", metavar="JSON",
+                   help="compare result files of one benchmark and exit: each file against the first, with the "
+                   "difference's 95 %% interval (paired bootstrap over images) and McNemar's p")
+    p.add_argument("--vs", nargs="+", metavar="JSON",
+                   help="with --compare A1.json A2.json ...: the runs to compare them with (e.g. the seeds of another "
+                   "model); the runs are resampled within each side too")
+    p.add_argument("--resamples", type=positive_int, default=2000,
+                   help="bootstrap resamples of --compare (default %(default)s)")
+    p.add_argument("--compare-json", metavar="FILE", help="also write the comparison as JSON here")
     p.add_argument("--no-trim-text", action="store_true",
                    help="encode every caption at the full context (77 tokens) instead of the batch's longest caption; "
                    "the features are the same either way (docs/method.md §7)")
@@ -53,10 +61,17 @@ def run(args, console: Console) -> int:
     from rich.markdown import Markdown
 
     from .. import evaluation
-    from ..evaluation.report import compare, layout_report, markdown
+    from ..evaluation.report import compare, compare_markdown, layout_report, markdown
 
+    if args.vs and not args.compare:
+        raise ValueError("--vs needs --compare: concrete-jungle eval --compare A1.json A2.json --vs B1.json B2.json")
     if args.compare:
-        console.print(Markdown(compare(args.compare)))
+        comparison = compare(args.compare, args.vs, resamples=args.resamples)
+        console.print(Markdown(compare_markdown(comparison)))
+        if args.compare_json:
+            from ..records import atomic_write_json
+
+            atomic_write_json(args.compare_json, comparison)
         return 0
     if not args.data_root:
         raise ValueError("concrete-jungle eval needs --data-root (or --compare A.json B.json)")

@@ -64,8 +64,7 @@ def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None) 
     results = {}
     for name in names:
         start = time.perf_counter()
-        result = evaluate_one(name, encoder, loaded[name])
-        result.pop("per_item", None)
+        result = evaluate_one(name, encoder, loaded[name])  # with its per-item outcomes, for eval --compare
         # a metric with nothing to average (every item skipped) has no value: null in JSON, never NaN
         result["metrics"] = {k: None if isinstance(v, float) and v != v else v for k, v in result["metrics"].items()}
         results[name] = {"benchmark": name, "model": encoder.clip.identity, "model_label": encoder.clip.label,

@@ -61,6 +61,12 @@ def subset_files(json_dir: Path, official: tuple[str, ...], subsets, layout: str
     return {s: found[s] for s in official if s in found} | {s: p for s, p in found.items() if s not in official}
 
 
+def unit_of(path: str | Path) -> str:
+    """The image an item uses, named the same wherever the data root is: its folder and file name
+    (``val2017/000000085329.jpg``). Items of one image are resampled together (`stats`)."""
+    return "/".join(Path(path).parts[-2:])
+
+
 def image_path(image_dir: Path, name: str) -> Path:
     """An image file named by a benchmark file, which must stay inside its image folder."""
     from ..sources import UnsafePathError, join_under

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file
+from ..stats import metric_values, series
+from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
 FOLDER_LAYOUT = "<root>/train/<class>/<image> and <root>/val/<class>/<image> (ImageFolder)"
@@ -95,12 +96,14 @@ def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, s
     head = train_head(x_train, y_train, len(data["classes"]), multilabel, epochs=epochs, lr=lr, seed=seed)
     with torch.no_grad():
         logits = head(x_val)
-    if multilabel:
+    n = {"train": len(train_paths), "val": len(val_paths)}
+    if multilabel:  # mAP ranks images per class: not a mean of per-image outcomes, so it has none
         aps = [average_precision(logits[:, c], y_val[:, c]) for c in range(y_val.shape[1])]
         aps = [a for a in aps if not math.isnan(a)]  # a class without positives has no AP
-        metrics = {"mAP": sum(aps) / len(aps) if aps else float("nan")}
-    else:
-        top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-        metrics = {"top1": (top[:, 0] == y_val).float().mean().item(),
-                   "top5": (top == y_val[:, None]).any(dim=1).float().mean().item()}
-    return {"metrics": metrics, "n": {"train": len(train_paths), "val": len(val_paths)}, "skipped": data["skipped"]}
+        return {"metrics": {"mAP": sum(aps) / len(aps) if aps else float("nan")}, "n": n, "skipped": data["skipped"]}
+    top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+    units = [unit_of(p) for p in val_paths]
+    outcomes = {"series": {"top1": series(units, units, (top[:, 0] == y_val).tolist()),
+                           "top5": series(units, units, (top == y_val[:, None]).any(dim=1).tolist())},
+                "metrics": {"top1": {"mean": "top1"}, "top5": {"mean": "top5"}}}
+    return {"metrics": metric_values(outcomes), "n": n, "skipped": data["skipped"], "outcomes": outcomes}

@@ -34,10 +34,10 @@ def markdown(results: dict[str, dict]) -> str:
     lines = [f"Model: {', '.join(labels)}", ""] if any(labels) else []
     for name, result in results.items():
         lines += [f"## {name}", ""]
-        if "n" in result:  # items per subset
+        if isinstance(result.get("n"), dict):  # items per subset
             lines += ["Items: " + ", ".join(f"{k} {v}" for k, v in result["n"].items()), ""]
-        elif "items" in result:
-            lines += [f"Items: {result['items']}", ""]
+        elif "n" in result or "items" in result:
+            lines += [f"Items: {result.get('n', result.get('items'))}", ""]
         lines += ["| metric | % |", "| --- | --- |"]
         lines += [f"| {k} | {percent(v)} |" for k, v in result["metrics"].items()] + [""]
         skipped = result.get("skipped")
@@ -61,23 +61,99 @@ def column_names(paths: list[str | Path]) -> list[str]:
     return [str(p) for p in paths]
 
 
-def compare(paths: list[str | Path]) -> str:
-    """A side-by-side Markdown table of the metrics of result JSON files (same benchmark), each column named by
-    its file, with the model each file evaluated and its item count."""
+def compare(first: list[str | Path], second: list[str | Path] | None = None, resamples: int = 2000,
+            seed: int = 0) -> dict:
+    """Compare result JSON files of one benchmark, each metric with the difference and its 95 % interval.
+
+    Without ``second``: every file against the first (one run each; McNemar p for accuracy metrics). With
+    ``second``: the runs of ``first`` (e.g. seeds) against the runs of ``second``, the difference of their means,
+    runs resampled within each side as well as images (`stats.bootstrap_contrast`). Items are matched by key;
+    results on other items are refused with the reason. The comparison as a dict; `compare_markdown` renders it."""
+    from ..stats import OutcomesError, binary, bootstrap_contrast, check_same_items, mcnemar, verdict
+
+    paths = [str(p) for p in first + (second or [])]
     results = [json.loads(Path(p).read_text()) for p in paths]
-    keys = list(dict.fromkeys(k for r in results for k in r["metrics"]))
     names = column_names(paths)
-    header = "| metric | " + " | ".join(names)
-    lines = [header + (" | Δ (last - first) |" if len(results) > 1 else " |"),
-             "| --- |" + " --- |" * (len(results) + (len(results) > 1))]
+    benchmarks = sorted({r.get("benchmark", "?") for r in results})
+    if len(benchmarks) > 1:
+        raise OutcomesError(f"the files hold different benchmarks ({', '.join(benchmarks)}); compare one at a time")
+    without = [n for n, r in zip(names, results) if "outcomes" not in r]
+    if not without:
+        check_same_items([r["outcomes"] for r in results], names)
+    if second:
+        sides = [("A", names[:len(first)], results[:len(first)]), ("B", names[len(first):], results[len(first):])]
+    else:
+        sides = [(n, [n], [r]) for n, r in zip(names, results)]
+    keys = list(dict.fromkeys(k for r in results for k in r["metrics"]))
+    known = [k for k in keys if not without and k in results[0]["outcomes"]["metrics"]]
+    base = sides[0][2]
+    intervals = []  # per later column: the bootstrap of every metric with a recipe, one pass over the resamples
+    for _, _, runs in sides[1:]:
+        if not known:
+            intervals.append({})
+            continue
+        groups = {"first": [r["outcomes"] for r in base], "second": [r["outcomes"] for r in runs]}
+        intervals.append(bootstrap_contrast(groups, {"first": -1.0, "second": 1.0}, known, resamples, seed))
+    rows = []
     for k in keys:
-        vals = [r["metrics"].get(k) for r in results]
-        cells = [percent(v) for v in vals]
-        delta = [f"{100 * (vals[-1] - vals[0]):+.2f}"] if len(vals) > 1 and None not in (vals[0], vals[-1]) else (
-            ["-"] if len(vals) > 1 else [])
-        lines.append(f"| {k} | " + " | ".join(cells + delta) + " |")
+        row = {"metric": k, "values": [mean_or_none([r["metrics"].get(k) for r in runs]) for _, _, runs in sides],
+               "differences": []}
+        for (label, _, runs), interval in zip(sides[1:], intervals):
+            if k in interval:
+                diff = {"vs": label} | interval[k]
+                diff["verdict"] = verdict(diff["ci95"])
+                flags = [binary(r["outcomes"], k) for r in (base[0], runs[0])]
+                if len(base) == len(runs) == 1 and all(f is not None for f in flags):
+                    diff["mcnemar"] = mcnemar(*flags)
+            else:  # no per-item outcomes, or a metric that is not a mean of them (mAP)
+                av, bv = mean_or_none([r["metrics"].get(k) for r in base]), mean_or_none([r["metrics"].get(k)
+                                                                                         for r in runs])
+                diff = {"vs": label, "estimate": None if av is None or bv is None else 100 * (bv - av),
+                        "ci95": None, "verdict": "no interval"}
+            row["differences"].append(diff)
+        rows.append(row)
+    return {"benchmark": benchmarks[0], "columns": [label for label, _, _ in sides],
+            "files": {label: files for label, files, _ in sides}, "resamples": resamples, "seed": seed,
+            "without_outcomes": without, "rows": rows,
+            "models": {n: r.get("model_label") or r.get("model_hash", "?")[:8] for n, r in zip(names, results)},
+            "items": {n: r.get("items", "?") for n, r in zip(names, results)}, "paths": dict(zip(names, paths))}
+
+
+def mean_or_none(values: list) -> float | None:
+    return None if not values or any(v is None for v in values) else sum(values) / len(values)
+
+
+def compare_markdown(comparison: dict) -> str:
+    """The comparison as a table: each column's value, then per later column the difference to the first (points)
+    with its 95 % interval, McNemar's p where it applies, and whether the difference is resolved, in words."""
+    columns = comparison["columns"]
+    first = columns[0]
+    head = ["metric", *columns]
+    for label in columns[1:]:
+        head += [f"Δ {label} - {first}", "95 % interval", "McNemar p", "resolved?"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in comparison["rows"]:
+        cells = [row["metric"], *(percent(v) for v in row["values"])]
+        for d in row["differences"]:
+            interval = "-" if d.get("ci95") is None else f"[{d['ci95'][0]:+.2f}, {d['ci95'][1]:+.2f}]"
+            p = d.get("mcnemar", {}).get("p")
+            cells += ["-" if d["estimate"] is None else f"{d['estimate']:+.2f}", interval,
+                      "-" if p is None else f"{p:.3g}", WORDS[d["verdict"]]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Differences in points. Intervals: paired bootstrap, {comparison['resamples']} resamples of the "
+              "images (all items of an image together" + (", and of the runs within each side" if
+                                                            "A" in comparison["files"] else "")
+              + f"; seed {comparison['seed']}); McNemar: exact, on the items one run gets right and the other not."]
+    if comparison["without_outcomes"]:
+        lines += ["", "No intervals: " + ", ".join(comparison["without_outcomes"]) + " hold(s) no per-item outcomes "
+                  "(written before they were kept); evaluate again to get them."]
     lines += ["", "Files:"]
-    for name, path, r in zip(names, paths, results):
-        model = r.get("model_label") or r.get("model_hash", "?")[:8]
-        lines.append(f"- {name}: `{path}`, {r.get('benchmark', '?')}, model {model}, items {r.get('items', '?')}")
+    for label, files in comparison["files"].items():
+        for name in files:
+            prefix = f"{label}: " if label != name else ""
+            lines.append(f"- {prefix}{name}: `{comparison['paths'][name]}`, {comparison['benchmark']}, model "
+                         f"{comparison['models'][name]}, items {comparison['items'][name]}")
     return "\n".join(lines) + "\n"
+
+
+WORDS = {"higher": "yes: higher", "lower": "yes: lower", "not resolved": "no", "no interval": "-"}

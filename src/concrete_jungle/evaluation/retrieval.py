@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from .encoding import Encoder, check_images, image_path, load_json_file
+from ..stats import metric_values, series
+from .encoding import Encoder, check_images, image_path, load_json_file, unit_of
 
 LAYOUT = "<karpathy json> (images[].split, filename, filepath?, sentences[].raw) and <image_dir>/[filepath/]filename"
 
@@ -26,18 +27,16 @@ def load(karpathy_json: str | Path, image_dir: str | Path, split: str = "test", 
     return {"items": kept, "skipped": len(images) - len(kept)}
 
 
-def recall_at(similarity: torch.Tensor, positives: list[list[int]], ks=(1, 5, 10)) -> dict[int, float]:
-    """Share of rows whose top-k columns contain one of the row's positive columns."""
+def first_hit(similarity: torch.Tensor, positives: list[list[int]]) -> list[int]:
+    """Per row, the rank (0 = best) of its best-ranked positive column: a hit at K when it is below K."""
     order = similarity.argsort(dim=1, descending=True)
-    out = {}
-    for k in ks:
-        top = order[:, :k]
-        hits = [bool(set(top[r].tolist()) & set(pos)) for r, pos in enumerate(positives)]
-        out[k] = sum(hits) / len(hits)
-    return out
+    rank = torch.empty_like(order)
+    rank.scatter_(1, order, torch.arange(order.shape[1]).expand_as(order).contiguous())
+    return [min(rank[r, pos].tolist()) for r, pos in enumerate(positives)]
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
+    """Recall@1/5/10 both ways; ``outcomes`` holds each query's rank (images, and captions keyed image#n)."""
     items = data["items"]
     images = encoder.images([p for p, _ in items])
     texts, owner = [], []
@@ -49,8 +48,12 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     captions_of: list[list[int]] = [[] for _ in items]
     for t, o in enumerate(owner):
         captions_of[o].append(t)
-    i2t = recall_at(sim, captions_of)
-    t2i = recall_at(sim.T, [[o] for o in owner])
-    metrics = {f"image_retrieval_recall@{k}": v for k, v in t2i.items()}
-    metrics |= {f"text_retrieval_recall@{k}": v for k, v in i2t.items()}
-    return {"metrics": metrics, "n": {"images": len(items), "texts": len(texts)}, "skipped": data["skipped"]}
+    units = [unit_of(p) for p, _ in items]
+    caption_keys = [f"{units[o]}#{t - captions_of[o][0]}" for t, o in enumerate(owner)]
+    outcomes = {"series": {"i2t_rank": series(units, units, first_hit(sim, captions_of)),
+                           "t2i_rank": series(caption_keys, [units[o] for o in owner],
+                                              first_hit(sim.T, [[o] for o in owner]))},
+                "metrics": {f"{kind}_retrieval_recall@{k}": {"mean": rank, "below": k}
+                            for kind, rank in (("image", "t2i_rank"), ("text", "i2t_rank")) for k in (1, 5, 10)}}
+    return {"metrics": metric_values(outcomes), "n": {"images": len(items), "texts": len(texts)},
+            "skipped": data["skipped"], "outcomes": outcomes}

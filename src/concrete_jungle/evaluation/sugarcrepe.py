@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..stats import metric_values, series
 from .encoding import (BenchmarkDataError, Encoder, checked_items, checked_subsets, image_path, load_json_file,
-                       subset_files)
+                       subset_files, unit_of)
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 GROUPS = {"ADD": ("add_att", "add_obj"), "REPLACE": ("replace_att", "replace_obj", "replace_rel"),
@@ -37,28 +38,28 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
     return checked_subsets(data, LAYOUT, skip_missing)
 
 
-def macro(scores: dict[str, float | None]) -> dict[str, float | None]:
-    """ADD, REPLACE and SWAP where all their subsets were scored, and M.Avg over the scored subsets (a subset whose
-    every item was skipped has no score, None)."""
-    scored = {s: v for s, v in scores.items() if v is not None}
-    out = {g: sum(scored[s] for s in members) / len(members) for g, members in GROUPS.items()
-           if all(s in scored for s in members)}
-    out["M.Avg"] = sum(scored.values()) / len(scored) if scored else None
-    return out
+def recipes(subsets: list[str]) -> dict:
+    """Each subset's accuracy, ADD, REPLACE and SWAP where all their subsets are present (and scored), and M.Avg
+    over the scored subsets (a subset whose every item was skipped has no score)."""
+    out = {s: {"mean": s} for s in subsets}
+    out |= {g: {"macro": list(members), "complete": True} for g, members in GROUPS.items()
+            if all(s in subsets for s in members)}
+    return out | {"M.Avg": {"macro": list(subsets)}}
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
-    """Accuracy per subset and the macro averages; ``per_item`` holds each item's (key, correct)."""
+    """Accuracy per subset and the macro averages; ``outcomes`` holds each item's answer (1 correct) under its
+    key, with its image (`stats`)."""
     items = [it for s in data["items"] for it in data["items"][s]]
     images = encoder.images([it[1] for it in items])
     pos = encoder.texts([it[2] for it in items])
     neg = encoder.texts([it[3] for it in items])
     correct = ((images * pos).sum(-1) > (images * neg).sum(-1)).tolist()  # strict: a tie is wrong
-    scores, per_item, at = {}, {}, 0
+    answers, at = {}, 0
     for subset, subset_items in data["items"].items():
         flags = correct[at: at + len(subset_items)]
         at += len(subset_items)
-        scores[subset] = sum(flags) / len(flags) if flags else None  # every item skipped: no score
-        per_item[subset] = [(it[0], f) for it, f in zip(subset_items, flags)]
-    return {"metrics": scores | macro(scores), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "per_item": per_item}
+        answers[subset] = series([it[0] for it in subset_items], [unit_of(it[1]) for it in subset_items], flags)
+    outcomes = {"series": answers, "metrics": recipes(list(data["items"]))}
+    return {"metrics": metric_values(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
+            "skipped": data["skipped"], "outcomes": outcomes}

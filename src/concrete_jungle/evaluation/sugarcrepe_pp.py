@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..stats import metric_values, series
 from .encoding import (BenchmarkDataError, Encoder, checked_items, checked_subsets, image_path, load_json_file,
-                       subset_files)
+                       subset_files, unit_of)
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
@@ -41,13 +42,15 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     dot = lambda a, b: (a * b).sum(-1)  # noqa: E731
     itt = ((dot(img, p1) > dot(img, n)) & (dot(img, p2) > dot(img, n))).tolist()
     tot = ((dot(p1, p2) > dot(p1, n)) & (dot(p1, p2) > dot(p2, n))).tolist()
-    metrics, at = {}, 0
+    answers, at = {}, 0
     for subset, subset_items in data["items"].items():
         k = len(subset_items)
-        metrics[f"{subset}/ITT"] = sum(itt[at: at + k]) / k if k else None  # every item skipped: no score
-        metrics[f"{subset}/TOT"] = sum(tot[at: at + k]) / k if k else None
+        keys, units = [it[0] for it in subset_items], [unit_of(it[1]) for it in subset_items]
+        answers[f"{subset}/ITT"] = series(keys, units, itt[at: at + k])
+        answers[f"{subset}/TOT"] = series(keys, units, tot[at: at + k])
         at += k
-    for kind in ("ITT", "TOT"):
-        values = [v for key, v in metrics.items() if key.endswith(kind) and v is not None]
-        metrics[f"M.Avg/{kind}"] = sum(values) / len(values) if values else None
-    return {"metrics": metrics, "n": {s: len(v) for s, v in data["items"].items()}, "skipped": data["skipped"]}
+    recipes = {name: {"mean": name} for name in answers}
+    recipes |= {f"M.Avg/{kind}": {"macro": [f"{s}/{kind}" for s in data["items"]]} for kind in ("ITT", "TOT")}
+    outcomes = {"series": answers, "metrics": recipes}
+    return {"metrics": metric_values(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
+            "skipped": data["skipped"], "outcomes": outcomes}

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .encoding import BenchmarkDataError, Encoder
+from ..stats import metric_values, series
+from .encoding import BenchmarkDataError, Encoder, unit_of
 from .linear_probe import load_image_folder, train_head
 
 TASKS = ("caltech101", "cifar100", "clevr_count_all", "clevr_closest_object_distance", "diabetic_retinopathy",
@@ -76,21 +77,24 @@ def _features(encoder: Encoder, dataset) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, seed: int = 0) -> dict:
-    metrics, n = {}, {}
+    answers, n = {}, {}
     for task, task_data in data["tasks"].items():
         if task_data["kind"] == "folder":
             (train_paths, y_train), (test_paths, y_test) = (task_data["splits"][s] for s in ("train", "test"))
             x_train, x_test = encoder.images(train_paths), encoder.images(test_paths)
             classes = len(task_data["classes"])
+            units = [f"{task}/{unit_of(p)}" for p in test_paths]
         else:
             x_train, y_train = _features(encoder, _clip_benchmark_dataset(task, task_data["root"],
                                                                           encoder.clip.preprocess, "train"))
             x_test, y_test = _features(encoder, _clip_benchmark_dataset(task, task_data["root"],
                                                                         encoder.clip.preprocess, "test"))
             classes = int(max(y_train.max(), y_test.max())) + 1
+            units = [f"{task}#{i}" for i in range(len(y_test))]  # clip_benchmark's test set, in its order
         head = train_head(x_train, y_train, classes, multilabel=False, epochs=epochs, lr=lr, seed=seed)
         with torch.no_grad():
-            metrics[task] = (head(x_test).argmax(1) == y_test).float().mean().item()
+            answers[task] = series(units, units, (head(x_test).argmax(1) == y_test).tolist())
         n[task] = len(y_test)
-    metrics["M.Avg"] = sum(metrics.values()) / len(metrics)
-    return {"metrics": metrics, "n": n, "skipped": data["skipped"]}
+    outcomes = {"series": answers, "metrics": {task: {"mean": task} for task in answers}
+                | {"M.Avg": {"macro": list(answers)}}}
+    return {"metrics": metric_values(outcomes), "n": n, "skipped": data["skipped"], "outcomes": outcomes}

@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..records import read_jsonl
+from ..stats import metric_values, series
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path
 
 LAYOUT = "<root>/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and " \
@@ -67,9 +68,12 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     tags = defaultdict(list)
     for n, it in enumerate(items):
         tags[it.get("collapsed_tag") or "untagged"].append(n)
-    share = lambda flags: flags.sum().item() / len(flags)  # noqa: E731
-    metrics = {"text": share(text), "image": share(image), "group": share(group)}
+    # an item shows two images of its own: the item is the unit of resampling
+    keys = [str(it["id"]) for it in items]
+    answers = {name: series(keys, keys, flags.tolist()) for name, flags in
+               (("text", text), ("image", image), ("group", group))}
     for tag, rows in sorted(tags.items()):
         for name, flags in (("text", text), ("image", image), ("group", group)):
-            metrics[f"{tag}/{name}"] = share(flags[rows])
-    return {"metrics": metrics, "n": len(items), "skipped": data["skipped"]}
+            answers[f"{tag}/{name}"] = series([keys[r] for r in rows], [keys[r] for r in rows], flags[rows].tolist())
+    outcomes = {"series": answers, "metrics": {name: {"mean": name} for name in answers}}
+    return {"metrics": metric_values(outcomes), "n": len(items), "skipped": data["skipped"], "outcomes": outcomes}

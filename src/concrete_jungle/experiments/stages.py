@@ -170,7 +170,7 @@ class Stages:
 
     def evaluate(self, checkpoint: Path, test: dict, name: str = "toy_eval.json", per_item: bool = False) -> dict:
         """Metrics of a checkpoint on held-out data (`test_data`), kept in the checkpoint's folder as ``name`` (a
-        saved checkpoint never changes); with ``per_item``, also every SugarCrepe item's answer."""
+        saved checkpoint never changes); with ``per_item``, also every SugarCrepe item's answer (its outcomes)."""
         import torch
 
         from ..evaluation import retrieval, sugarcrepe
@@ -185,7 +185,7 @@ class Stages:
                           progress=False)
         scored = sugarcrepe.evaluate(encoder, test["sugarcrepe"])
         metrics = scored["metrics"] | retrieval.evaluate(encoder, test["retrieval"])["metrics"]
-        result = {"metrics": metrics, "per_item": scored["per_item"]} if per_item else metrics
+        result = {"metrics": metrics, "outcomes": scored["outcomes"]} if per_item else metrics
         atomic_write_json(path, result)
         return result
 

@@ -11,10 +11,10 @@ Two settings are chosen by fixed rules before any fine-tune of a compared row ru
 baseline's features of D_hc, is below ``share_threshold``: the regime the margin is meant for) and the number of
 steps T (from the control's learning curve on the validation scenes: the first evaluated step at which its
 validation Recall@1, the mean of both directions, is within ``plateau`` points of its best). Each hypothesis is a
-contrast of M.Avg on the held-out test; its 95 % interval comes from a paired bootstrap over test items (within
-each subset) and seeds, and its verdict is read off the interval: supported (above 0), contradicted (below 0),
-not resolved (straddles 0). The smallest difference the design resolves is (1.96 + 0.84) bootstrap standard
-errors (two-sided 5 %, 80 % power).
+contrast of M.Avg on the held-out test; its 95 % interval comes from a paired bootstrap over test scenes (all
+items of a scene's image together) and seeds (`stats.bootstrap_contrast`), and its verdict is read off the
+interval: supported (above 0), contradicted (below 0), not resolved (straddles 0). The smallest difference the
+design resolves is (1.96 + 0.84) bootstrap standard errors (two-sided 5 %, 80 % power).
 """
 
 from __future__ import annotations
@@ -166,37 +166,25 @@ class Study:
 def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, seed: int = 0) -> list[dict]:
     """Each hypothesis's contrast of test M.Avg (in points) with its paired bootstrap interval and verdict.
 
-    ``items[(label, seed)]["per_item"][subset]`` lists (key, correct) in the same item order for every model.
-    A resample draws seeds with replacement and, within each subset, items with replacement; the same draw
-    serves every model (the pairing), and M.Avg is the mean of the subsets' accuracies.
+    ``items[(label, seed)]["outcomes"]`` are the test answers of a fine-tune (`stats`): every model must hold the
+    same items. A resample draws test scenes (images) with replacement, all items of a scene together, and seeds
+    with replacement, the same draws for every row (the pairing: one seed means the same batches in every row);
+    M.Avg is the mean of the subsets' accuracies (`stats.bootstrap_contrast`).
     """
     import numpy as np
 
+    from ..stats import bootstrap_contrast, check_same_items
+
+    check_same_items([v["outcomes"] for v in items.values()], [str(k) for k in items])
     rng = np.random.default_rng(seed)
-    subsets = list(next(iter(items.values()))["per_item"])
-    correct = {key: [np.array([flag for _, flag in v["per_item"][s]], dtype=np.float64) for s in subsets]
-               for key, v in items.items()}
-
-    def m_avg(key, picks):
-        return sum(c[p].mean() for c, p in zip(correct[key], picks)) / len(subsets)
-
-    sizes = [len(a) for a in next(iter(correct.values()))]
-    identity = [np.arange(n) for n in sizes]
     out = []
     for name, claim, weights in HYPOTHESES:
-        def value(seed_draw, picks):
-            return 100 * sum(w * np.mean([m_avg((label, s), picks) for s in seed_draw])
-                             for label, w in weights.items())
-
-        estimate = value(list(seeds), identity)
-        draws = np.array([value(list(rng.choice(seeds, len(seeds))), [rng.integers(0, n, n) for n in sizes])
-                          for _ in range(resamples)])
-        low, high = np.percentile(draws, [2.5, 97.5])
-        se = draws.std(ddof=1)
-        verdict = "supported" if low > 0 else "contradicted" if high < 0 else "not resolved"
+        groups = {label: [items[(label, s)]["outcomes"] for s in seeds] for label in weights}
+        result = bootstrap_contrast(groups, weights, ["M.Avg"], resamples, rng=rng, paired_runs=True)["M.Avg"]
+        low, high = result["ci95"]
+        result["verdict"] = "supported" if low > 0 else "contradicted" if high < 0 else "not resolved"
         out.append({"name": name, "claim": claim, "primary": name in PRIMARY, "contrast": weights,
-                    "estimate": estimate, "ci95": [low, high], "se": se, "resolvable": (1.96 + 0.84) * se,
-                    "verdict": verdict})
+                    "resolvable": (1.96 + 0.84) * result["se"]} | result)
     return out
 
 
@@ -220,7 +208,7 @@ def study_report(result: dict, world_info: dict) -> str:
         f"**T = {design['steps']}** steps: the control's validation Recall@1 (mean of both directions) was "
         + ", ".join(f"{100 * v['R@1']:.1f} at {s}" for s, v in curve.items())
         + f" (rule: the first step within {c['plateau']} points of the best).", "",
-        "## Hypotheses (test M.Avg, points; 95 % paired bootstrap interval over test items and seeds)", "",
+        "## Hypotheses (test M.Avg, points; 95 % paired bootstrap interval over test scenes and seeds)", "",
         "| | claim | difference | 95 % interval | resolvable difference | verdict |",
         "| --- | --- | --- | --- | --- | --- |",
     ]

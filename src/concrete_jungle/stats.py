@@ -1,0 +1,171 @@
+"""Is a difference between models real? Per-item outcomes, the metrics they make, and paired tests on them.
+
+Every benchmark's result carries its **outcomes**: named series of per-item values, each item with a stable key and
+the *unit* it belongs to (the image it shows; Winoground's two-image items are their own unit), and the recipe of
+each metric from the series::
+
+    {"series": {"add_att": {"keys": [...], "units": [...], "values": [1, 0, ...]}, ...},
+     "metrics": {"add_att": {"mean": "add_att"},                          # mean of a series
+                 "image_retrieval_recall@5": {"mean": "t2i_rank", "below": 5},  # share of values below 5
+                 "M.Avg": {"macro": ["add_att", ...]},                     # mean of the metrics that have a value
+                 "ADD": {"macro": ["add_att", "add_obj"], "complete": true}}}  # None unless all have one
+
+`metric_values` computes every metric from the outcomes, optionally with each unit counted a number of times: the
+same function reports a run's metrics and evaluates a bootstrap resample, so the two cannot drift apart.
+
+`bootstrap_contrast` is the paired bootstrap both `eval --compare` and the toy-world study use: a resample draws
+units with replacement (all items of an image together: items that share an image are not independent) and, for a
+side with several runs (seeds), runs with replacement; the same unit draw serves every run, which is the pairing.
+`mcnemar` is the exact McNemar test for two runs' 0/1 answers on the same items.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class OutcomesError(ValueError):
+    """Results that cannot be compared (other items, no outcomes), with the reason."""
+
+
+def series(keys: list, units: list, values: list) -> dict:
+    """One series of per-item values, as results store it."""
+    return {"keys": [str(k) for k in keys], "units": [str(u) for u in units], "values": [float(v) for v in values]}
+
+
+def metric_values(outcomes: dict, unit_counts: dict[str, np.ndarray] | None = None) -> dict[str, float | None]:
+    """Every metric of ``outcomes``; ``unit_counts[series]`` weighs each item (how often its unit was drawn). A
+    metric with no item (every item skipped, or no unit drawn) has no value, None."""
+    recipes = outcomes["metrics"]
+    values: dict[str, float | None] = {}
+
+    def value(name: str) -> float | None:  # a macro's parts first, whatever order the recipes are stored in
+        if name in values:
+            return values[name]
+        recipe = recipes[name]
+        if "macro" in recipe:
+            parts = [v for v in map(value, recipe["macro"]) if v is not None]
+            whole = not recipe.get("complete") or len(parts) == len(recipe["macro"])
+            values[name] = sum(parts) / len(parts) if parts and whole else None
+            return values[name]
+        data = np.asarray(outcomes["series"][recipe["mean"]]["values"], dtype=np.float64)
+        if "below" in recipe:
+            data = (data < recipe["below"]).astype(np.float64)
+        weights = None if unit_counts is None else unit_counts[recipe["mean"]]
+        total = len(data) if weights is None else weights.sum()
+        values[name] = float((data if weights is None else data * weights).sum() / total) if total else None
+        return values[name]
+
+    return {name: value(name) for name in recipes}
+
+
+def binary(outcomes: dict, metric: str) -> np.ndarray | None:
+    """The 0/1 answers behind an accuracy metric (a mean of one series of 0/1, or a recall's hits), else None."""
+    recipe = outcomes["metrics"][metric]
+    if "mean" not in recipe:
+        return None
+    data = np.asarray(outcomes["series"][recipe["mean"]]["values"], dtype=np.float64)
+    if "below" in recipe:
+        return data < recipe["below"]
+    return data.astype(bool) if np.isin(data, (0.0, 1.0)).all() else None
+
+
+def check_same_items(runs: list[dict], names: list[str]) -> None:
+    """Every run's outcomes hold the same series with the same item keys and units; else the reason."""
+    first = runs[0]
+    for run, name in zip(runs[1:], names[1:]):
+        if set(run["series"]) != set(first["series"]):
+            raise OutcomesError(f"{name} and {names[0]} were evaluated on different subsets "
+                                f"({sorted(run['series'])} against {sorted(first['series'])}); compare results of "
+                                "the same benchmark files")
+        for s, data in first["series"].items():
+            other = run["series"][s]
+            if other["keys"] != data["keys"]:
+                extra = sorted(set(other["keys"]) - set(data["keys"]))[:3]
+                missing = sorted(set(data["keys"]) - set(other["keys"]))[:3]
+                what = (f"items only in {name}: {extra}; only in {names[0]}: {missing}" if extra or missing
+                        else "the same items in another order")
+                raise OutcomesError(f"{name} and {names[0]} hold different items in {s!r} ({what}); a difference "
+                                    "on other items is not a paired comparison: evaluate both on the same files "
+                                    "(and the same --skip-missing result)")
+            if other["units"] != data["units"]:
+                raise OutcomesError(f"{name} and {names[0]} assign the items of {s!r} to other images")
+
+
+def bootstrap_contrast(groups: dict[str, list[dict]], weights: dict[str, float], metrics: list[str],
+                       resamples: int = 2000, seed: int = 0, rng: np.random.Generator | None = None,
+                       paired_runs: bool = False) -> dict[str, dict]:
+    """Per metric, sum_g weights[g] * (mean over g's runs of the metric), in points, with its 95 % percentile
+    interval and standard error from a paired bootstrap over units (and over runs within each group). Every run
+    must hold the same items (`check_same_items`). ``paired_runs``: run k of every group belongs together (the
+    same seed, the same batches): one draw of run indices serves every group."""
+    rng = rng or np.random.default_rng(seed)
+    groups = {g: [prepared(run) for run in runs] for g, runs in groups.items()}
+    first_runs = next(iter(groups.values()))
+    if paired_runs and len({len(runs) for runs in groups.values()}) > 1:
+        raise OutcomesError("paired runs need the same number of runs in every group")
+    units = sorted({u for data in first_runs[0]["series"].values() for u in data["units"]})
+    index = {u: i for i, u in enumerate(units)}
+    where = {s: np.array([index[u] for u in data["units"]], dtype=np.int64)
+             for s, data in first_runs[0]["series"].items()}
+
+    def estimate(picks: dict[str, list[dict]], counts: np.ndarray | None) -> dict[str, float | None]:
+        unit_counts = None if counts is None else {s: counts[w] for s, w in where.items()}
+        values = {g: [metric_values(run, unit_counts) for run in runs] for g, runs in picks.items()}
+        out = {}
+        for m in metrics:
+            per_group = [[v[m] for v in values[g]] for g in weights]
+            out[m] = None if any(x is None for vs in per_group for x in vs) else \
+                100 * sum(w * sum(vs) / len(vs) for w, vs in zip(weights.values(), per_group))
+        return out
+
+    point = estimate(groups, None)
+    draws: dict[str, list[float]] = {m: [] for m in metrics}
+    for _ in range(resamples):
+        counts = np.bincount(rng.integers(0, len(units), len(units)), minlength=len(units)).astype(np.float64)
+        if paired_runs:
+            draw = rng.integers(0, len(first_runs), len(first_runs))
+            picks = {g: [runs[i] for i in draw] for g, runs in groups.items()}
+        else:
+            picks = {g: [runs[i] for i in rng.integers(0, len(runs), len(runs))] for g, runs in groups.items()}
+        for m, value in estimate(picks, counts).items():
+            if value is not None:
+                draws[m].append(value)
+    out = {}
+    for m in metrics:
+        if point[m] is None or len(draws[m]) < 2:
+            out[m] = {"estimate": point[m], "ci95": None, "se": None, "units": len(units)}
+            continue
+        low, high = np.percentile(draws[m], [2.5, 97.5])
+        out[m] = {"estimate": point[m], "ci95": [float(low), float(high)], "se": float(np.std(draws[m], ddof=1)),
+                  "units": len(units)}
+    return out
+
+
+def prepared(outcomes: dict) -> dict:
+    """The outcomes with each series' values as an array, converted once for the many resamples."""
+    return {"metrics": outcomes["metrics"],
+            "series": {s: data | {"values": np.asarray(data["values"], dtype=np.float64)}
+                       for s, data in outcomes["series"].items()}}
+
+
+def verdict(ci95: list[float] | None) -> str:
+    """In words: whether the interval of a difference excludes zero."""
+    if ci95 is None:
+        return "no interval"
+    return "higher" if ci95[0] > 0 else "lower" if ci95[1] < 0 else "not resolved"
+
+
+def mcnemar(a: np.ndarray, b: np.ndarray) -> dict:
+    """Exact McNemar test of two runs' 0/1 answers on the same items: the items only one of them gets right are a
+    fair coin under the null; two-sided p = min(1, 2 P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)."""
+    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
+    n, k = only_a + only_b, min(only_a, only_b)
+    i = np.arange(k + 1)
+    # log C(n, i) - n log 2, summed in log space: exact to rounding for any n
+    terms = np.array([math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in i]) - n * math.log(2)
+    top = terms.max()
+    tail = float(np.exp(top) * np.exp(terms - top).sum())
+    return {"only_first": only_a, "only_second": only_b, "p": min(1.0, 2 * tail)}

@@ -1,0 +1,167 @@
+"""Intervals on every comparison: the paired bootstrap over images against a direct computation, McNemar against the
+binomial, and comparisons of results on other items refused."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from concrete_jungle.cli import main
+from concrete_jungle.stats import OutcomesError, bootstrap_contrast, mcnemar, metric_values, series
+
+
+def outcomes(flags: dict[str, list[int]], images: list[str]) -> dict:
+    return {"series": {s: series([f"{s}{i}" for i in range(len(v))], images, v) for s, v in flags.items()},
+            "metrics": {**{s: {"mean": s} for s in flags}, "M.Avg": {"macro": list(flags)}}}
+
+
+def direct(groups, weights, resamples, seed, units):
+    """The same bootstrap written out: every drawn image's items listed as often as it was drawn."""
+    rng = np.random.default_rng(seed)
+    names = sorted(set(units))
+    draws = []
+    for _ in range(resamples):
+        drawn = [names[i] for i in rng.integers(0, len(names), len(names))]
+        picks = {g: [runs[i] for i in rng.integers(0, len(runs), len(runs))] for g, runs in groups.items()}
+        total = 0.0
+        for g, w in weights.items():
+            per_run = []
+            for run in picks[g]:
+                accuracies = []
+                for data in run["series"].values():
+                    listed = [v for u in drawn for unit, v in zip(data["units"], data["values"]) if unit == u]
+                    accuracies.append(sum(listed) / len(listed))
+                per_run.append(sum(accuracies) / len(accuracies))
+            total += w * sum(per_run) / len(per_run)
+        draws.append(100 * total)
+    return np.percentile(draws, [2.5, 97.5]).tolist(), float(np.std(draws, ddof=1))
+
+
+@pytest.mark.parametrize("runs_per_side", [1, 3])
+def test_the_bootstrap_over_images_equals_a_direct_computation(runs_per_side):
+    rng = np.random.default_rng(5)
+    images = [f"img{i // 3}" for i in range(30)]  # three items per image
+    side = {g: [outcomes({s: rng.integers(0, 2, 30).tolist() for s in ("add_att", "swap_obj")}, images)
+                for _ in range(runs_per_side)] for g in ("first", "second")}
+    weights = {"first": -1.0, "second": 1.0}
+    result = bootstrap_contrast(side, weights, ["M.Avg"], resamples=60, seed=3)["M.Avg"]
+    interval, se = direct(side, weights, 60, 3, images)
+    assert result["ci95"] == pytest.approx(interval) and result["se"] == pytest.approx(se)
+    means = {g: np.mean([metric_values(r)["M.Avg"] for r in runs]) for g, runs in side.items()}
+    assert result["estimate"] == pytest.approx(100 * (means["second"] - means["first"]))
+    assert result["units"] == 10
+
+
+def test_items_of_one_image_move_together_so_the_interval_is_wider_than_for_independent_items():
+    rng = np.random.default_rng(0)
+    # each image's items agree (an easy or a hard picture): resampling items alone would understate the spread
+    per_image = rng.integers(0, 2, 100)
+    flags = np.repeat(per_image, 5).tolist()
+    other = np.repeat(rng.integers(0, 2, 100), 5).tolist()
+    clustered = [f"img{i // 5}" for i in range(500)]
+    independent = [f"img{i}" for i in range(500)]
+    width = {}
+    for name, units in (("clustered", clustered), ("independent", independent)):
+        groups = {"a": [outcomes({"x": flags}, units)], "b": [outcomes({"x": other}, units)]}
+        low, high = bootstrap_contrast(groups, {"a": -1.0, "b": 1.0}, ["x"], resamples=300)["x"]["ci95"]
+        width[name] = high - low
+    assert width["clustered"] > 1.8 * width["independent"]  # sqrt(5) in theory
+
+
+def test_mcnemar_is_the_exact_binomial_test_of_the_discordant_items():
+    a = np.array([1] * 30 + [0] * 10 + [1] * 50 + [0] * 7, bool)
+    b = np.array([0] * 30 + [1] * 10 + [1] * 50 + [0] * 7, bool)
+    result = mcnemar(a, b)
+    assert (result["only_first"], result["only_second"]) == (30, 10)
+    expected = 2 * sum(math.comb(40, i) for i in range(11)) / 2**40
+    assert result["p"] == pytest.approx(expected, rel=1e-9)
+    assert mcnemar(a, a)["p"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Result files of four random tiny models on SugarCrepe, Winoground and Flickr-style retrieval."""
+    from benchmark_fixtures import noise_image, write_data_root, write_winoground
+
+    root = tmp_path_factory.mktemp("results")
+    data = write_data_root(root / "data")
+    write_winoground(data / "winoground", "a {} on the left of a box", "a box on the left of a {}", n=12)
+    (data / "flickr30k" / "images").mkdir(parents=True)
+    images = []
+    for i in range(10):
+        noise_image(data / "flickr30k" / "images" / f"{i}.jpg", 100 + i)
+        images.append({"filename": f"{i}.jpg", "split": "test",
+                       "sentences": [{"raw": f"a photo number {i}"}, {"raw": f"picture {i} of things"}]})
+    (data / "flickr30k" / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
+    for seed in (0, 1, 2, 3):
+        assert main(["eval", "--benchmarks", "sugarcrepe,retrieval,winoground", "--data-root", str(data),
+                     "--model", "cj-tiny", "--pretrained", "none", "--seed", str(seed), "--out",
+                     str(root / f"s{seed}"), "--no-progress"]) == 0
+    return root
+
+
+def test_result_files_keep_every_item_with_its_image(results):
+    result = json.loads((results / "s0" / "sugarcrepe.json").read_text())
+    outcomes = result["outcomes"]
+    assert set(outcomes["series"]) == set(result["n"])
+    assert all(len(outcomes["series"][s]["keys"]) == n for s, n in result["n"].items())
+    assert metric_values(outcomes) == result["metrics"]  # the reported numbers are the outcomes' numbers
+    ranks = json.loads((results / "s0" / "retrieval.json").read_text())
+    assert metric_values(ranks["outcomes"]) == ranks["metrics"]
+    assert set(ranks["outcomes"]["series"]) == {"i2t_rank", "t2i_rank"}
+
+
+def test_eval_compare_prints_intervals_mcnemar_and_words_and_writes_json(results, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the table on one line per row
+    a, b = results / "s0" / "sugarcrepe.json", results / "s1" / "sugarcrepe.json"
+    assert main(["eval", "--compare", str(a), str(b), "--resamples", "200", "--compare-json",
+                 str(tmp_path / "c.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "95 % interval" in printed and "McNemar p" in printed and "resolved?" in printed
+    comparison = json.loads((tmp_path / "c.json").read_text())
+    row = next(r for r in comparison["rows"] if r["metric"] == "add_att")
+    diff = row["differences"][0]
+    ra, rb = (json.loads(p.read_text()) for p in (a, b))
+    assert diff["estimate"] == pytest.approx(100 * (rb["metrics"]["add_att"] - ra["metrics"]["add_att"]))
+    assert diff["ci95"][0] <= diff["estimate"] <= diff["ci95"][1]
+    flags = [np.array(r["outcomes"]["series"]["add_att"]["values"], bool) for r in (ra, rb)]
+    assert diff["mcnemar"] == mcnemar(*flags)
+    groups = {"first": [ra["outcomes"]], "second": [rb["outcomes"]]}
+    direct_result = bootstrap_contrast(groups, {"first": -1.0, "second": 1.0}, ["add_att", "M.Avg"], 200, 0)
+    assert diff["ci95"] == direct_result["add_att"]["ci95"]
+    m_avg = next(r for r in comparison["rows"] if r["metric"] == "M.Avg")["differences"][0]
+    assert m_avg["ci95"] == direct_result["M.Avg"]["ci95"] and "mcnemar" not in m_avg  # a macro: no McNemar
+
+
+def test_eval_compare_of_seeds_against_seeds(results, capsys, tmp_path):
+    files = [str(results / f"s{s}" / "winoground.json") for s in range(4)]
+    assert main(["eval", "--compare", *files[:2], "--vs", *files[2:], "--resamples", "100", "--compare-json",
+                 str(tmp_path / "c.json")]) == 0
+    comparison = json.loads((tmp_path / "c.json").read_text())
+    assert comparison["columns"] == ["A", "B"] and len(comparison["files"]["A"]) == 2
+    row = next(r for r in comparison["rows"] if r["metric"] == "text")
+    runs = [json.loads(open(f).read())["metrics"]["text"] for f in files]
+    assert row["differences"][0]["estimate"] == pytest.approx(100 * (np.mean(runs[2:]) - np.mean(runs[:2])))
+    assert "mcnemar" not in row["differences"][0]  # several runs a side: the bootstrap alone
+    assert "A: s0/winoground.json" in capsys.readouterr().out
+
+
+def test_compare_refuses_other_items_and_other_benchmarks(results, tmp_path, capsys):
+    a = json.loads((results / "s0" / "sugarcrepe.json").read_text())
+    fewer = json.loads(json.dumps(a))
+    answers = fewer["outcomes"]["series"]["add_att"]
+    for field in ("keys", "units", "values"):
+        answers[field] = answers[field][1:]
+    (tmp_path / "fewer.json").write_text(json.dumps(fewer))
+    assert main(["eval", "--compare", str(results / "s0" / "sugarcrepe.json"), str(tmp_path / "fewer.json")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "hold different items in 'add_att' (items only in" in err and "not a paired comparison" in err
+    with pytest.raises(OutcomesError, match="different benchmarks"):
+        from concrete_jungle.evaluation.report import compare
+
+        compare([results / "s0" / "sugarcrepe.json", results / "s0" / "winoground.json"])
+    old = {k: v for k, v in a.items() if k != "outcomes"}  # a result written before outcomes were kept
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert main(["eval", "--compare", str(tmp_path / "old.json"), str(results / "s1" / "sugarcrepe.json")]) == 0
+    assert "hold(s) no per-item outcomes" in " ".join(capsys.readouterr().out.split())
