@@ -8,7 +8,8 @@ each metric from the series::
      "metrics": {"add_att": {"mean": "add_att"},                          # mean of a series
                  "image_retrieval_recall@5": {"mean": "t2i_rank", "below": 5},  # share of values below 5
                  "M.Avg": {"macro": ["add_att", ...]},                     # mean of the metrics that have a value
-                 "ADD": {"macro": ["add_att", "add_obj"], "complete": true}}}  # None unless all have one
+                 "ADD": {"macro": ["add_att", "add_obj"], "complete": true},  # None unless all have one
+                 "vg_relation/on": {"mean": "vg_relation/on", "part": true}}}   # computed, not reported
 
 `metric_values` computes every metric from the outcomes, optionally with each unit counted a number of times: the
 same function reports a run's metrics and evaluates a bootstrap resample, so the two cannot drift apart.
@@ -59,6 +60,12 @@ def metric_values(outcomes: dict, unit_counts: dict[str, np.ndarray] | None = No
         return values[name]
 
     return {name: value(name) for name in recipes}
+
+
+def reported(outcomes: dict) -> dict[str, float | None]:
+    """The metrics a result reports: every metric but the parts (``"part": true``: a per-relation accuracy that a
+    macro average needs, too many to list)."""
+    return {k: v for k, v in metric_values(outcomes).items() if not outcomes["metrics"][k].get("part")}
 
 
 def binary(outcomes: dict, metric: str) -> np.ndarray | None:

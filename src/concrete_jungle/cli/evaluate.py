@@ -14,7 +14,12 @@ EVAL_LAYOUT = """data root layout (only the benchmarks asked for are read):
   sugarcrepe/*.json                 official SugarCrepe JSON, images in coco/val2017/
   sugarcrepe_pp/*.json              official SugarCrepe++ JSON, images in coco/val2017/
   winoground/examples.jsonl         + winoground/images/<image>.png
+  aro/visual_genome_{relation,attribution}.json + aro/images/ (+ aro/vg_relation_symmetric.txt)
+  valse/<piece>.json                + valse/images/<image_file>
+  whatsup/controlled_{images,clevr}_dataset.json + whatsup/controlled_{images,clevr}/;
+  whatsup/{coco,vg}_qa_{one,two}_obj.json + coco/val2017/, whatsup/vg_images/
   flickr30k/dataset_flickr30k.json  + flickr30k/images/ (retrieval: the Karpathy test split)
+  coco/dataset_coco.json            + coco/val2014/ (coco_retrieval: the Karpathy 5k test split)
   imagenet/{train,val}/<class>/     linear_probe (ImageFolder)
   coco/annotations/instances_{train,val}2017.json + coco/{train,val}2017/   coco_probe
   vtab/<task>/{train,test}/<class>/ or a clip_benchmark dataset root per task
@@ -26,7 +31,7 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser(
         "eval",
-        help="evaluate a model: SugarCrepe, SugarCrepe++, Winoground, retrieval, linear probes, VTAB",
+        help="evaluate a model: SugarCrepe, SugarCrepe++, Winoground, ARO, VALSE, What'sUp, retrieval, probes, VTAB",
         description="Evaluate an open_clip model or a checkpoint on the benchmarks under --data-root. Writes one "
         "JSON per benchmark and results.md to --out. --check only checks the data (no model).",
         epilog=EVAL_LAYOUT, formatter_class=argparse.RawDescriptionHelpFormatter,

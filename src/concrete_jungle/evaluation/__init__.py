@@ -7,7 +7,11 @@ Data root layout (every part optional; only the benchmarks asked for are read)::
     <root>/sugarcrepe/*.json          official SugarCrepe JSON        + <root>/coco/val2017/
     <root>/sugarcrepe_pp/*.json       official SugarCrepe++ JSON      + <root>/coco/val2017/
     <root>/winoground/                examples.jsonl + images/ (or exported from the HF dataset)
+    <root>/aro/                       visual_genome_{relation,attribution}.json + images/
+    <root>/valse/                     <piece>.json + images/
+    <root>/whatsup/                   controlled_*_dataset.json, {coco,vg}_qa_*_obj.json + their image folders
     <root>/flickr30k/                 dataset_flickr30k.json + images/
+    <root>/coco/                      dataset_coco.json + val2014/ (coco_retrieval: the Karpathy 5k test split)
     <root>/imagenet/                  train/<class>/*, val/<class>/*
     <root>/coco/                      annotations/instances_{train,val}2017.json, train2017/, val2017/
     <root>/vtab/<task>/               clip_benchmark's local dataset roots
@@ -28,7 +32,7 @@ from .report import counts, markdown
 
 def load_data(name: str, root: Path, skip_missing: bool):
     """Read and check a benchmark's files (no model needed)."""
-    from . import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, vtab, winoground
+    from . import aro, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup, winoground
     from .encoding import BenchmarkDataError
 
     if name == "sugarcrepe":
@@ -37,9 +41,17 @@ def load_data(name: str, root: Path, skip_missing: bool):
         return sugarcrepe_pp.load(root / "sugarcrepe_pp", root / "coco" / "val2017", skip_missing=skip_missing)
     if name == "winoground":
         return winoground.load(root / "winoground", skip_missing=skip_missing)
+    if name == "aro":
+        return aro.load(root / "aro", skip_missing=skip_missing)
+    if name == "valse":
+        return valse.load(root / "valse", skip_missing=skip_missing)
+    if name == "whatsup":
+        return whatsup.load(root / "whatsup", root / "coco" / "val2017", skip_missing=skip_missing)
     if name == "retrieval":
         return retrieval.load(root / "flickr30k" / "dataset_flickr30k.json", root / "flickr30k" / "images",
                               skip_missing=skip_missing)
+    if name == "coco_retrieval":
+        return retrieval.load(root / "coco" / "dataset_coco.json", root / "coco", skip_missing=skip_missing)
     if name == "linear_probe":
         return linear_probe.load_image_folder(root / "imagenet", skip_missing=skip_missing)
     if name == "coco_probe":
@@ -52,10 +64,11 @@ def load_data(name: str, root: Path, skip_missing: bool):
 
 
 def evaluate_one(name: str, encoder, data) -> dict:
-    from . import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, vtab, winoground
+    from . import aro, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup, winoground
 
     module = {"vtab": vtab, "sugarcrepe": sugarcrepe, "sugarcrepe_pp": sugarcrepe_pp, "winoground": winoground,
-              "retrieval": retrieval, "linear_probe": linear_probe, "coco_probe": linear_probe}[name]
+              "aro": aro, "valse": valse, "whatsup": whatsup, "retrieval": retrieval, "coco_retrieval": retrieval,
+              "linear_probe": linear_probe, "coco_probe": linear_probe}[name]
     return module.evaluate(encoder, data)
 
 

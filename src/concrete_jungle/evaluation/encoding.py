@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -122,6 +123,14 @@ def checked_items(path: Path, items, fields: tuple[str, ...], layout: str) -> li
     return [(str(key), item) for key, item in pairs]
 
 
+class Crop(NamedTuple):
+    """An image converted to RGB first, then cut to ``box`` (x, y, width, height; the whole image when None): how
+    ARO and What'sUp read their pictures."""
+
+    path: Path
+    box: tuple[float, float, float, float] | None = None
+
+
 class _Images(torch.utils.data.Dataset):
     def __init__(self, paths, preprocess):
         self.paths, self.preprocess = paths, preprocess
@@ -130,11 +139,19 @@ class _Images(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, i):
-        # the image as opened, as the benchmarks' reference code passes it: open_clip's transform converts to
-        # RGB after resizing, and converting first gives other pixels for palette, RGBA and CMYK files
         from ..images import open_image
 
-        with open_image(self.paths[i]) as im:
+        item = self.paths[i]
+        if isinstance(item, Crop):
+            with open_image(item.path) as im:
+                rgb = im.convert("RGB")
+            if item.box is not None:
+                x, y, w, h = item.box
+                rgb = rgb.crop((x, y, x + w, y + h))
+            return self.preprocess(rgb)
+        # the image as opened, as the benchmarks' reference code passes it: open_clip's transform converts to
+        # RGB after resizing, and converting first gives other pixels for palette, RGBA and CMYK files
+        with open_image(item) as im:
             return self.preprocess(im)
 
 
@@ -168,10 +185,11 @@ class Encoder:
         return out
 
     @torch.no_grad()
-    def images(self, paths: list[Path]) -> torch.Tensor:
-        """One row per path (in order); each distinct path is encoded once."""
+    def images(self, paths: list[Path | Crop]) -> torch.Tensor:
+        """One row per path or `Crop` (in order); each distinct one is encoded once."""
         unique = list(dict.fromkeys(paths))
-        stamps = [f"{p}|{st.st_size}|{st.st_mtime_ns}" for p, st in ((p, p.stat()) for p in unique)]
+        stamps = [f"{p}|{st.st_size}|{st.st_mtime_ns}" for p, st in
+                  ((p, (p.path if isinstance(p, Crop) else p).stat()) for p in unique)]
 
         def compute():
             from tqdm import tqdm

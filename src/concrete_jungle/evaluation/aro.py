@@ -1,0 +1,88 @@
+"""ARO (Yuksekgonul et al. 2023): does the model know who does what to whom (VG-Relation) and which thing has
+which attribute (VG-Attribution)?
+
+Data: the ARO release, unchanged: ``visual_genome_relation.json`` and ``visual_genome_attribution.json`` (lists of
+``image_path``, ``bbox_x/y/w/h``, ``true_caption``, ``false_caption`` and ``relation_name`` or ``attributes``)
+and ``images/``. The official rule (`mertyg/vision-language-models-are-bows`, ``dataset_zoo/aro_datasets.py`` and
+its "Replicate ARO!" notebook): each picture is converted to RGB and cut to its box; the captions are scored in the
+order [false, true] and the pick is numpy's argmax (`choice.picks`), so a tie is wrong. VG-Relation is the mean of
+the per-relation accuracies over the relations that are not in the notebook's list of symmetric relations (whose
+two captions can both be true); VG-Attribution the mean of the per-attribute-pair accuracies over the pairs with at
+least 25 items. The list of symmetric relations is not part of the data release: put it in
+``aro/vg_relation_symmetric.txt`` (one relation a line, copied from the notebook); without it the macro mean is
+over every relation and is reported under another name, ``VG-Relation (all relations)``. The micro accuracies
+(over items) are reported beside.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..stats import reported, series
+from .choice import picks
+from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+
+FILES = {"vg_relation": "visual_genome_relation.json", "vg_attribution": "visual_genome_attribution.json"}
+SYMMETRIC = "vg_relation_symmetric.txt"
+MIN_ATTRIBUTE_ITEMS = 25  # the official evaluate_scores drops attribute pairs with fewer items
+LAYOUT = ("<root>/aro/{visual_genome_relation,visual_genome_attribution}.json and <root>/aro/images/<image_path> "
+          "(the ARO release); optional <root>/aro/vg_relation_symmetric.txt (the ARO notebook's symmetric relations, "
+          "one a line)")
+
+
+def load(root: str | Path, skip_missing: bool = False) -> dict:
+    """Items per subset present (relation or attribution): (key, Crop, false caption, true caption, group)."""
+    root = Path(root)
+    found = {s: root / name for s, name in FILES.items() if (root / name).is_file()}
+    if not found:
+        raise BenchmarkDataError(f"{root} holds neither {' nor '.join(FILES.values())}; expected layout: {LAYOUT}")
+    items, skipped = {}, {}
+    for subset, path in found.items():
+        raw = load_json_file(path, LAYOUT)
+        if not isinstance(raw, list):
+            raise BenchmarkDataError(f"{path}: ARO files are a list of items; expected layout: {LAYOUT}")
+        rows = []
+        for n, item in enumerate(raw):
+            missing = [f for f in ("image_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "true_caption",
+                                   "false_caption") if f not in item]
+            group = item.get("relation_name") if subset == "vg_relation" else (
+                "_".join(map(str, item["attributes"][:2])) if len(item.get("attributes", [])) >= 2 else None)
+            if missing or group is None:
+                raise BenchmarkDataError(f"{path}: item {n} lacks {missing or ['relation_name or attributes']}; "
+                                         f"expected layout: {LAYOUT}")
+            box = tuple(float(item[f"bbox_{k}"]) for k in "xywh")
+            rows.append((str(n), Crop(image_path(root / "images", item["image_path"]), box),
+                         item["false_caption"], item["true_caption"], str(group)))
+        problems = check_images([r[1].path for r in rows], LAYOUT, skip_missing)
+        items[subset] = [r for r in rows if r[1].path not in problems]
+        skipped[subset] = len(rows) - len(items[subset])
+    symmetric = root / SYMMETRIC
+    excluded = sorted({line.strip() for line in symmetric.read_text().splitlines() if line.strip()}) \
+        if symmetric.is_file() else None
+    return {"items": items, "skipped": skipped, "symmetric": excluded}
+
+
+def evaluate(encoder: Encoder, data: dict) -> dict:
+    """Macro and micro accuracy of each subset; ``outcomes`` per relation or attribute pair (`stats`)."""
+    answers, recipes = {}, {}
+    for subset, items in data["items"].items():
+        right = picks(encoder, [it[1] for it in items], [[it[2], it[3]] for it in items]) == 1  # true is second
+        keys, units = [it[0] for it in items], [unit_of(it[1].path) for it in items]
+        answers[subset] = series(keys, units, right)
+        groups: dict[str, list[int]] = {}
+        for n, it in enumerate(items):
+            groups.setdefault(it[4], []).append(n)
+        for group, rows in sorted(groups.items()):
+            answers[f"{subset}/{group}"] = series([keys[r] for r in rows], [units[r] for r in rows], right[rows])
+            recipes[f"{subset}/{group}"] = {"mean": f"{subset}/{group}", "part": True}
+        if subset == "vg_relation":
+            kept = [g for g in sorted(groups) if data["symmetric"] is None or g not in data["symmetric"]]
+            name = "VG-Relation" if data["symmetric"] is not None else "VG-Relation (all relations)"
+        else:
+            kept = [g for g in sorted(groups) if len(groups[g]) >= MIN_ATTRIBUTE_ITEMS]
+            name = "VG-Attribution"
+        recipes[name] = {"macro": [f"{subset}/{g}" for g in kept]}
+        recipes[f"{name.split(' (')[0]} (micro)"] = {"mean": subset}
+    outcomes = {"series": answers, "metrics": recipes}
+    return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
+            "skipped": data["skipped"], "outcomes": outcomes}

@@ -1,0 +1,68 @@
+"""VALSE (Parcalabescu et al. 2022): a caption against a foil that changes one linguistic phenomenon (existence,
+plurality, counting, relations, actions, coreference, noun phrases).
+
+Data: the VALSE release, unchanged: one JSON per piece (``<root>/valse/*.json``, a dict keyed by item id with
+``image_file``, ``caption``, ``foil``, ``linguistic_phenomena`` and the annotators' votes ``mturk``) and the
+pictures of the source datasets in one folder, ``<root>/valse/images/<image_file>``.
+
+The rule for contrastive models (the paper's pairwise accuracy acc_r): an item is right when the picture scores
+the caption strictly above the foil (captions scored as [foil, caption], numpy's argmax: a tie is wrong). Only the
+valid items count, as the release asks: at least two of the three annotators chose the caption and not the foil
+(``mturk.caption >= 2``); the others are counted as filtered. Reported: acc_r per piece (file), per phenomenon
+(the mean of its pieces) and ``VALSE`` (the mean over pieces, the paper's average).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..stats import reported, series
+from .choice import picks
+from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+
+LAYOUT = "<root>/valse/<piece>.json (the VALSE release) and <root>/valse/images/<image_file>"
+MIN_VOTES = 2
+
+
+def load(root: str | Path, skip_missing: bool = False) -> dict:
+    """Valid items per piece: (key, Crop, foil, caption, phenomenon); ``filtered``: items not validated."""
+    root = Path(root)
+    files = sorted(root.glob("*.json")) if root.is_dir() else []
+    if not files:
+        raise BenchmarkDataError(f"{root} holds no VALSE piece (*.json); expected layout: {LAYOUT}")
+    data, filtered = {}, {}
+    for path in files:
+        raw = load_json_file(path, LAYOUT)
+        if not isinstance(raw, dict):
+            raise BenchmarkDataError(f"{path}: VALSE files are a dict keyed by item id; expected layout: {LAYOUT}")
+        rows, dropped = [], 0
+        for key, item in raw.items():
+            if not isinstance(item, dict) or any(f not in item for f in ("image_file", "caption", "foil")):
+                raise BenchmarkDataError(f"{path}: item {key!r} needs image_file, caption and foil; expected "
+                                         f"layout: {LAYOUT}")
+            if (item.get("mturk") or {}).get("caption", 0) < MIN_VOTES:
+                dropped += 1
+                continue
+            rows.append((str(key), Crop(image_path(root / "images", item["image_file"])), item["foil"],
+                         item["caption"], str(item.get("linguistic_phenomena") or path.stem)))
+        data[path.stem], filtered[path.stem] = rows, dropped
+    problems = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
+    return {"items": {s: [it for it in items if it[1].path not in problems] for s, items in data.items()},
+            "skipped": {s: sum(it[1].path in problems for it in items) for s, items in data.items()},
+            "filtered": filtered}
+
+
+def evaluate(encoder: Encoder, data: dict) -> dict:
+    """acc_r per piece, per phenomenon and over pieces; ``outcomes`` per item (`stats`)."""
+    answers, recipes, phenomena = {}, {}, {}
+    for piece, items in data["items"].items():
+        right = picks(encoder, [it[1] for it in items], [[it[2], it[3]] for it in items]) == 1  # the caption: second
+        answers[piece] = series([it[0] for it in items], [unit_of(it[1].path) for it in items], right)
+        recipes[piece] = {"mean": piece}
+        if items:
+            phenomena.setdefault(items[0][4], []).append(piece)
+    recipes |= {f"phenomenon/{p}": {"macro": pieces} for p, pieces in sorted(phenomena.items())}
+    recipes["VALSE"] = {"macro": list(data["items"])}
+    outcomes = {"series": answers, "metrics": recipes}
+    return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
+            "skipped": data["skipped"], "filtered": data["filtered"], "outcomes": outcomes}

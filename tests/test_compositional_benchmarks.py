@@ -1,0 +1,204 @@
+"""ARO, What'sUp, VALSE and COCO retrieval on fixtures in their official formats: each rule (the tie, the macro
+average, the filtered items) against the straightforward per-item loop of the official code."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from benchmark_fixtures import noise_image
+from concrete_jungle.cli import main
+from concrete_jungle.evaluation import aro, valse, whatsup
+from concrete_jungle.evaluation.encoding import Encoder
+from concrete_jungle.models import load_model
+from concrete_jungle.stats import metric_values
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return load_model("cj-tiny", "none", seed=0)
+
+
+@torch.no_grad()
+def official_pick(clip, path, captions, box=None):
+    """The official loop for one item: the picture converted to RGB, cut to its box, scored against each caption;
+    numpy's argmax."""
+    with Image.open(path) as im:
+        rgb = im.convert("RGB")
+    if box is not None:
+        x, y, w, h = box
+        rgb = rgb.crop((x, y, x + w, y + h))
+    image = F.normalize(clip.model.encode_image(clip.preprocess(rgb)[None]), dim=-1)
+    texts = F.normalize(clip.model.encode_text(clip.tokenizer(captions)), dim=-1)
+    # each caption's own dot product: a matrix product may round two equal captions' scores apart
+    return int(np.argmax((image * texts).sum(-1).numpy()))
+
+
+# ------------------------------------------------------------------------------------------------ ARO
+
+
+def write_aro(root):
+    (root / "images").mkdir(parents=True)
+    for i in range(4):
+        noise_image(root / "images" / f"vg{i}.jpg", 40 + i, size=(80, 60))
+    relation = []
+    for n in range(24):
+        rel = ["on", "next to", "under"][n % 3]
+        relation.append({"image_path": f"vg{n % 4}.jpg", "bbox_x": n % 5 * 4, "bbox_y": n % 3 * 5, "bbox_w": 40 + n,
+                         "bbox_h": 30, "relation_name": rel, "true_caption": f"the cup is {rel} the table {n}",
+                         "false_caption": f"the table is {rel} the cup {n}"})
+    relation[0]["false_caption"] = relation[0]["true_caption"]  # a tie
+    attribution = []
+    for n in range(31):  # 25 items of one pair of attributes, 6 of another (below the official 25: dropped)
+        a = ("red", "wooden") if n < 25 else ("small", "blue")
+        attribution.append({"image_path": f"vg{n % 4}.jpg", "bbox_x": 0, "bbox_y": 0, "bbox_w": 50, "bbox_h": 40 + n,
+                            "attributes": list(a), "true_caption": f"the {a[0]} box and the {a[1]} door {n}",
+                            "false_caption": f"the {a[1]} box and the {a[0]} door {n}"})
+    (root / "visual_genome_relation.json").write_text(json.dumps(relation))
+    (root / "visual_genome_attribution.json").write_text(json.dumps(attribution))
+    return relation, attribution
+
+
+def test_aro_follows_the_official_crops_order_ties_and_macro_averages(tmp_path, clip):
+    relation, attribution = write_aro(tmp_path / "aro")
+    data = aro.load(tmp_path / "aro")
+    result = aro.evaluate(Encoder(clip, batch_size=7, progress=False), data)
+
+    def right(items):
+        return [official_pick(clip, tmp_path / "aro" / "images" / it["image_path"],
+                              [it["false_caption"], it["true_caption"]],
+                              (it["bbox_x"], it["bbox_y"], it["bbox_w"], it["bbox_h"])) == 1 for it in items]
+
+    rel_right, att_right = right(relation), right(attribution)
+    assert rel_right[0] is False  # a tie is wrong: the false caption is listed first
+    assert result["outcomes"]["series"]["vg_relation"]["values"] == [float(x) for x in rel_right]
+    per_relation = {r: np.mean([ok for ok, it in zip(rel_right, relation) if it["relation_name"] == r])
+                    for r in ("on", "next to", "under")}
+    metrics = result["metrics"]
+    assert metrics["VG-Relation (all relations)"] == pytest.approx(np.mean(list(per_relation.values())))
+    assert metrics["VG-Relation (micro)"] == pytest.approx(np.mean(rel_right))
+    # only the attribute pair with at least 25 items counts in the macro average; the micro counts every item
+    assert metrics["VG-Attribution"] == pytest.approx(np.mean(att_right[:25]))
+    assert metrics["VG-Attribution (micro)"] == pytest.approx(np.mean(att_right))
+    assert not any(k.startswith("vg_relation/") for k in metrics)  # per relation: in the outcomes, not listed
+    # the notebook's symmetric relations, when given, leave the macro average
+    (tmp_path / "aro" / "vg_relation_symmetric.txt").write_text("next to\n")
+    official = aro.evaluate(Encoder(clip, progress=False), aro.load(tmp_path / "aro"))["metrics"]
+    assert official["VG-Relation"] == pytest.approx((per_relation["on"] + per_relation["under"]) / 2)
+    assert "VG-Relation (all relations)" not in official
+
+
+# ------------------------------------------------------------------------------------------------ What'sUp
+
+
+def write_whatsup(root, coco):
+    (root / "controlled_images").mkdir(parents=True)
+    items, seed = [], 0
+    for a, b in (("mug", "plate"), ("book", "chair")):
+        for prep in ("left_of", "right_of", "on", "under"):
+            name = f"{a}_{prep}_{b}.jpeg"
+            seed += 1
+            noise_image(root / "controlled_images" / name, 70 + seed)
+            word = prep.replace("_of", "")
+            options = [f"A {a} {word} of a {b}" if "of" in prep else f"A {a} {word} a {b}"]
+            options += [f"A {a} {w} a {b}" for w in ("on", "under", "left", "right") if w != word][:3]
+            items.append({"image_path": f"data/controlled_images/{name}", "caption_options": options})
+    items[0]["caption_options"] = [items[0]["caption_options"][0]] * 4  # a four-way tie
+    (root / "controlled_images_dataset.json").write_text(json.dumps(items))
+    coco.mkdir(parents=True)
+    qa = []
+    for n in range(5):
+        noise_image(coco / f"{n + 1:012d}.jpg", 90 + n)
+        qa.append([n + 1, f"a dog to the left of a cat {n}", f"a dog to the right of a cat {n}"])
+    (root / "coco_qa_two_obj.json").write_text(json.dumps(qa))
+    return items, qa
+
+
+def test_whatsup_counts_ties_right_and_scores_pairs_and_sets_as_the_official_code(tmp_path, clip):
+    items, qa = write_whatsup(tmp_path / "whatsup", tmp_path / "coco" / "val2017")
+    data = whatsup.load(tmp_path / "whatsup", tmp_path / "coco" / "val2017")
+    result = whatsup.evaluate(Encoder(clip, batch_size=3, progress=False), data)
+    right = [official_pick(clip, tmp_path / "whatsup" / "controlled_images" / it["image_path"].split("/")[-1],
+                           it["caption_options"]) == 0 for it in items]
+    assert right[0] is True  # a tie goes to the caption listed first: the right one
+    metrics = result["metrics"]
+    assert metrics["controlled_a"] == pytest.approx(np.mean(right))
+    # pairs: left/right and on/under of each object pair; sets: all four (official: out of items/2 and items/4)
+    pairs = [right[0] and right[1], right[2] and right[3], right[4] and right[5], right[6] and right[7]]
+    assert metrics["controlled_a/pair"] == pytest.approx(sum(pairs) / (len(items) / 2))
+    assert metrics["controlled_a/set"] == pytest.approx(sum([all(right[:4]), all(right[4:])]) / (len(items) / 4))
+    qa_right = [official_pick(clip, tmp_path / "coco" / "val2017" / f"{q[0]:012d}.jpg", q[1:]) == 0 for q in qa]
+    assert metrics["coco_qa_two"] == pytest.approx(np.mean(qa_right))
+    # the four images of an object pair are one unit of resampling
+    assert set(result["outcomes"]["series"]["controlled_a"]["units"]) == {"controlled_a/mug/plate",
+                                                                          "controlled_a/book/chair"}
+
+
+# ------------------------------------------------------------------------------------------------ VALSE
+
+
+def test_valse_keeps_validated_items_counts_ties_wrong_and_averages_pieces(tmp_path, clip):
+    root = tmp_path / "valse"
+    (root / "images").mkdir(parents=True)
+    pieces = {"existence": "existence", "counting-hard": "counting", "counting-small-quant": "counting"}
+    raw = {}
+    for p, (piece, phenomenon) in enumerate(pieces.items()):
+        raw[piece] = {}
+        for n in range(6):
+            noise_image(root / "images" / f"{piece}{n}.jpg", 200 + 10 * p + n)
+            raw[piece][f"{piece}_{n}"] = {"image_file": f"{piece}{n}.jpg", "caption": f"there are {n} dogs",
+                                          "foil": f"there are {n + 1} cats", "linguistic_phenomena": phenomenon,
+                                          "mturk": {"caption": 3 if n != 5 else 1, "foil": 0, "other": 0}}
+        raw[piece][f"{piece}_0"]["foil"] = raw[piece][f"{piece}_0"]["caption"]  # a tie
+        (root / f"{piece}.json").write_text(json.dumps(raw[piece]))
+    data = valse.load(root)
+    assert data["filtered"] == {piece: 1 for piece in pieces}  # one annotator vote for the caption: not valid
+    result = valse.evaluate(Encoder(clip, progress=False), data)
+    acc = {}
+    for piece in pieces:
+        kept = [it for it in raw[piece].values() if it["mturk"]["caption"] >= 2]
+        right = [official_pick(clip, root / "images" / it["image_file"], [it["foil"], it["caption"]]) == 1
+                 for it in kept]
+        assert right[0] is False  # a tie is wrong
+        acc[piece] = np.mean(right)
+        assert result["metrics"][piece] == pytest.approx(acc[piece])
+    assert result["metrics"]["phenomenon/counting"] == pytest.approx((acc["counting-hard"]
+                                                                      + acc["counting-small-quant"]) / 2)
+    assert result["metrics"]["VALSE"] == pytest.approx(np.mean(list(acc.values())))
+    assert metric_values(result["outcomes"])["VALSE"] == result["metrics"]["VALSE"]
+
+
+# ------------------------------------------------------------------------------------------------ the command
+
+
+def test_eval_runs_and_checks_the_new_benchmarks_and_coco_retrieval(tmp_path, capsys):
+    root = tmp_path / "root"
+    write_aro(root / "aro")
+    write_whatsup(root / "whatsup", root / "coco" / "val2017")
+    (root / "valse" / "images").mkdir(parents=True)
+    noise_image(root / "valse" / "images" / "a.jpg", 1)
+    (root / "valse" / "relations.json").write_text(json.dumps(
+        {"r0": {"image_file": "a.jpg", "caption": "a cup on a table", "foil": "a table on a cup",
+                "linguistic_phenomena": "relations", "mturk": {"caption": 2}}}))
+    (root / "coco" / "val2014").mkdir(parents=True)
+    images = []
+    for i in range(6):
+        noise_image(root / "coco" / "val2014" / f"COCO_val2014_{i:012d}.jpg", 300 + i)
+        images.append({"filepath": "val2014", "filename": f"COCO_val2014_{i:012d}.jpg", "split": "test",
+                       "sentences": [{"raw": f"a photo {i}"}, {"raw": f"a picture {i}"}]})
+    (root / "coco" / "dataset_coco.json").write_text(json.dumps({"images": images}))
+    names = "aro,valse,whatsup,coco_retrieval"
+    assert main(["eval", "--benchmarks", names, "--data-root", str(root), "--check"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "aro 55 0 valse 1 0 whatsup 13 0 coco_retrieval 6 0" in printed
+    assert main(["eval", "--benchmarks", names, "--data-root", str(root), "--model", "cj-tiny", "--pretrained",
+                 "none", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    for name in names.split(","):
+        result = json.loads((tmp_path / "out" / f"{name}.json").read_text())
+        assert result["outcomes"] and all(v is None or 0 <= v <= 1 for v in result["metrics"].values()), name
+    (root / "aro" / "images" / "vg1.jpg").unlink()
+    assert main(["eval", "--benchmarks", "aro", "--data-root", str(root), "--check"]) == 2
+    assert "aro/images/vg1.jpg is missing" in " ".join(capsys.readouterr().err.split())
