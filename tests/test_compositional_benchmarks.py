@@ -202,3 +202,51 @@ def test_eval_runs_and_checks_the_new_benchmarks_and_coco_retrieval(tmp_path, ca
     (root / "aro" / "images" / "vg1.jpg").unlink()
     assert main(["eval", "--benchmarks", "aro", "--data-root", str(root), "--check"]) == 2
     assert "aro/images/vg1.jpg is missing" in " ".join(capsys.readouterr().err.split())
+
+
+# ------------------------------------------------------------------------------------------------ zero-shot
+
+
+def test_zeroshot_equals_clip_benchmark_s_own_evaluation(tmp_path, clip):
+    from clip_benchmark.metrics import zeroshot_classification
+    from torchvision.datasets import ImageFolder
+
+    from concrete_jungle.evaluation import zeroshot
+
+    folder = tmp_path / "zeroshot" / "mine"
+    for c in range(6):
+        (folder / "test" / f"class_{c}").mkdir(parents=True)
+        for n in range(4 if c else 0):  # class 0 has no image: the mean per-class recall skips it
+            noise_image(folder / "test" / f"class_{c}" / f"{n}.jpg", 10 * c + n)
+    names = ["dog", "cat", "red car", "tree", "old boat", "cup"]
+    (folder / "classnames.txt").write_text("\n".join(names))
+    templates = ["a photo of a {c}.", "a drawing of the {c}.", "{c}"]
+    (folder / "templates.txt").write_text("\n".join(templates))
+    data = zeroshot.load(tmp_path / "zeroshot")
+    assert data["datasets"]["mine"]["sources"] == {"classnames": "classnames.txt", "templates": "templates.txt"}
+    result = zeroshot.evaluate(Encoder(clip, batch_size=5, progress=False), data)
+    loader = torch.utils.data.DataLoader(ImageFolder(str(folder / "test"), transform=clip.preprocess,
+                                                     allow_empty=True), batch_size=7)
+    # clip_benchmark's classifier and logits; its `accuracy` helper fails under numpy 2 (float() of a 1-element
+    # array), so its formula is written out here: top-k by torch.topk, balanced accuracy by scikit-learn
+    from sklearn.metrics import balanced_accuracy_score
+
+    weights = zeroshot_classification.zero_shot_classifier(clip.model, clip.tokenizer, names, templates, "cpu",
+                                                           amp=False)
+    logits, target = zeroshot_classification.run_classification(clip.model, weights, loader, "cpu", amp=False)
+    top = logits.topk(5, 1, True, True)[1].t()
+    correct = top.eq(target.view(1, -1).expand_as(top))
+    official = {"acc1": correct[:1].float().sum().item() / len(target),
+                "acc5": correct[:5].float().sum().item() / len(target),
+                "mean_per_class_recall": balanced_accuracy_score(target, logits.argmax(1))}
+    metrics = result["metrics"]
+    assert metrics["mine/acc1"] == pytest.approx(official["acc1"])
+    assert metrics["mine/acc5"] == pytest.approx(official["acc5"])
+    assert metrics["mine/mean_per_class_recall"] == pytest.approx(official["mean_per_class_recall"])
+    assert metrics["acc1 (mean over datasets)"] == metrics["mine/acc1"]
+    # without the two files: clip_benchmark's prompts (ImageNet's for a dataset it does not know), folder names
+    for name in ("classnames.txt", "templates.txt"):
+        (folder / name).unlink()
+    sources = zeroshot.load(tmp_path / "zeroshot")["datasets"]["mine"]
+    assert sources["classes"][1] == "class 1" and len(sources["templates"]) == 80
+    assert sources["sources"]["templates"] == "clip_benchmark (imagenet1k)"

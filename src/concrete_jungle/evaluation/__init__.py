@@ -12,6 +12,7 @@ Data root layout (every part optional; only the benchmarks asked for are read)::
     <root>/whatsup/                   controlled_*_dataset.json, {coco,vg}_qa_*_obj.json + their image folders
     <root>/flickr30k/                 dataset_flickr30k.json + images/
     <root>/coco/                      dataset_coco.json + val2014/ (coco_retrieval: the Karpathy 5k test split)
+    <root>/zeroshot/<dataset>/        test/<class>/* (+ classnames.txt, templates.txt)
     <root>/imagenet/                  train/<class>/*, val/<class>/*
     <root>/coco/                      annotations/instances_{train,val}2017.json, train2017/, val2017/
     <root>/vtab/<task>/               clip_benchmark's local dataset roots
@@ -32,7 +33,8 @@ from .report import counts, markdown
 
 def load_data(name: str, root: Path, skip_missing: bool):
     """Read and check a benchmark's files (no model needed)."""
-    from . import aro, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup, winoground
+    from . import (aro, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup, winoground,
+                   zeroshot)
     from .encoding import BenchmarkDataError
 
     if name == "sugarcrepe":
@@ -52,6 +54,8 @@ def load_data(name: str, root: Path, skip_missing: bool):
                               skip_missing=skip_missing)
     if name == "coco_retrieval":
         return retrieval.load(root / "coco" / "dataset_coco.json", root / "coco", skip_missing=skip_missing)
+    if name == "zeroshot":
+        return zeroshot.load(root / "zeroshot", skip_missing=skip_missing)
     if name == "linear_probe":
         return linear_probe.load_image_folder(root / "imagenet", skip_missing=skip_missing)
     if name == "coco_probe":
@@ -64,11 +68,12 @@ def load_data(name: str, root: Path, skip_missing: bool):
 
 
 def evaluate_one(name: str, encoder, data) -> dict:
-    from . import aro, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup, winoground
+    from . import (aro, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup, winoground,
+                   zeroshot)
 
     module = {"vtab": vtab, "sugarcrepe": sugarcrepe, "sugarcrepe_pp": sugarcrepe_pp, "winoground": winoground,
               "aro": aro, "valse": valse, "whatsup": whatsup, "retrieval": retrieval, "coco_retrieval": retrieval,
-              "linear_probe": linear_probe, "coco_probe": linear_probe}[name]
+              "zeroshot": zeroshot, "linear_probe": linear_probe, "coco_probe": linear_probe}[name]
     return module.evaluate(encoder, data)
 
 

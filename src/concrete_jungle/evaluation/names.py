@@ -1,4 +1,4 @@
 """Benchmark names, importable without torch (the CLI's help lists them)."""
 
 BENCHMARKS = ("sugarcrepe", "sugarcrepe_pp", "winoground", "aro", "valse", "whatsup", "retrieval", "coco_retrieval",
-              "linear_probe", "coco_probe", "vtab")
+              "zeroshot", "linear_probe", "coco_probe", "vtab")
