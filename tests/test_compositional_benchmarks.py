@@ -196,9 +196,19 @@ def test_eval_runs_and_checks_the_new_benchmarks_and_coco_retrieval(tmp_path, ca
     assert "aro 55 0 valse 1 0 whatsup 13 0 coco_retrieval 6 0" in printed
     assert main(["eval", "--benchmarks", names, "--data-root", str(root), "--model", "cj-tiny", "--pretrained",
                  "none", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    results = {}
     for name in names.split(","):
-        result = json.loads((tmp_path / "out" / f"{name}.json").read_text())
-        assert result["outcomes"] and all(v is None or 0 <= v <= 1 for v in result["metrics"].values()), name
+        results[name] = json.loads((tmp_path / "out" / f"{name}.json").read_text())
+        assert results[name]["outcomes"] and all(v is None or 0 <= v <= 1 for v in results[name]["metrics"].values())
+    # the summary line: the mean of each benchmark's headline number, compositional and recognition apart
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    aro_headline = (results["aro"]["metrics"]["VG-Relation (all relations)"]
+                    + results["aro"]["metrics"]["VG-Attribution"]) / 2
+    assert summary["compositional"]["parts"]["aro"] == pytest.approx(aro_headline)
+    assert summary["compositional"]["mean"] == pytest.approx(np.mean(list(summary["compositional"]["parts"].values())))
+    assert set(summary["compositional"]["parts"]) == {"aro", "valse", "whatsup"}
+    assert set(summary["recognition"]["parts"]) == {"coco_retrieval"}
+    assert "**Compositional:" in (tmp_path / "out" / "results.md").read_text()
     (root / "aro" / "images" / "vg1.jpg").unlink()
     assert main(["eval", "--benchmarks", "aro", "--data-root", str(root), "--check"]) == 2
     assert "aro/images/vg1.jpg is missing" in " ".join(capsys.readouterr().err.split())

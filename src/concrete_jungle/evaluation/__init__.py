@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..records import atomic_write_json, atomic_write_text
 from .names import BENCHMARKS
-from .report import counts, markdown
+from .report import counts, markdown, summary
 
 # The benchmark modules import torch and open_clip; they are imported where they are used, so that the
 # CLI (and its --help) starts without them.
@@ -91,5 +91,6 @@ def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None) 
         if out is not None:
             atomic_write_json(Path(out) / f"{name}.json", results[name])
     if out is not None:
+        atomic_write_json(Path(out) / "summary.json", summary(results))
         atomic_write_text(Path(out) / "results.md", markdown(results))
     return results

@@ -28,10 +28,47 @@ def layout_report(loaded: dict) -> str:
     return "\n".join(lines + ["", "The layout was checked and every image opened; no model was loaded."])
 
 
+# The one number of each benchmark in a run's summary line, and which of the two means it joins. Each is the number
+# the benchmark's paper leads with; a benchmark of several (ARO, What'sUp, retrieval) gives the mean of those.
+HEADLINES = {
+    "sugarcrepe": ("compositional", ["M.Avg"]),
+    "sugarcrepe_pp": ("compositional", ["M.Avg/ITT"]),
+    "winoground": ("compositional", ["group"]),
+    "aro": ("compositional", ["VG-Relation", "VG-Relation (all relations)", "VG-Attribution"]),
+    "valse": ("compositional", ["VALSE"]),
+    "whatsup": ("compositional", ["controlled_a", "controlled_b", "coco_qa_one", "coco_qa_two", "vg_qa_one",
+                                  "vg_qa_two"]),
+    "retrieval": ("recognition", ["image_retrieval_recall@1", "text_retrieval_recall@1"]),
+    "coco_retrieval": ("recognition", ["image_retrieval_recall@1", "text_retrieval_recall@1"]),
+    "zeroshot": ("recognition", ["acc1 (mean over datasets)"]),
+    "linear_probe": ("recognition", ["top1"]),
+    "coco_probe": ("recognition", ["mAP"]),
+    "vtab": ("recognition", ["M.Avg"]),
+}
+
+
+def summary(results: dict[str, dict]) -> dict[str, dict]:
+    """Per kind (compositional, recognition): the mean over the run's benchmarks of their headline numbers
+    (`HEADLINES`), and those numbers."""
+    out: dict[str, dict] = {}
+    for name, result in results.items():
+        kind, keys = HEADLINES[name]
+        values = [result["metrics"][k] for k in keys if result["metrics"].get(k) is not None]
+        if values:
+            out.setdefault(kind, {"parts": {}})["parts"][name] = sum(values) / len(values)
+    for kind in out.values():
+        kind["mean"] = sum(kind["parts"].values()) / len(kind["parts"])
+    return out
+
+
 def markdown(results: dict[str, dict]) -> str:
-    """A run's results: which model, then per benchmark its items and metrics."""
+    """A run's results: which model, the summary line, then per benchmark its items and metrics."""
     labels = list(dict.fromkeys(r.get("model_label", "") for r in results.values()))
     lines = [f"Model: {', '.join(labels)}", ""] if any(labels) else []
+    for kind, part in summary(results).items():
+        lines += [f"**{kind.capitalize()}: {percent(part['mean'])}** (the mean over "
+                  + ", ".join(f"{n} {percent(v)}" for n, v in part["parts"].items())
+                  + "; each benchmark's headline number, docs/method.md §7)", ""]
     for name, result in results.items():
         lines += [f"## {name}", ""]
         if isinstance(result.get("n"), dict):  # items per subset
