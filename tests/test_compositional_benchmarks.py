@@ -260,3 +260,32 @@ def test_zeroshot_equals_clip_benchmark_s_own_evaluation(tmp_path, clip):
     sources = zeroshot.load(tmp_path / "zeroshot")["datasets"]["mine"]
     assert sources["classes"][1] == "class 1" and len(sources["templates"]) == 80
     assert sources["sources"]["templates"] == "clip_benchmark (imagenet1k)"
+
+
+# ------------------------------------------------------------------------------------------------ ARO order
+
+
+def test_aro_order_items_are_fixed_scrambles_of_the_caption_scored_with_ties_to_the_caption(tmp_path, clip):
+    from concrete_jungle.evaluation import aro_order
+
+    (tmp_path / "coco" / "val2014").mkdir(parents=True)
+    captions = ["A small red dog sits on a wooden bench near the old tree.", "Two people ride bikes down a road!",
+                "dog"]  # one word: every scramble equals the caption, a five-way tie
+    images = []
+    for i in range(2):
+        noise_image(tmp_path / "coco" / "val2014" / f"c{i}.jpg", 400 + i)
+        images.append({"filepath": "val2014", "filename": f"c{i}.jpg", "split": "test",
+                       "sentences": [{"raw": c} for c in (captions if i == 0 else captions[:1])]})
+    (tmp_path / "coco" / "dataset_coco.json").write_text(json.dumps({"images": images}))
+    data = aro_order.load(tmp_path)
+    assert list(data["items"]) == ["coco_order"] and len(data["items"]["coco_order"]) == 4
+    assert aro_order.load(tmp_path)["items"] == data["items"]  # fixed: the same scrambles on every load
+    first = data["items"]["coco_order"][0][2]
+    assert first[0] == "a small red dog sits on a wooden bench near the old tree"  # pre_caption: lower, no "."
+    assert all(sorted(o.split()) == sorted(first[0].split()) for o in first[1:])  # the same words, scrambled
+    assert len(set(first)) == 5
+    result = aro_order.evaluate(Encoder(clip, progress=False), data)
+    right = [official_pick(clip, it[1].path, it[2]) == 0 for it in data["items"]["coco_order"]]
+    assert right[2] is True  # the tie goes to the caption
+    assert result["metrics"]["coco_order"] == pytest.approx(np.mean(right))
+    assert result["outcomes"]["series"]["coco_order"]["units"] == ["val2014/c0.jpg"] * 3 + ["val2014/c1.jpg"]

@@ -20,6 +20,7 @@ EVAL_LAYOUT = """data root layout (only the benchmarks asked for are read):
   whatsup/{coco,vg}_qa_{one,two}_obj.json + coco/val2017/, whatsup/vg_images/
   flickr30k/dataset_flickr30k.json  + flickr30k/images/ (retrieval: the Karpathy test split)
   coco/dataset_coco.json            + coco/val2014/ (coco_retrieval: the Karpathy 5k test split)
+                                    (aro_order: COCO-Order and Flickr30k-Order from the two Karpathy files)
   zeroshot/<dataset>/test/<class>/  zeroshot (+ classnames.txt, templates.txt; else clip_benchmark's)
   imagenet/{train,val}/<class>/     linear_probe (ImageFolder)
   coco/annotations/instances_{train,val}2017.json + coco/{train,val}2017/   coco_probe

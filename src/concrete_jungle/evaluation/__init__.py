@@ -33,8 +33,8 @@ from .report import counts, markdown, summary
 
 def load_data(name: str, root: Path, skip_missing: bool):
     """Read and check a benchmark's files (no model needed)."""
-    from . import (aro, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup, winoground,
-                   zeroshot)
+    from . import (aro, aro_order, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup,
+                   winoground, zeroshot)
     from .encoding import BenchmarkDataError
 
     if name == "sugarcrepe":
@@ -45,6 +45,8 @@ def load_data(name: str, root: Path, skip_missing: bool):
         return winoground.load(root / "winoground", skip_missing=skip_missing)
     if name == "aro":
         return aro.load(root / "aro", skip_missing=skip_missing)
+    if name == "aro_order":
+        return aro_order.load(root, skip_missing=skip_missing)
     if name == "valse":
         return valse.load(root / "valse", skip_missing=skip_missing)
     if name == "whatsup":
@@ -68,12 +70,13 @@ def load_data(name: str, root: Path, skip_missing: bool):
 
 
 def evaluate_one(name: str, encoder, data) -> dict:
-    from . import (aro, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup, winoground,
-                   zeroshot)
+    from . import (aro, aro_order, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup,
+                   winoground, zeroshot)
 
     module = {"vtab": vtab, "sugarcrepe": sugarcrepe, "sugarcrepe_pp": sugarcrepe_pp, "winoground": winoground,
-              "aro": aro, "valse": valse, "whatsup": whatsup, "retrieval": retrieval, "coco_retrieval": retrieval,
-              "zeroshot": zeroshot, "linear_probe": linear_probe, "coco_probe": linear_probe}[name]
+              "aro": aro, "aro_order": aro_order, "valse": valse, "whatsup": whatsup, "retrieval": retrieval,
+              "coco_retrieval": retrieval, "zeroshot": zeroshot, "linear_probe": linear_probe,
+              "coco_probe": linear_probe}[name]
     return module.evaluate(encoder, data)
 
 

@@ -35,6 +35,7 @@ HEADLINES = {
     "sugarcrepe_pp": ("compositional", ["M.Avg/ITT"]),
     "winoground": ("compositional", ["group"]),
     "aro": ("compositional", ["VG-Relation", "VG-Relation (all relations)", "VG-Attribution"]),
+    "aro_order": ("compositional", ["coco_order", "flickr30k_order"]),
     "valse": ("compositional", ["VALSE"]),
     "whatsup": ("compositional", ["controlled_a", "controlled_b", "coco_qa_one", "coco_qa_two", "vg_qa_one",
                                   "vg_qa_two"]),
