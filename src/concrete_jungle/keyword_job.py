@@ -172,6 +172,7 @@ def run_keywords(
     nlp,
     fmt: str | None = None,
     split: str | None = None,
+    columns: dict[str, str] | None = None,
     limits: FilterConfig = FilterConfig(),
     batch_size: int = 256,
     workers: int = 1,
@@ -196,11 +197,12 @@ def run_keywords(
 
     out_path = Path(out)
     # every input file is read (and a malformed one reported) before anything is written
-    samples = [s for s in itertools.islice(read_samples(captions, fmt=fmt, split=split), limit)
+    samples = [s for s in itertools.islice(read_samples(captions, fmt=fmt, split=split, columns=columns), limit)
                if keep is None or keep(s.id)]
     settings = {
         "sampler": asdict(sampler_config), "filter": asdict(limits), "scale": ratings.name,
         "spacy_model": f"{nlp.meta['lang']}_{nlp.meta['name']}-{nlp.meta['version']}", "limit": limit,
+        **({"columns": columns} if columns else {}),
     }
     config_path = out_path.with_name(out_path.stem + ".config.json")
     if config_path.exists() and out_path.exists():

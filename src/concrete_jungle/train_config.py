@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .configs import apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
+from .sources import SourceError, expand_paths
 
 LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
 PRECISIONS = ("fp32", "amp_bf16")  # what training does: fp32, or bf16 autocast on CUDA
@@ -38,7 +39,7 @@ class ModelConfig:
 class DataConfig:
     concretebatch: list[str] = field(default_factory=list)  # ConcreteBatch directories
     pairs: list[str] = field(default_factory=list)  # caption files of plain pairs (no negative: masked)
-    pairs_images: str | None = None
+    pairs_images: str | None = None  # not needed when every pairs input is a store in one folder
     pairs_split: str | None = None  # Karpathy files: which split(s), e.g. train,restval (never the test images)
     workers: int = 4
     # decode and preprocess the whole training set once into memory when it takes at most this many MiB
@@ -163,6 +164,16 @@ def load_config(path: str | None, overrides: list[str]) -> TrainConfig:
     return from_dict(TrainConfig, apply_overrides(data, overrides, TrainConfig), where=str(path or "config"))
 
 
+def pairs_are_stores(paths: list[str]) -> bool:
+    """Every input of ``data.pairs`` is a store in one folder, which holds the images too."""
+    from .stores import store_root
+
+    try:
+        return store_root(expand_paths(paths)) is not None
+    except SourceError:
+        return False
+
+
 def check_config(config: TrainConfig) -> None:
     """Everything a config points at that can be wrong, all reported at once, before any data is read or
     any model built (and before torch is imported). The pretrained tag is checked by `models.load_model`."""
@@ -191,10 +202,13 @@ def check_config(config: TrainConfig) -> None:
         if not Path(path).is_dir() or not list(Path(path).glob("shard-*.tar")):
             problems.append(f"data.concretebatch {path} is not a ConcreteBatch directory (no shard-*.tar in it)")
     for path in d.pairs:
-        if not Path(path).exists():
-            problems.append(f"data.pairs {path} does not exist")
-    if d.pairs and not d.pairs_images:
-        problems.append("data.pairs needs data.pairs_images, the folder their images are in")
+        try:
+            expand_paths([path])
+        except SourceError as e:
+            problems.append(f"data.pairs: {e}")
+    if d.pairs and not d.pairs_images and not pairs_are_stores(d.pairs):
+        problems.append("data.pairs needs data.pairs_images, the folder their images are in (stores in one folder "
+                        "hold their own: WebDataset, Parquet, a saved dataset)")
     elif d.pairs_images and not Path(d.pairs_images).is_dir():
         problems.append(f"data.pairs_images {d.pairs_images} is not a directory")
     if config.eval.every:

@@ -29,27 +29,34 @@ Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tens
 
 
 class PairsDataset:
-    """Plain image-caption pairs (the anchor caption of each sample); they have no hard negative.
+    """Plain image-caption pairs (the anchor caption of each sample); they have no hard negative. The captions and
+    images come from caption files with an image folder, or from stores that hold both (`sources`, `stores`;
+    ``images`` then defaults to the stores' folder).
 
-    A missing or hostile image (a FIFO, a bomb, 1 x 60000) is found from its header and skipped before the first
-    step. A file whose header reads but whose pixels do not (a truncated JPEG) is found only when its batch is
-    decoded: the next pair that decodes takes its place in the batch (a batch cannot be one short: every rank's
-    batch has one shape), and the skip is printed and appended to ``skip_log`` with its reason. The same happens at
-    the same place after ``--resume``: the pairs and their order do not change."""
+    A missing or hostile image file (a FIFO, a bomb, 1 x 60000) is found from its header and skipped before the
+    first step. A file whose header reads but whose pixels do not (a truncated JPEG), or an image inside a store
+    (not read twice), is checked when its batch is decoded: one that fails is replaced by the next pair that decodes
+    (a batch cannot be one short: every rank's batch has one shape), and the skip is printed and appended to
+    ``skip_log`` with its reason. The same happens at the same place after ``--resume``: the pairs and their order do
+    not change."""
 
-    def __init__(self, caption_files: list[str], images: str, split: str | None = None,
+    def __init__(self, caption_files: list[str], images: str | None, split: str | None = None,
                  skip_log: Path | None = None):
-        from .sources import anchor_caption, join_under, read_samples
-
         from .images import header_problem
+        from .sources import anchor_caption, expand_paths, join_under, read_samples
+        from .stores import is_located, store_root
 
+        self.root = Path(images) if images else store_root(expand_paths(caption_files))
+        if self.root is None:
+            raise TrainingError("data.pairs: name the folder of their images with data.pairs_images (only stores "
+                                "in one folder hold their own)")
         # an image name that leaves the image folder is an error (sources.join_under), not a silent skip
-        items = [(join_under(images, s.image), anchor_caption(s.captions))
+        items = [(s.image if is_located(s.image) else join_under(self.root, s.image), anchor_caption(s.captions))
                  for s in read_samples(caption_files, split=split)
                  if not s.error and s.image and anchor_caption(s.captions)]
-        problems = {path: header_problem(path) for path, _ in items}
-        self.skipped = {str(path): why for path, why in problems.items() if why}
-        self.items = [(path, caption) for path, caption in items if not problems[path]]
+        problems = {image: None if isinstance(image, str) else header_problem(image) for image, _ in items}
+        self.skipped = {str(image): why for image, why in problems.items() if why}
+        self.items = [(image, caption) for image, caption in items if not problems[image]]
         self.skip_log = skip_log
         for why in list(self.skipped.values())[:5]:
             print(f"data.pairs: skipped: {why}", file=sys.stderr)
@@ -60,16 +67,25 @@ class PairsDataset:
     def __len__(self):
         return len(self.items)
 
+    def _open(self, image):
+        from .images import image_from_bytes, open_image
+        from .stores import read_located
+
+        if isinstance(image, str):  # a locator inside a store
+            return image_from_bytes(read_located(self.root, image), image)
+        return open_image(image)
+
     def __getitem__(self, i):
-        from .images import ImageRejected, open_image
+        from .images import ImageRejected
+        from .stores import StoreError
 
         for k in range(len(self.items)):
-            path, caption = self.items[(i + k) % len(self.items)]
+            image_name, caption = self.items[(i + k) % len(self.items)]
             try:
-                with open_image(path) as im:
+                with self._open(image_name) as im:
                     image = im.convert("RGB")
                 break
-            except ImageRejected as e:  # passed the header check, failed to decode: a truncated file
+            except (ImageRejected, StoreError) as e:  # a truncated file, a damaged store member
                 self._skipped_at_its_step(i, (i + k + 1) % len(self.items), str(e))
         else:
             raise TrainingError("data.pairs: no image of the pairs decodes")

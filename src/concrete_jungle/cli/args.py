@@ -104,10 +104,25 @@ def add_input_args(p, required: bool = True) -> None:
     from ..sources import FORMATS
 
     p.add_argument("--captions", nargs="+", metavar="FILE", required=required,
-                   help="caption files or directories: Karpathy dataset_*.json, COCO captions_*.json, "
-                   "SugarCrepe JSON, JSONL or CSV")
+                   help="caption files, stores or directories: Karpathy dataset_*.json, COCO captions_*.json, "
+                   "SugarCrepe JSON, JSONL, CSV; WebDataset shards (shards/{000000..000099}.tar), Parquet with "
+                   "the images inside, a Hugging Face save_to_disk folder (docs/data.md)")
     p.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
     p.add_argument("--split", help="Karpathy split(s) to read, e.g. train or train,restval (default: all)")
+    p.add_argument("--columns", metavar="caption=NAME,image=NAME,id=NAME",
+                   help="a store's columns (Parquet, Hugging Face) or JSON caption field (WebDataset) when not "
+                   "the defaults (caption/text/txt, image/jpg/img, key/id)")
+
+
+def column_names(value: str | None) -> dict[str, str]:
+    """``--columns caption=text,id=key`` -> {"caption": "text", "id": "key"}."""
+    out = {}
+    for part in filter(None, (value or "").split(",")):
+        name, eq, column = part.partition("=")
+        if not eq or not column.strip():
+            raise ValueError(f"--columns {value}: write NAME=COLUMN pairs, e.g. caption=text,image=jpg")
+        out[name.strip()] = column.strip()
+    return out
 
 
 def add_model_args(p) -> None:

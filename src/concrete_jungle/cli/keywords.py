@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .args import add_input_args, add_sampler_args, positive_int, sampler_config
+from .args import add_input_args, add_sampler_args, column_names, positive_int, sampler_config
 
 
 def add_parser(sub) -> None:
@@ -47,7 +47,8 @@ def run(args, console: Console) -> int:
     with locked(out.with_name(f".{out.name}.lock"), f"--out {out}", "concrete-jungle keywords"):
         summary, _ = run_keywords(
             args.captions, args.out, config, ratings, load_spacy(args.spacy_model), fmt=args.format, split=args.split,
-            limits=FilterConfig(max_words=args.max_words), batch_size=args.batch_size, workers=args.workers,
+            columns=column_names(args.columns), limits=FilterConfig(max_words=args.max_words),
+            batch_size=args.batch_size, workers=args.workers,
             progress=not args.no_progress, limit=args.limit,
         )
     console.print(summary_table(summary, f"keywords ({args.mode}) -> {args.out}"))

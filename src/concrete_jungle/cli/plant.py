@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .args import (add_input_args, add_sampler_args, key_values, non_negative_int, positive_int,
+from .args import (add_input_args, add_sampler_args, column_names, key_values, non_negative_int, positive_int,
                    positive_int_list, sampler_config, strength)
 
 
@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("merge_dir", nargs="?", metavar="DIR", help="dataset directory to merge")
     add_input_args(p, required=False)
     add_sampler_args(p, required=False)
-    p.add_argument("--images", help="folder the captions' image paths are relative to (COCO: the image folder)")
+    p.add_argument("--images", help="folder the captions' image paths are relative to (COCO: the image folder); "
+                   "not needed for stores, which hold their images")
     p.add_argument("--out", help="dataset directory; an existing one is resumed")
     g = p.add_argument_group("caption rewrite")
     g.add_argument("--captioner", default="rules",
@@ -88,12 +89,23 @@ def engine_config(args, base=None):
     return EngineConfig(**settings | {k: v for k, v in given.items() if v is not None})
 
 
+def store_images(captions: list[str] | None):
+    """The folder of the stores the captions name, when every input is a store in one folder (their images are
+    inside them: their locators are relative to that folder); else None."""
+    from ..sources import expand_paths
+    from ..stores import store_root
+
+    return store_root(expand_paths(captions)) if captions else None
+
+
 def plant_config_from_flags(args, num_shards: int, shard_index: int):
     from ..plant import PlantConfig
 
-    missing = [f"--{n}" for n in ("captions", "images", "out", "mode") if not getattr(args, n)]
+    images = args.images or store_images(args.captions)
+    missing = [f"--{n}" for n in ("captions", "out", "mode") if not getattr(args, n)] + ["--images"] * (not images)
     if missing:
-        raise ValueError(f"concrete-jungle plant needs {', '.join(missing)} (or --config FILE)")
+        raise ValueError(f"concrete-jungle plant needs {', '.join(missing)} (or --config FILE); --images may be "
+                         "left out when every input is a store (WebDataset, Parquet, a saved dataset) in one folder")
     captioner_options = {}
     if args.captioner in ("openai", "transformers"):
         if not args.model:
@@ -109,9 +121,9 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
         editor_options = {"model": args.editor_model, "strength": args.strength, "steps": args.steps,
                           "size": args.size, "vae": args.vae, "compile": args.compile, "device": args.device}
     return PlantConfig(
-        captions=list(args.captions), images=args.images, out=args.out, mode=args.mode, format=args.format,
-        split=args.split, sampler=sampler_config(args), scale=args.scale, spacy_model=args.spacy_model,
-        captioner=args.captioner,
+        captions=list(args.captions), images=str(images), out=args.out, mode=args.mode, format=args.format,
+        split=args.split, columns=column_names(args.columns), sampler=sampler_config(args), scale=args.scale,
+        spacy_model=args.spacy_model, captioner=args.captioner,
         captioner_options=captioner_options | key_values(args.captioner_option, "--captioner-option"),
         editor=args.editor, editor_options=editor_options | key_values(args.editor_option, "--editor-option"),
         max_attempts=args.max_attempts, batch_size=args.batch_size, samples_per_shard=args.samples_per_shard,

@@ -48,6 +48,7 @@ class PlantConfig:
     mode: str = "hc"
     format: str | None = None
     split: str | None = None
+    columns: dict = field(default_factory=dict)  # a store's caption, image and id columns (sources.read_samples)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     scale: str = "brysbaert"
     spacy_model: str | None = None
@@ -98,14 +99,16 @@ class PlantConfig:
         import itertools
 
         from ..sources import UnsafePathError, join_under, read_samples
+        from ..stores import SEP
 
-        def exists(name: str) -> bool:
+        def exists(name: str) -> bool:  # a file, or the store a locator names (stores.py)
             try:
-                return join_under(self.images, name).exists()
+                return join_under(self.images, name.partition(SEP)[0]).exists()
             except UnsafePathError:
                 return False
 
-        samples = itertools.islice(read_samples(self.captions, fmt=self.format, split=self.split), self.limit)
+        samples = itertools.islice(read_samples(self.captions, fmt=self.format, split=self.split,
+                                                columns=self.columns), self.limit)
         named = list(itertools.islice((s.image for s in samples if s.error is None and s.image), probe))
         if named and not any(map(exists, named)):
             raise PlantError(f"none of the first {len(named)} images exist under {self.images} (named by the "

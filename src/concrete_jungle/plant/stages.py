@@ -33,11 +33,12 @@ from ..concreteness import load_ratings
 from ..editors import Editor
 from ..errors import JobError, PlantError
 from ..keyword_job import load_spacy, run_keywords
-from ..images import ImageRejected, read_image
+from ..images import ImageRejected, image_from_bytes, read_image
 from ..keywords import sample_rng
 from ..locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, mean_median
 from ..sources import UnsafePathError, join_under
+from ..stores import StoreError, is_located, read_located
 from .config import PlantConfig
 
 
@@ -58,12 +59,17 @@ def package_versions() -> dict:
 
 
 def load_image(root: Path, name: str | None) -> tuple[Image.Image | None, bytes | None, str | None]:
-    """(image, original bytes, None) or (None, None, reason): the file read safely (`images.read_image`)."""
+    """(image, original bytes, None) or (None, None, reason): the file, or the image inside a store
+    (`stores.read_located`), read and checked safely (`images`)."""
     if not name:
         return None, None, "no image file named for this sample"
     try:
-        image, data = read_image(join_under(root, name))
-    except (UnsafePathError, ImageRejected) as e:
+        if is_located(name):
+            data = read_located(root, name)
+            image = image_from_bytes(data, name)
+        else:
+            image, data = read_image(join_under(root, name))
+    except (UnsafePathError, ImageRejected, StoreError) as e:
         return None, None, str(e)
     return image.convert("RGB"), data, None
 
@@ -99,7 +105,7 @@ class Plant:
         path = self.out / f"keywords-{c.part}.jsonl"
         _, records = run_keywords(
             list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model), fmt=c.format,
-            split=c.split, progress=self.progress, extractor=extractor, limit=c.limit,
+            split=c.split, columns=c.columns, progress=self.progress, extractor=extractor, limit=c.limit,
             keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
         return records
 

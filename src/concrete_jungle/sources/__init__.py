@@ -7,7 +7,15 @@ for detection); detected from the file, or set with ``--format``:
 - ``coco``: COCO ``captions_*.json``;
 - ``sugarcrepe``: the official SugarCrepe JSON (positives, de-duplicated);
 - ``jsonl``: one object per line with ``id`` and ``caption`` or ``captions``, optional ``image``;
-- ``csv``: a header with ``id``, one or more ``caption*`` columns, optional ``image``.
+- ``csv``: a header with ``id``, one or more ``caption*`` columns, optional ``image``;
+- ``webdataset``: tar shards as img2dataset writes them (``KEY.jpg``, ``KEY.txt``, ``KEY.json``);
+- ``parquet``: Parquet with the image bytes inside (img2dataset, the Hugging Face Hub);
+- ``hf``: a ``datasets.save_to_disk`` folder.
+
+The three stores hold their images: a sample names its image by a locator inside the store (`stores`), and no
+``--images`` folder is needed. Inputs may use brace notation (``shards/{000000..000099}.tar``); a folder is read
+for every caption file and store in it (img2dataset's metadata Parquet beside a shard is the shard's, not an
+input).
 
 A new format is a module here with the same ``read`` and an entry in `READERS`. A file that cannot be read
 raises `SourceError` naming the file and the fix. A single bad record (a malformed JSONL line, a record without
@@ -19,25 +27,34 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import coco, csv_table, jsonl, karpathy, sugarcrepe
+from .. import stores
+from . import coco, csv_table, hf, jsonl, karpathy, parquet, sugarcrepe, webdataset
 from .base import (CaptionSample, ReadOptions, SourceError, SourceFile, UnsafePathError, anchor_caption,
                    join_under)
 
 __all__ = ["FORMATS", "CaptionSample", "SourceError", "UnsafePathError", "anchor_caption", "expand_paths",
            "join_under", "read_samples"]
 
-READERS = {"karpathy": karpathy, "coco": coco, "sugarcrepe": sugarcrepe, "jsonl": jsonl, "csv": csv_table}
+READERS = {"karpathy": karpathy, "coco": coco, "sugarcrepe": sugarcrepe, "jsonl": jsonl, "csv": csv_table,
+           "webdataset": webdataset, "parquet": parquet, "hf": hf}
 FORMATS = tuple(READERS)
 JSON_FORMATS = ("coco", "karpathy", "sugarcrepe")  # detection order of a .json file's content
 
 
 def _kind_from_suffix(path: Path) -> str:
-    """``jsonl``/``csv`` from the extension; ``json`` means the content decides (see `_json_kind`)."""
+    """The format from the extension (a saved dataset: its folder); ``json`` means the content decides (see
+    `_json_kind`)."""
+    if stores.is_saved_dataset(path):
+        return "hf"
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         return suffix[1:]
     if suffix in (".csv", ".tsv"):
         return "csv"
+    if suffix == ".tar":
+        return "webdataset"
+    if suffix == ".parquet":
+        return "parquet"
     raise SourceError(f"cannot detect the format of {path} from its extension; set --format to one of {FORMATS}")
 
 
@@ -54,14 +71,25 @@ def _json_kind(file: SourceFile) -> str:
     )
 
 
+INPUT_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".tar", ".parquet")
+
+
 def expand_paths(paths: list[str | Path]) -> list[Path]:
-    """Files named directly, plus every caption file inside a named directory (sorted)."""
+    """Files named directly (brace notation expanded), plus every input inside a named directory (sorted); a saved
+    Hugging Face dataset is its folder."""
+    from braceexpand import braceexpand
+
     out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.suffix.lower() in (".json", ".jsonl", ".csv", ".tsv"))
+    for p in (Path(q) for given in paths for q in braceexpand(str(given))):
+        if stores.is_saved_dataset(p):
+            out.append(p)
+        elif p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.suffix.lower() in INPUT_SUFFIXES or stores.is_saved_dataset(q))
+            shards = {q.stem for q in found if q.suffix == ".tar"}
+            found = [q for q in found if not (q.suffix == ".parquet" and q.stem in shards)]  # img2dataset's metadata
             if not found:
-                raise SourceError(f"directory {p} holds no .json, .jsonl or .csv caption file")
+                raise SourceError(f"directory {p} holds no caption file or store (.json, .jsonl, .csv, .tar, "
+                                  ".parquet, a save_to_disk folder)")
             out.extend(found)
         elif p.exists():
             out.append(p)
@@ -70,12 +98,17 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
     return out
 
 
-def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | None = None) -> Iterator[CaptionSample]:
-    """All samples of ``paths`` in file order. ``split`` filters Karpathy files (``train`` or ``train,restval``)."""
+def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | None = None,
+                 columns: dict[str, str] | None = None) -> Iterator[CaptionSample]:
+    """All samples of ``paths`` in file order. ``split`` filters Karpathy files (``train`` or ``train,restval``);
+    ``columns`` names a store's caption, image and id columns."""
     if fmt is not None and fmt not in FORMATS:
         raise SourceError(f"unknown format {fmt!r}; choose one of {FORMATS}")
+    unknown = sorted(set(columns or {}) - {"caption", "image", "id"})
+    if unknown:
+        raise SourceError(f"--columns: unknown {unknown}; name caption, image or id, e.g. caption=text")
     files = expand_paths(paths)
-    options = ReadOptions(split=split)
+    options = ReadOptions(split=split, columns=dict(columns or {}))
     for path in files:
         file = SourceFile(path)
         kind = fmt or _kind_from_suffix(path)

@@ -22,17 +22,21 @@ class UnsafePathError(ValueError):
 class CaptionSample:
     id: str
     captions: list[str] = field(default_factory=list)
-    image: str | None = None  # path relative to the image root
+    image: str | None = None  # path relative to the image root, or a locator inside a store (`stores`)
     error: str | None = None  # set for a record that cannot be used; the reason it is skipped
 
 
 @dataclass
 class ReadOptions:
     """What a reader may need beyond its file: ``split`` filters Karpathy files (``train`` or ``train,restval``);
-    ``seen_captions`` is shared by all files of one read (SugarCrepe de-duplicates across its subsets)."""
+    ``columns`` names a store's caption, image and id columns (``{"caption": "text"}``); ``seen_captions`` and
+    ``seen_ids`` are shared by all files of one read (SugarCrepe de-duplicates across its subsets; WebDataset keys
+    that repeat across shards get the shard's name)."""
 
     split: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)
     seen_captions: set[str] = field(default_factory=set)
+    seen_ids: set[str] = field(default_factory=set)
 
 
 class SourceFile:

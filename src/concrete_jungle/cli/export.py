@@ -1,0 +1,39 @@
+"""`concrete-jungle export`: a ConcreteBatch as Parquet files to share (the Hugging Face Hub's form)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a ConcreteBatch as Parquet (images as bytes, both captions, the metadata) to share or load "
+        "with datasets",
+        description="One Parquet file per shard, with the Hugging Face feature description: "
+        "datasets.load_dataset('parquet', data_files='OUT/...parquet') reads the pictures as images. --to hf "
+        "writes OUT/data/ and a dataset card (README.md), the layout `huggingface-cli upload` and "
+        "load_dataset(OUT) expect.",
+    )
+    p.add_argument("dataset", metavar="DIR", help="a ConcreteBatch directory")
+    p.add_argument("--to", choices=["parquet", "hf"], default="parquet", help="the layout (default %(default)s)")
+    p.add_argument("out", metavar="OUT", help="output folder")
+    p.add_argument("--partial", action="store_true",
+                   help="export the finished shards of an unfinished or unmerged dataset (refused otherwise)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def run(args, console: Console) -> int:
+    from ..concretebatch import shard_urls
+    from ..export import export
+    from ..locks import locked
+
+    shard_urls(args.dataset, args.partial)  # a ConcreteBatch directory, or one clear line
+    with locked(Path(args.out) / ".export.lock", f"--out {args.out}", "concrete-jungle export"):
+        files = export(args.dataset, args.out, args.to, args.partial, progress=not args.no_progress)
+    where = files[0].parent if files else args.out
+    console.print(f"exported {args.dataset} to {len(files)} Parquet file(s) in {where}", highlight=False)
+    return 0

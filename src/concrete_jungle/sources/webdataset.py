@@ -1,0 +1,89 @@
+"""WebDataset tar shards, as img2dataset writes them: ``KEY.jpg`` (or png, webp), ``KEY.txt``, ``KEY.json``.
+
+A sample is the members sharing a key (the name up to the first dot of its file name, webdataset's rule); its
+caption is ``KEY.txt``, or a field of ``KEY.json`` named by ``--columns caption=FIELD``; its id is the key (with the
+shard's name in front where the key was already read from an earlier shard); its image is located in the shard
+(`stores`), never unpacked. A sample without an image, and each row of img2dataset's metadata Parquet beside the
+shard (``000000.parquet``) whose download failed, is a skip with its reason; a damaged shard yields what comes
+before the damage and one skip saying where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..stores import IMAGE_EXTENSIONS, locator
+from .base import CaptionSample, ReadOptions, SourceFile
+
+
+def split_key(name: str) -> tuple[str, str]:
+    """(key, extension) of a member name: ``a/b/000123.neg.jpg`` -> (``a/b/000123``, ``neg.jpg``)."""
+    folder, _, base = name.rpartition("/")
+    stem, _, ext = base.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), ext.lower()
+
+
+def failed_downloads(shard: Path) -> Iterator[CaptionSample]:
+    """The failed rows of img2dataset's metadata file beside ``shard``, as skips with img2dataset's reason."""
+    meta = shard.with_suffix(".parquet")
+    if not meta.is_file():
+        return
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(meta)
+    if "status" not in table.column_names:
+        return
+    for row in table.select([c for c in ("key", "status", "error_message") if c in table.column_names]).to_pylist():
+        if row.get("status") != "success":
+            why = row.get("error_message") or row.get("status")
+            yield CaptionSample(str(row.get("key")), error=f"no image: img2dataset could not download it ({why})")
+
+
+def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
+    path = file.path
+    field = options.columns.get("caption")
+    groups: dict[str, dict[str, tarfile.TarInfo]] = {}
+    texts: dict[tuple[str, str], bytes] = {}
+    damage = None
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                key, ext = split_key(member.name)
+                groups.setdefault(key, {})[ext] = member
+                if ext in ("txt", "json"):
+                    texts[(key, ext)] = tar.extractfile(member).read()
+    except (tarfile.TarError, OSError, EOFError) as e:
+        damage = f"{type(e).__name__}: {e}"
+    for key, members in groups.items():
+        sid = key if key not in options.seen_ids else f"{path.stem}/{key}"
+        options.seen_ids.add(sid)
+        caption, why = _caption(texts, key, field)
+        image = next((members[ext].name for ext in IMAGE_EXTENSIONS if ext in members), None)
+        if why or image is None:
+            yield CaptionSample(sid, error=why or "no image in the shard for this key (jpg, jpeg, png or webp)")
+            continue
+        yield CaptionSample(sid, [caption], locator(path.name, image))
+    yield from failed_downloads(path)
+    if damage:
+        yield CaptionSample(f"{path.name}#damaged", error=f"the shard is damaged after {len(groups)} samples; the "
+                                                          f"rest is not read ({damage})")
+
+
+def _caption(texts: dict, key: str, field: str | None) -> tuple[str | None, str | None]:
+    if field:
+        raw = texts.get((key, "json"))
+        try:
+            value = json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None, f"{key}.json is not valid JSON"
+        caption = value.get(field) if isinstance(value, dict) else None
+        return (caption, None) if isinstance(caption, str) else (None, f"{key}.json has no text field {field!r}")
+    raw = texts.get((key, "txt"))
+    if raw is None:
+        return None, "no caption (.txt) in the shard for this key"
+    return raw.decode("utf-8", errors="replace"), None

@@ -1,0 +1,167 @@
+"""Images that live inside a store (WebDataset tar shards, Parquet files, a Hugging Face ``save_to_disk`` folder),
+named by a *locator*: ``<store>::<where>``, the store's file or folder name relative to the image root and the
+place of the image in it (a tar member's name, a Parquet row, a dataset row).
+
+The caption readers (`sources.webdataset`, `sources.parquet`, `sources.hf`) write locators where a caption file
+would name an image file, so every stage after them (the keyword records, resume, the reject log) works as for a
+folder of images; `read_located` reads the bytes back. A store is opened once per process and kept: a tar's member
+index (name -> offset, size) is built by one pass over its headers, a Parquet file reads the row group holding the
+row (and keeps the last one), a saved dataset is memory-mapped.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from functools import lru_cache
+from pathlib import Path
+
+SEP = "::"
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")  # a WebDataset sample's image, in the order looked for
+CAPTION_COLUMNS = ("caption", "text", "txt")  # img2dataset, Hugging Face, WebDataset
+IMAGE_COLUMNS = ("image", "jpg", "img")
+ID_COLUMNS = ("key", "id", "__key__")
+
+
+class StoreError(ValueError):
+    """A locator that names no image of its store; the message says which and why."""
+
+
+def is_located(name: str | None) -> bool:
+    return bool(name) and SEP in name
+
+
+def locator(store: str, where: str | int) -> str:
+    return f"{store}{SEP}{where}"
+
+
+def split_locator(root: str | Path, name: str) -> tuple[Path, str]:
+    """(the store's path under ``root``, the place in it); the store must be a name inside ``root``."""
+    from .sources.base import join_under
+
+    store, _, where = name.partition(SEP)
+    return join_under(root, store), where
+
+
+def read_located(root: str | Path, name: str) -> bytes:
+    """The bytes of the image ``name`` locates under ``root``."""
+    store, where = split_locator(root, name)
+    if not store.exists():
+        raise StoreError(f"the store {store} does not exist (named by {name!r})")
+    if store.suffix == ".tar":
+        members = tar_index(str(store))
+        if where not in members:
+            raise StoreError(f"{store} has no member {where!r}")
+        offset, size = members[where]
+        with open(store, "rb") as f:
+            f.seek(offset)
+            data = f.read(size)
+        if len(data) != size:
+            raise StoreError(f"{store} is cut short inside {where!r}")
+        return data
+    if store.suffix == ".parquet":
+        return parquet_image(str(store), int(where))
+    if store.is_dir():
+        return saved_dataset_image(str(store), int(where))
+    raise StoreError(f"{store} is not a store this project reads (.tar, .parquet or a save_to_disk folder)")
+
+
+@lru_cache(maxsize=64)
+def tar_index(path: str) -> dict[str, tuple[int, int]]:
+    """Member name -> (offset of its data, size), for the members a pass over the headers reaches (a damaged
+    archive: those before the damage)."""
+    members: dict[str, tuple[int, int]] = {}
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for member in tar:
+                if member.isfile():
+                    members[member.name] = (member.offset_data, member.size)
+    except (tarfile.TarError, OSError, EOFError):
+        pass  # the reader reported the damage as a skip; what came before it stays readable
+    return members
+
+
+def image_bytes(value) -> bytes | None:
+    """An image cell: raw bytes, or Hugging Face's ``{"bytes", "path"}``."""
+    if isinstance(value, dict):
+        value = value.get("bytes")
+    return bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else None
+
+
+def image_column(names: list[str], chosen: str | None = None) -> str | None:
+    if chosen:
+        return chosen if chosen in names else None
+    return next((c for c in IMAGE_COLUMNS if c in names), None)
+
+
+@lru_cache(maxsize=16)
+def _parquet_file(path: str):
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path)
+
+
+_last_group: dict = {}  # (path, row group) -> that group's image column, the last one read in this process
+
+
+def parquet_image(path: str, row: int, column: str | None = None) -> bytes:
+    """The image bytes of ``row`` in a Parquet file: its row group read once, the image column only."""
+    file = _parquet_file(path)
+    column = column or image_column(file.schema_arrow.names)
+    if column is None:
+        raise StoreError(f"{path} has no image column (looked for {', '.join(IMAGE_COLUMNS)})")
+    start = 0
+    for group in range(file.num_row_groups):
+        rows = file.metadata.row_group(group).num_rows
+        if row < start + rows:
+            key = (path, group, column)
+            if key not in _last_group:
+                _last_group.clear()
+                _last_group[key] = file.read_row_group(group, columns=[column]).column(0).to_pylist()
+            data = image_bytes(_last_group[key][row - start])
+            if data is None:
+                raise StoreError(f"{path} row {row} holds no image bytes in column {column!r}")
+            return data
+        start += rows
+    raise StoreError(f"{path} has {start} rows; row {row} does not exist")
+
+
+@lru_cache(maxsize=4)
+def saved_dataset(path: str):
+    """A `datasets.save_to_disk` folder, memory-mapped, its image column as raw ``{"bytes", "path"}``."""
+    try:
+        import datasets
+    except ImportError:
+        raise StoreError("reading a Hugging Face dataset folder needs `datasets`: pip install "
+                         "'concrete-jungle[stores]'") from None
+    ds = datasets.load_from_disk(path)
+    if isinstance(ds, datasets.DatasetDict):
+        raise StoreError(f"{path} holds several splits ({', '.join(ds)}); pass the folder of one: {path}/<split>")
+    column = image_column(list(ds.features))
+    if column is not None and isinstance(ds.features[column], datasets.Image):
+        ds = ds.cast_column(column, datasets.Image(decode=False))
+    return ds
+
+
+def saved_dataset_image(path: str, row: int) -> bytes:
+    ds = saved_dataset(path)
+    column = image_column(list(ds.features))
+    if column is None or not 0 <= row < len(ds):
+        raise StoreError(f"{path} has no image at row {row}")
+    data = image_bytes(ds[row][column])
+    if data is None:
+        raise StoreError(f"{path} row {row} holds no image bytes")
+    return data
+
+
+def is_saved_dataset(path: Path) -> bool:
+    return path.is_dir() and (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+
+
+def store_root(paths: list[Path]) -> Path | None:
+    """The folder the stores among ``paths`` lie in, when every input is a store and all lie in one folder: the
+    image root of their locators."""
+    if not paths or not all(p.suffix in (".tar", ".parquet") or is_saved_dataset(p) for p in paths):
+        return None
+    parents = {os.path.dirname(os.path.abspath(p)) for p in paths}
+    return Path(parents.pop()) if len(parents) == 1 else None

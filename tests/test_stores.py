@@ -1,0 +1,188 @@
+"""Plant from the stores web-scale sets come in (WebDataset shards as img2dataset writes them, Parquet with the
+image bytes inside, a Hugging Face save_to_disk folder): the same records as from the same images in a folder."""
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from concrete_jungle.cli import main
+from concrete_jungle.concretebatch import iter_records, read_manifest
+from concrete_jungle.sources import read_samples
+
+N = 30
+
+
+def jpeg(i: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(i).integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def caption(i: int) -> str:
+    return f"A {['red', 'green', 'small'][i % 3]} {['dog', 'cat', 'car', 'chair', 'tree'][i % 5]} near the {i}th house"
+
+
+def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """The same N samples as a folder (JSONL + JPEGs), as img2dataset WebDataset shards (with failed downloads in
+    their metadata Parquet), as Parquet with image bytes in row groups, and as a save_to_disk dataset."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("stores")
+    keys = [f"{i:09d}" for i in range(N)]
+    (root / "folder" / "images").mkdir(parents=True)
+    with open(root / "folder" / "captions.jsonl", "w") as f:
+        for i, key in enumerate(keys):
+            (root / "folder" / "images" / f"{key}.jpg").write_bytes(jpeg(i))
+            f.write(json.dumps({"id": key, "caption": caption(i), "image": f"{key}.jpg"}) + "\n")
+    (root / "wds").mkdir()
+    for shard, part in enumerate((keys[:20], keys[20:])):
+        with tarfile.open(root / "wds" / f"{shard:05d}.tar", "w") as tar:
+            for key in part:
+                i = int(key)
+                add(tar, f"{key}.jpg", jpeg(i))
+                add(tar, f"{key}.txt", caption(i).encode())
+                add(tar, f"{key}.json", json.dumps({"key": key, "caption": caption(i), "status": "success"}).encode())
+        failed = [f"{900000 + shard:09d}"]  # img2dataset keeps a failed download in the Parquet only
+        pq.write_table(pa.table({"key": part + failed, "status": ["success"] * len(part) + ["failed_to_download"],
+                                 "error_message": [None] * len(part) + ["HTTP 404"]}),
+                       root / "wds" / f"{shard:05d}.parquet")
+    (root / "parquet").mkdir()
+    table = pa.table({"key": keys, "caption": [caption(i) for i in range(N)],
+                      "image": [{"bytes": jpeg(i), "path": f"{k}.jpg"} for i, k in enumerate(keys)]})
+    pq.write_table(table, root / "parquet" / "train.parquet", row_group_size=7)
+    ds = datasets.Dataset.from_dict({"id": keys, "text": [caption(i) for i in range(N)],
+                                     "image": [{"bytes": jpeg(i), "path": None} for i in range(N)]},
+                                    features=datasets.Features({"id": datasets.Value("string"),
+                                                                "text": datasets.Value("string"),
+                                                                "image": datasets.Image()}))
+    ds.save_to_disk(str(root / "hf"))
+    return root
+
+
+def records(out):
+    """Every record as the bytes and text that define it (the source locator aside)."""
+    out_records = []
+    for r in iter_records(out):
+        meta = {k: v for k, v in r["meta"].items() if k != "source"}
+        out_records.append((r["caption"], r["neg_caption"], r["image"].tobytes(), r["neg_image"].tobytes(),
+                            json.dumps(meta, sort_keys=True)))
+    return out_records
+
+
+def plant(captions, out, *extra):
+    return main(["plant", "--captions", *map(str, captions), "--out", str(out), "--mode", "hc", "--no-progress",
+                 "--samples-per-shard", "8", "--batch-size", "5", *map(str, extra)])
+
+
+@pytest.mark.parametrize("store", ["wds", "wds_braces", "parquet", "hf"])
+def test_plant_from_a_store_gives_the_records_of_the_same_images_in_a_folder(stores, tmp_path, store):
+    reference = tmp_path / "reference"
+    assert plant([stores / "folder" / "captions.jsonl"], reference, "--images", stores / "folder" / "images") == 0
+    inputs = {"wds": [stores / "wds"], "wds_braces": [stores / "wds" / "{00000..00001}.tar"],
+              "parquet": [stores / "parquet" / "train.parquet"], "hf": [stores / "hf"]}[store]
+    out = tmp_path / "out"
+    assert plant(inputs, out) == 0  # no --images: the images are inside the store
+    assert records(out) == records(reference)
+    manifest = {r["id"]: r for r in read_manifest(out)}
+    if store.startswith("wds"):  # img2dataset's failed downloads: skips with its reason
+        assert manifest["000900000"]["status"] == "rejected"
+        assert "img2dataset could not download it (HTTP 404)" in manifest["000900000"]["reason"]
+    assert sum(r["status"] == "ok" for r in manifest.values()) == N
+
+
+def test_the_anchor_s_jpeg_bytes_go_into_the_concretebatch_unchanged(stores, tmp_path):
+    out = tmp_path / "out"
+    assert plant([stores / "parquet" / "train.parquet"], out) == 0
+    with tarfile.open(sorted(out.glob("shard-*.tar"))[0]) as tar:
+        anchors = {m.name.split(".")[0]: tar.extractfile(m).read() for m in tar if m.name.endswith(".jpg")
+                   and not m.name.endswith(".neg.jpg")}
+    by_id = {json.loads(line)["id"]: json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()}
+    for key, data in anchors.items():
+        sample = next(i for i in by_id if key.startswith(i))
+        assert data == jpeg(int(sample))
+
+
+def test_a_damaged_shard_and_keys_repeated_across_shards(stores, tmp_path):
+    import shutil
+
+    wds = tmp_path / "wds"
+    shutil.copytree(stores / "wds", wds)
+    shutil.copy(wds / "00000.tar", wds / "00002.tar")  # the same keys again in another shard
+    data = (wds / "00001.tar").read_bytes()
+    (wds / "00001.tar").write_bytes(data[: len(data) // 2 + 100])  # cut in the middle of a member
+    samples = list(read_samples([wds]))
+    ids = [s.id for s in samples if s.error is None]
+    assert "00002/000000000" in ids and "000000000" in ids  # a repeated key gets its shard's name
+    damaged = [s for s in samples if s.id == "00001.tar#damaged"]
+    assert damaged and "the shard is damaged after" in damaged[0].error
+    out = tmp_path / "out"
+    assert plant([wds], out) == 0  # the run goes on: what the damaged shard held before the damage is planted
+    manifest = read_manifest(out)
+    assert any(r["id"] == "00001.tar#damaged" and r["status"] != "ok" for r in manifest)
+    assert sum(r["status"] == "ok" for r in manifest) >= 40
+
+
+def test_columns_name_a_store_s_fields_and_a_wrong_name_is_one_line(stores, tmp_path, capsys):
+    samples = list(read_samples([stores / "parquet" / "train.parquet"], columns={"caption": "caption", "id": "key"}))
+    assert [s.id for s in samples] == [f"{i:09d}" for i in range(N)]
+    assert samples[0].image == "train.parquet::0" and samples[8].image == "train.parquet::8"
+    assert main(["keywords", "--captions", str(stores / "parquet" / "train.parquet"), "--columns", "caption=nope",
+                 "--mode", "hc", "--out", str(tmp_path / "kw.jsonl")]) == 2
+    assert "has no column 'nope' (--columns caption=...)" in " ".join(capsys.readouterr().err.split())
+    wds = list(read_samples([stores / "wds" / "00000.tar"], columns={"caption": "caption"}))  # from KEY.json
+    assert wds[0].captions == [caption(0)]
+
+
+@pytest.mark.parametrize("store", ["wds", "parquet", "hf"])
+def test_training_pairs_from_a_store_train_as_the_same_pairs_from_a_folder(stores, tmp_path, store):
+    def train(out, *pairs):
+        return main(["train", "--out", str(out), "--steps", "3", "--batch-size", "8", "--set", "model.name=cj-tiny",
+                     "--set", "model.pretrained=none", "--set", "data.workers=0", "--no-progress", *pairs])
+
+    folder = ["--set", f"data.pairs=['{stores / 'folder' / 'captions.jsonl'}']", "--set",
+              f"data.pairs_images={stores / 'folder' / 'images'}"]
+    inputs = {"wds": stores / "wds", "parquet": stores / "parquet" / "train.parquet", "hf": stores / "hf"}
+    assert train(tmp_path / "a", *folder) == 0
+    assert train(tmp_path / "b", "--set", f"data.pairs=['{inputs[store]}']") == 0  # no pairs_images: in the store
+    losses = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+              for run in "ab"]
+    assert losses[0] == losses[1]
+
+
+@pytest.mark.parametrize("to", ["parquet", "hf"])
+def test_export_round_trips_through_datasets(planted, tmp_path, to):
+    import datasets
+
+    out = tmp_path / "export"
+    assert main(["export", str(planted), "--to", to, str(out), "--no-progress"]) == 0
+    if to == "hf":
+        assert (out / "README.md").is_file()
+        loaded = datasets.load_dataset(str(out), split="train")
+    else:
+        loaded = datasets.load_dataset("parquet", data_files=sorted(map(str, out.glob("*.parquet"))), split="train")
+    expected = list(iter_records(planted))
+    assert len(loaded) == len(expected)
+    for row, record in zip(loaded, expected):
+        assert isinstance(row["image"], Image.Image)  # read back as images, by the feature description
+        assert row["image"].tobytes() == record["image"].tobytes()
+        assert row["neg_image"].tobytes() == record["neg_image"].tobytes()
+        assert (row["caption"], row["neg_caption"], row["concreteness"]) == (
+            record["caption"], record["neg_caption"], record["concreteness"])
+        assert json.loads(row["meta"]) == record["meta"]
+    # a second export into the same folder keeps the finished files (a stopped export resumes)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
+    assert main(["export", str(planted), "--to", to, str(out), "--no-progress"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")} == before
