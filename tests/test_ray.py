@@ -124,3 +124,21 @@ def test_an_edit_actor_killed_mid_run_is_replaced_and_the_records_are_the_same(l
     killer.join()
     assert killed, "no edit actor was found to kill"
     assert records(out) == expected
+
+
+def test_the_ray_engine_reads_a_store_in_its_actors_and_writes_the_local_engine_s_records(local_ray, tmp_path):
+    """The driver reads the captions (text columns only); each edit actor reads the images it edits from the store
+    itself, by locator, in parallel."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    captions, images = make_dataset(tmp_path, 24, image_size=32)
+    rows = [json.loads(line) for line in captions.read_text().splitlines()]
+    pq.write_table(pa.table({"key": [r["id"] for r in rows], "caption": [r["captions"][1] for r in rows],
+                             "image": [{"bytes": (images / r["image"]).read_bytes(), "path": None} for r in rows]}),
+                   tmp_path / "store.parquet", row_group_size=5)
+    base = ["plant", "--captions", str(tmp_path / "store.parquet"), "--mode", "hc", "--no-progress",
+            *map(str, EXTRA)]
+    assert main([*base, "--out", str(tmp_path / "local")]) == 0
+    assert main([*base, "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-actors", "1,1,1"]) == 0
+    assert records(tmp_path / "ray") == records(tmp_path / "local")

@@ -186,3 +186,23 @@ def test_export_round_trips_through_datasets(planted, tmp_path, to):
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
     assert main(["export", str(planted), "--to", to, str(out), "--no-progress"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")} == before
+
+
+def test_hostile_images_inside_a_store_are_rejects_with_their_reason(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from test_round_two import hostile_images
+
+    expected = hostile_images(tmp_path / "files")
+    names = [n for n in expected if n not in ("fifo.jpg", "zero.jpg")]  # a store holds bytes, not special files
+    pq.write_table(pa.table({"key": names, "caption": ["a red dog sitting on the wooden table"] * len(names),
+                             "image": [{"bytes": (tmp_path / "files" / n).read_bytes(), "path": n} for n in names]}),
+                   tmp_path / "hostile.parquet")
+    out = tmp_path / "out"
+    assert plant([tmp_path / "hostile.parquet"], out) == 0
+    rows = {r["id"]: r for r in read_manifest(out)}
+    for name in names:
+        if expected[name] == "kept":
+            assert rows[name]["status"] == "ok", rows[name]
+        else:
+            assert rows[name]["status"] == "rejected" and expected[name] in rows[name]["reason"], rows[name]
