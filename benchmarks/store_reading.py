@@ -5,8 +5,8 @@ JPEGs with a JSONL caption file, WebDataset shards as img2dataset writes them, o
 bytes inside (row groups of 1,000), and a Hugging Face ``save_to_disk`` folder. Each is then read in a fresh
 process as `plant` reads its input: every sample (`sources.read_samples`), then every image through
 `plant.stages.load_image` (the bytes read, checked and decoded), in input order; rounds alternate, medians.
-Memory is the growth of the process's peak resident set (``ru_maxrss``) while it reads, above what its imports
-(torch, PIL, pyarrow) took: what the reading itself holds.
+Memory is the growth of the process's resident set (``VmRSS``, sampled every 500 samples) while it reads, above
+what it held after its imports (torch, PIL, pyarrow, datasets): what the reading itself holds.
 
     python benchmarks/store_reading.py --samples 20000 --rounds 3
 """
@@ -27,20 +27,26 @@ import numpy as np
 from PIL import Image
 
 READ = """
-import resource, sys, time
+import sys, time
 from pathlib import Path
-import datasets, pyarrow.parquet  # imported by the readers of two of the stores: counted before, for all
+import datasets, pyarrow.parquet  # imported by the readers of two of the stores: loaded before, for all
 from concrete_jungle.plant.stages import load_image
 from concrete_jungle.sources import read_samples
+
+def rss():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS")) / 1024
+
 captions, images = sys.argv[1], sys.argv[2]
-imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+before = peak = rss()
 start = time.perf_counter()
 n = 0
 for sample in read_samples([captions]):
     image, data, why = load_image(Path(images), sample.image)
     assert why is None, why
     n += 1
-print(n, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - imported)
+    if n % 500 == 0:
+        peak = max(peak, rss())
+print(n, time.perf_counter() - start, max(peak, rss()) - before)
 """
 
 

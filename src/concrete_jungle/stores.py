@@ -53,9 +53,7 @@ def read_located(root: str | Path, name: str) -> bytes:
         if where not in members:
             raise StoreError(f"{store} has no member {where!r}")
         offset, size = members[where]
-        with open(store, "rb") as f:
-            f.seek(offset)
-            data = f.read(size)
+        data = read_range(store, offset, size)
         if len(data) != size:
             raise StoreError(f"{store} is cut short inside {where!r}")
         return data
@@ -66,40 +64,56 @@ def read_located(root: str | Path, name: str) -> bytes:
     raise StoreError(f"{store} is not a store this project reads (.tar, .parquet or a save_to_disk folder)")
 
 
-@lru_cache(maxsize=64)
-def tar_index(path: str) -> dict[str, tuple[int, int]]:
-    """Member name -> (offset of its data, size), for the members a pass over the headers reaches (a damaged
-    archive: those before the damage). Plain ustar headers are read directly (5x faster than `tarfile`); an
-    archive with extended headers (long names, pax records) is read with `tarfile`."""
+def scan_tar(path: str | Path) -> tuple[dict[str, tuple[int, int]], str | None]:
+    """(member name -> (offset of its data, size), the damage that stopped the scan or None). Plain ustar headers
+    are read directly (6x faster than `tarfile`); an archive with extended headers (long names, pax records) is
+    read with `tarfile`. A damaged archive gives the members before the damage."""
     members: dict[str, tuple[int, int]] = {}
-    try:
-        with open(path, "rb") as f:
-            at = 0
-            while True:
-                header = f.read(512)
-                if len(header) < 512 or header == bytes(512):
-                    return members
-                kind = header[156:157]
-                if kind not in (b"0", b"\0", b"5") or header[257:262] != b"ustar":
-                    break  # an extension (GNU long name, pax): tarfile reads it
+    end = os.path.getsize(path)
+    with open(path, "rb") as f:
+        at = 0
+        while True:
+            header = f.read(512)
+            if not header or header == bytes(512):
+                return members, None
+            if len(header) < 512:
+                return members, f"the archive ends inside a header after {len(members)} members"
+            kind = header[156:157]
+            if kind not in (b"0", b"\0", b"5") or header[257:262] != b"ustar":
+                break  # an extension (GNU long name, pax): tarfile reads it
+            try:
                 name = header[:100].split(b"\0", 1)[0].decode("utf-8")
                 prefix = header[345:500].split(b"\0", 1)[0].decode("utf-8")
                 size = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
-                if kind != b"5":
-                    members[f"{prefix}/{name}" if prefix else name] = (at + 512, size)
-                at += 512 + (size + 511) // 512 * 512
-                f.seek(at)
-    except (OSError, ValueError, UnicodeDecodeError):
-        pass
+            except (ValueError, UnicodeDecodeError):
+                return members, f"an unreadable header after {len(members)} members"
+            if at + 512 + size > end:
+                return members, f"the archive ends inside {name!r} after {len(members)} members"
+            if kind != b"5":
+                members[f"{prefix}/{name}" if prefix else name] = (at + 512, size)
+            at += 512 + (size + 511) // 512 * 512
+            f.seek(at)
     members = {}
     try:
         with tarfile.open(path, "r:") as tar:
             for member in tar:
                 if member.isfile():
                     members[member.name] = (member.offset_data, member.size)
-    except (tarfile.TarError, OSError, EOFError):
-        pass  # the reader reported the damage as a skip; what came before it stays readable
-    return members
+    except (tarfile.TarError, OSError, EOFError) as e:
+        return members, f"{type(e).__name__}: {e}"
+    return members, None
+
+
+@lru_cache(maxsize=64)
+def tar_index(path: str) -> dict[str, tuple[int, int]]:
+    """`scan_tar`'s members of a shard, kept for the process."""
+    return scan_tar(path)[0]
+
+
+def read_range(path: str | Path, offset: int, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
 
 
 def image_bytes(value) -> bytes | None:

@@ -11,11 +11,10 @@ before the damage and one skip saying where it stopped.
 from __future__ import annotations
 
 import json
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..stores import IMAGE_EXTENSIONS, locator
+from ..stores import IMAGE_EXTENSIONS, locator, scan_tar
 from .base import CaptionSample, ReadOptions, SourceFile
 
 
@@ -45,45 +44,43 @@ def failed_downloads(shard: Path) -> Iterator[CaptionSample]:
 def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
     path = file.path
     field = options.columns.get("caption")
-    groups: dict[str, dict[str, tarfile.TarInfo]] = {}
-    texts: dict[tuple[str, str], bytes] = {}
-    damage = None
-    try:
-        with tarfile.open(path, "r:") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                key, ext = split_key(member.name)
-                groups.setdefault(key, {})[ext] = member
-                if ext in ("txt", "json"):
-                    texts[(key, ext)] = tar.extractfile(member).read()
-    except (tarfile.TarError, OSError, EOFError) as e:
-        damage = f"{type(e).__name__}: {e}"
-    for key, members in groups.items():
-        sid = key if key not in options.seen_ids else f"{path.stem}/{key}"
-        options.seen_ids.add(sid)
-        caption, why = _caption(texts, key, field)
-        image = next((members[ext].name for ext in IMAGE_EXTENSIONS if ext in members), None)
-        if why or image is None:
-            yield CaptionSample(sid, error=why or "no image in the shard for this key (jpg, jpeg, png or webp)")
-            continue
-        yield CaptionSample(sid, [caption], locator(path.name, image))
+    members, damage = scan_tar(path)
+    groups: dict[str, dict[str, str]] = {}
+    for name in members:
+        key, ext = split_key(name)
+        groups.setdefault(key, {})[ext] = name
+    with open(path, "rb") as f:
+        def text(key: str, ext: str) -> bytes | None:
+            name = groups[key].get(ext)
+            if name is None:
+                return None
+            offset, size = members[name]
+            f.seek(offset)
+            return f.read(size)
+
+        for key, exts in groups.items():
+            sid = key if key not in options.seen_ids else f"{path.stem}/{key}"
+            options.seen_ids.add(sid)
+            caption, why = _caption(text(key, "json") if field else text(key, "txt"), key, field)
+            image = next((exts[ext] for ext in IMAGE_EXTENSIONS if ext in exts), None)
+            if why or image is None:
+                yield CaptionSample(sid, error=why or "no image in the shard for this key (jpg, jpeg, png or webp)")
+                continue
+            yield CaptionSample(sid, [caption], locator(path.name, image))
     yield from failed_downloads(path)
     if damage:
-        yield CaptionSample(f"{path.name}#damaged", error=f"the shard is damaged after {len(groups)} samples; the "
-                                                          f"rest is not read ({damage})")
+        yield CaptionSample(f"{path.name}#damaged", error=f"the shard is damaged: {damage}; the rest is not read")
 
 
-def _caption(texts: dict, key: str, field: str | None) -> tuple[str | None, str | None]:
+def _caption(raw: bytes | None, key: str, field: str | None) -> tuple[str | None, str | None]:
+    """The caption of a key from its ``.txt``, or from the field of its ``.json``; else the reason."""
     if field:
-        raw = texts.get((key, "json"))
         try:
             value = json.loads(raw) if raw is not None else None
         except ValueError:
             return None, f"{key}.json is not valid JSON"
         caption = value.get(field) if isinstance(value, dict) else None
         return (caption, None) if isinstance(caption, str) else (None, f"{key}.json has no text field {field!r}")
-    raw = texts.get((key, "txt"))
     if raw is None:
         return None, "no caption (.txt) in the shard for this key"
     return raw.decode("utf-8", errors="replace"), None
