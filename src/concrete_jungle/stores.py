@@ -184,7 +184,10 @@ def _saved_images(path: str):
     per-row formatting."""
     ds = saved_dataset(path)
     column = image_column(list(ds.features))
-    return None if column is None else ds.flatten_indices().data.table.column(column)
+    if column is None:
+        return None
+    # a saved dataset is stored flat; one with an indices mapping (a selection) is flattened once
+    return (ds if ds._indices is None else ds.flatten_indices()).data.table.column(column)
 
 
 def saved_dataset_image(path: str, row: int) -> bytes:
