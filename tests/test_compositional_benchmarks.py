@@ -289,3 +289,29 @@ def test_aro_order_items_are_fixed_scrambles_of_the_caption_scored_with_ties_to_
     assert right[2] is True  # the tie goes to the caption
     assert result["metrics"]["coco_order"] == pytest.approx(np.mean(right))
     assert result["outcomes"]["series"]["coco_order"]["units"] == ["val2014/c0.jpg"] * 3 + ["val2014/c1.jpg"]
+
+
+def test_zeroshot_reads_a_dataset_root_clip_benchmark_prepared_with_its_classes_and_prompts(tmp_path, clip):
+    from clip_benchmark.datasets.builder import build_dataset
+    from clip_benchmark.metrics import zeroshot_classification
+
+    from concrete_jungle.evaluation import zeroshot
+
+    base = tmp_path / "zeroshot" / "renderedsst2" / "rendered-sst2"  # torchvision's RenderedSST2 layout
+    for split in ("train", "valid", "test"):
+        for c, label in enumerate(("negative", "positive")):
+            (base / split / label).mkdir(parents=True)
+            for n in range(3 if split == "test" else 1):
+                noise_image(base / split / label / f"{n}.png", 500 + 10 * c + n)
+    data = zeroshot.load(tmp_path / "zeroshot")
+    assert data["datasets"]["renderedsst2"]["sources"]["classnames"] == "clip_benchmark's builder"
+    result = zeroshot.evaluate(Encoder(clip, batch_size=4, progress=False), data)
+    dataset = build_dataset("renderedsst2", root=str(tmp_path / "zeroshot" / "renderedsst2"),
+                            transform=clip.preprocess, split="test", download=False)
+    weights = zeroshot_classification.zero_shot_classifier(clip.model, clip.tokenizer, dataset.classes,
+                                                           dataset.templates, "cpu", amp=False)
+    logits, target = zeroshot_classification.run_classification(
+        clip.model, weights, torch.utils.data.DataLoader(dataset, batch_size=4), "cpu", amp=False)
+    assert result["metrics"]["renderedsst2/acc1"] == pytest.approx((logits.argmax(1) == target).float().mean().item())
+    assert "renderedsst2/acc5" not in result["metrics"]  # two classes: no top-5, as clip_benchmark
+    assert result["n"] == {"renderedsst2": 6}

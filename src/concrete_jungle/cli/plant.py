@@ -102,7 +102,8 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
     from ..plant import PlantConfig
 
     images = args.images or store_images(args.captions)
-    missing = [f"--{n}" for n in ("captions", "out", "mode") if not getattr(args, n)] + ["--images"] * (not images)
+    missing = [f"--{n}" for n in ("captions", "images", "out", "mode") if not (images if n == "images" else
+                                                                              getattr(args, n))]
     if missing:
         raise ValueError(f"concrete-jungle plant needs {', '.join(missing)} (or --config FILE); --images may be "
                          "left out when every input is a store (WebDataset, Parquet, a saved dataset) in one folder")

@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..stats import metric_values, series
+from .clip_benchmark_data import build, features
 from .encoding import BenchmarkDataError, Encoder, unit_of
 from .linear_probe import load_image_folder, train_head
 
@@ -51,29 +51,9 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     return {"tasks": tasks, "skipped": len(absent)}
 
 
-def _clip_benchmark_dataset(task: str, root: Path, preprocess, split: str):
-    try:
-        from clip_benchmark.datasets.builder import build_dataset
-    except ImportError:
-        raise BenchmarkDataError(f"VTAB task {task} in clip_benchmark's layout needs clip_benchmark: "
-                                 "pip install 'concrete-jungle[eval]'") from None
+def _task_dataset(encoder: Encoder, task: str, root: Path, split: str):
     name = task if task == "sun397" else f"vtab/{task}"
-    try:
-        return build_dataset(name, root=str(root), transform=preprocess, split=split, download=False)
-    except Exception as e:  # clip_benchmark raises whatever its backend raises for a missing dataset
-        raise BenchmarkDataError(f"VTAB task {task}: clip_benchmark could not open it under {root} "
-                                 f"({type(e).__name__}: {e}); prepare it with clip_benchmark, or export it as "
-                                 f"{LAYOUT}") from None
-
-
-@torch.no_grad()
-def _features(encoder: Encoder, dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    loader = torch.utils.data.DataLoader(dataset, batch_size=encoder.batch_size, num_workers=encoder.num_workers)
-    rows, labels = [], []
-    for images, targets in loader:
-        rows.append(F.normalize(encoder.clip.model.encode_image(images.to(encoder.device)).float(), dim=-1).cpu())
-        labels.append(targets)
-    return torch.cat(rows), torch.cat(labels)
+    return features(encoder, build(name, root, encoder.clip.preprocess, split, f"export it as {LAYOUT}"))
 
 
 def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, seed: int = 0) -> dict:
@@ -85,10 +65,8 @@ def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, s
             classes = len(task_data["classes"])
             units = [f"{task}/{unit_of(p)}" for p in test_paths]
         else:
-            x_train, y_train = _features(encoder, _clip_benchmark_dataset(task, task_data["root"],
-                                                                          encoder.clip.preprocess, "train"))
-            x_test, y_test = _features(encoder, _clip_benchmark_dataset(task, task_data["root"],
-                                                                        encoder.clip.preprocess, "test"))
+            x_train, y_train = _task_dataset(encoder, task, task_data["root"], "train")
+            x_test, y_test = _task_dataset(encoder, task, task_data["root"], "test")
             classes = int(max(y_train.max(), y_test.max())) + 1
             units = [f"{task}#{i}" for i in range(len(y_test))]  # clip_benchmark's test set, in its order
         head = train_head(x_train, y_train, classes, multilabel=False, epochs=epochs, lr=lr, seed=seed)
