@@ -315,3 +315,17 @@ def test_zeroshot_reads_a_dataset_root_clip_benchmark_prepared_with_its_classes_
     assert result["metrics"]["renderedsst2/acc1"] == pytest.approx((logits.argmax(1) == target).float().mean().item())
     assert "renderedsst2/acc5" not in result["metrics"]  # two classes: no top-5, as clip_benchmark
     assert result["n"] == {"renderedsst2": 6}
+
+
+def test_training_evaluates_the_new_benchmarks_as_it_goes(planted, tmp_path):
+    root = tmp_path / "root"
+    write_aro(root / "aro")
+    write_whatsup(root / "whatsup", root / "coco" / "val2017")
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(planted), "--out", str(out), "--steps", "2", "--batch-size", "8",
+                 "--set", "model.name=cj-tiny", "--set", "model.pretrained=none", "--set", "data.workers=0",
+                 "--set", "eval.every=2", "--set", "eval.benchmarks=[aro,whatsup]", "--set",
+                 f"eval.data_root={root}", "--set", "eval.subset=4", "--no-progress"]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    scores = next(r for r in rows if "eval/aro/VG-Attribution (micro)" in r)
+    assert scores["step"] == 2 and 0 <= scores["eval/whatsup/controlled_a"] <= 1
