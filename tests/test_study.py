@@ -67,3 +67,13 @@ def test_a_tiny_study_runs_end_to_end_and_records_its_design(tmp_path, capsys, m
     compared = [r for r in runs if "save_every" not in r]
     assert len(compared) == len(ROWS) * 2
     assert {(r["batch_size"], r["steps"]) for r in compared} == {(design["n"], design["steps"])}
+    # the published files alone give every number of the report: no model, no world
+    import shutil
+
+    published = tmp_path / "published"
+    shutil.copytree(out / "published", published)
+    shutil.rmtree(out)
+    assert main(["study", "report", str(published), "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert again["table"] == result["table"] and again["hypotheses"] == result["hypotheses"]
+    assert (tmp_path / "again" / "study.md").read_text() == report

@@ -14,9 +14,9 @@ from rich.console import Console
 
 from .. import __version__
 from ..errors import Interrupted, JobError
-from . import analyze, cache, demo, evaluate, export, gallery, keywords, plant, train
+from . import analyze, cache, demo, evaluate, export, gallery, keywords, plant, study, train
 
-COMMANDS = (keywords, plant, evaluate, train, cache, gallery, analyze, export, demo)
+COMMANDS = (keywords, plant, evaluate, train, cache, gallery, analyze, export, demo, study)
 
 
 # what a command interrupted by Ctrl-C tells its user (every long job writes atomically and resumes)

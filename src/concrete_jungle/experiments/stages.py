@@ -170,7 +170,8 @@ class Stages:
 
     def evaluate(self, checkpoint: Path, test: dict, name: str = "toy_eval.json", per_item: bool = False) -> dict:
         """Metrics of a checkpoint on held-out data (`test_data`), kept in the checkpoint's folder as ``name`` (a
-        saved checkpoint never changes); with ``per_item``, also every SugarCrepe item's answer (its outcomes)."""
+        saved checkpoint never changes); with ``per_item``, also every item's answer and every query's rank (its
+        outcomes, `stats`)."""
         import torch
 
         from ..evaluation import retrieval, sugarcrepe
@@ -184,8 +185,11 @@ class Stages:
         encoder = Encoder(load_model(checkpoint=checkpoint, device=device), device=device, batch_size=256,
                           progress=False)
         scored = sugarcrepe.evaluate(encoder, test["sugarcrepe"])
-        metrics = scored["metrics"] | retrieval.evaluate(encoder, test["retrieval"])["metrics"]
-        result = {"metrics": metrics, "outcomes": scored["outcomes"]} if per_item else metrics
+        ranked = retrieval.evaluate(encoder, test["retrieval"])
+        metrics = scored["metrics"] | ranked["metrics"]
+        # both benchmarks' answers as one set of outcomes: the series and recipes have distinct names
+        outcomes = {part: scored["outcomes"][part] | ranked["outcomes"][part] for part in ("series", "metrics")}
+        result = {"metrics": metrics, "outcomes": outcomes} if per_item else metrics
         atomic_write_json(path, result)
         return result
 

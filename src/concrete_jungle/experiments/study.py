@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..records import atomic_write_json, atomic_write_text
 from ..toyworld.build import WorldConfig
+from .published import publish
 from .report import results_table, signed, table_markdown
 from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, log, stage_dir
 
@@ -152,15 +153,26 @@ class Study:
                 for seed in c.seeds for row in ROWS}
         log("[6/6] evaluating on the test scenes and bootstrapping the contrasts", self.console)
         test = self.stages.test_data(world, "test")
-        items = {key: self.stages.evaluate(ckpt, test, name="test_items.json", per_item=True)
+        items = {key: self.stages.evaluate(ckpt, test, name="test_outcomes.json", per_item=True)
                  for key, ckpt in [((BASELINE, None), baseline), *runs.items()]}
-        table = results_table({k: v["metrics"] for k, v in items.items()})
-        results = contrasts(items, c.seeds, c.bootstrap)
-        result = {"design": design, "table": table, "hypotheses": results,
-                  "seconds": round(time.perf_counter() - started, 1)}
+        world_info = json.loads((world / "world.json").read_text())
+        seconds = round(time.perf_counter() - started, 1)
+        publish(self.out / "published", design, world_info, items, seconds)
+        result = summarise(design, items, seconds)
         atomic_write_json(self.out / "results.json", result)
-        atomic_write_text(self.out / "study.md", study_report(result, json.loads((world / "world.json").read_text())))
+        atomic_write_text(self.out / "study.md", study_report(result, world_info))
         return result
+
+
+def summarise(design: dict, items: dict, seconds: float) -> dict:
+    """The results of a study from its design and its models' test outcomes alone: the table and every contrast
+    (`concrete-jungle study report` computes the same from the published files)."""
+    from ..stats import metric_values
+
+    table = results_table({k: metric_values(v["outcomes"]) for k, v in items.items()})
+    c = design["config"]
+    return {"design": design, "table": table, "hypotheses": contrasts(items, tuple(c["seeds"]), c["bootstrap"]),
+            "seconds": seconds}
 
 
 def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, seed: int = 0) -> list[dict]:
@@ -201,12 +213,12 @@ def study_report(result: dict, world_info: dict) -> str:
         f"{c['pretrain_steps']} steps; seeds {', '.join(map(str, c['seeds']))}; {result['seconds'] / 60:.0f} minutes.",
         "",
         f"**N = {design['n']}** anchors per step: InfoNCE's hard-negative gradient share on the baseline's D_hc "
-        "features was " + ", ".join(f"{v:.3f} at N = {n}" for n, v in share.items())
+        "features was " + ", ".join(f"{v:.3f} at N = {n}" for n, v in sorted(share.items(), key=lambda kv: int(kv[0])))
         + f" (rule: the smallest N below {c['share_threshold']}"
         + ("" if design["batch_size_choice"]["rule_met"] else "; no candidate met it, so the largest was taken")
         + ").", "",
         f"**T = {design['steps']}** steps: the control's validation Recall@1 (mean of both directions) was "
-        + ", ".join(f"{100 * v['R@1']:.1f} at {s}" for s, v in curve.items())
+        + ", ".join(f"{100 * v['R@1']:.1f} at {s}" for s, v in sorted(curve.items(), key=lambda kv: int(kv[0])))
         + f" (rule: the first step within {c['plateau']} points of the best).", "",
         "## Hypotheses (test M.Avg, points; 95 % paired bootstrap interval over test scenes and seeds)", "",
         "| | claim | difference | 95 % interval | resolvable difference | verdict |",
