@@ -47,6 +47,7 @@ class StageConfig:
     analysis_pairs: int = 512
     gradient_batch_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
     gallery_sample: int = 120
+    no_leak: bool = False  # the toy captioner refuses a negative that is a held-out scene (toyworld.rewrite)
 
 
 
@@ -134,7 +135,7 @@ class Stages:
         from .. import plant
         from ..plant import PlantConfig
 
-        settings = {"world": str(world), "mode": mode}
+        settings = {"world": str(world), "mode": mode} | ({"no_leak": True} if self.c.no_leak else {})
         d = stage_dir(self.out, f"D_{mode}", settings) / f"D_{mode}"
         if (d / "summary.json").is_file():
             self.reused(f"D_{mode}")
@@ -143,6 +144,7 @@ class Stages:
             # package's installed metadata, the demo runs from a source tree too
             plant.run(PlantConfig(captions=[str(world / "captions.jsonl")], images=str(world / "images"), out=str(d),
                                   mode=mode, captioner="concrete_jungle.toyworld.rewrite:ToyCaptioner",
+                                  captioner_options={"world": str(world)} if self.c.no_leak else {},
                                   editor="concrete_jungle.toyworld.rewrite:ToyEditor",
                                   editor_options={"world": str(world)}, batch_size=64, samples_per_shard=500),
                       progress=self.progress)

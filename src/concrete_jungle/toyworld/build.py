@@ -4,24 +4,32 @@ Layout of ``<dir>``::
 
     scenes.jsonl                 every scene: id, split, content key, layout seed, pixel hash, image
     captions.jsonl               training samples in the JSONL caption format (`id`, `captions`, `image`)
-    images/{train,test}/<id>.png
+    images/{train,test}/<id>.png (or .jpg: ``image_format``)
     test/sugarcrepe/<subset>.json  the compositional test in the official SugarCrepe format
     test/retrieval.json          a Karpathy-format split file (all test images, split "test")
     val/...                      the same for the validation scenes, when ``val`` > 0
     world.json                   the settings it was made with
 
 Test scenes are drawn after the training scenes and kept only when their content (`Scene.key`) is not a
-training scene's, so the test has no scene from training. Every file is written atomically.
+training scene's, so the test has no scene from training; with ``held_out="named"`` they must also differ from
+every training scene in something their captions name (a thing or a relation: the light and the mood do not
+count, no test caption uses them). ``image_format="jpeg"`` stores every split as JPEG of quality 95, the codec
+a ConcreteBatch stores its pictures in, so fine-tuning and test images go through one codec. Every file is
+written atomically.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from PIL import Image
+
+from ..concretebatch import encode_jpeg
 from ..records import atomic_write_json, atomic_write_jsonl
 from .rewrite import FALSE_RELATIONS
 from .world import COLOURS, SHAPES, SIZES, TEXTURES, Scene, Thing, captions, pixel_hash, relation_phrase, render, \
@@ -36,6 +44,19 @@ class WorldConfig:
     test: int = 600
     val: int = 0  # held-out scenes for choosing settings (the study's step count), never the test
     seed: int = 0
+    held_out: str = "content"  # "content": no training scene's content; "named": and not its things and relations
+    image_format: str = "png"  # "png", or "jpeg": quality 95 for every split, a ConcreteBatch's codec
+
+    def __post_init__(self):
+        if self.held_out not in ("content", "named"):
+            raise ValueError(f"held_out must be content or named, got {self.held_out!r}")
+        if self.image_format not in ("png", "jpeg"):
+            raise ValueError(f"image_format must be png or jpeg, got {self.image_format!r}")
+
+
+def named_part(key: str) -> str:
+    """A scene key without the light and the mood: what its captions name."""
+    return key.rsplit("|", 2)[0]
 
 
 def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> dict:
@@ -51,13 +72,17 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
     # a world with a val split has the same train and test scenes as one without)
     scenes: dict[str, list[Scene]] = {}
     seen: set = set()
+    named: set = set()  # the training scenes' things and relations
     for split, n in (("train", config.train), ("test", config.test), ("val", config.val)):
         scenes[split] = []
         while len(scenes[split]) < n:
             s = sample_scene(rng)
-            if s.key() not in seen:
-                seen.add(s.key())
-                scenes[split].append(s)
+            if s.key() in seen or (config.held_out == "named" and split != "train" and named_part(s.key()) in named):
+                continue
+            seen.add(s.key())
+            if split == "train":
+                named.add(named_part(s.key()))
+            scenes[split].append(s)
 
     rows, samples = [], []
     for split, split_scenes in scenes.items():
@@ -66,8 +91,13 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
         for i, s in enumerate(tqdm(split_scenes, desc=f"render {split}", unit="scene", disable=not progress)):
             sid = f"{split}-{i:06d}"
             image = render(s)
-            name = f"{split}/{sid}.png"
-            image.save(out / "images" / name)
+            name = f"{split}/{sid}.{'jpg' if config.image_format == 'jpeg' else 'png'}"
+            if config.image_format == "jpeg":  # the pixels a reader gets back are the ones the editor looks up
+                data = encode_jpeg(image, quality=95)
+                (out / "images" / name).write_bytes(data)
+                image = Image.open(io.BytesIO(data)).convert("RGB")
+            else:
+                image.save(out / "images" / name)
             caps = captions(s, random.Random(f"{config.seed}\x00captions\x00{sid}"))
             rows.append({"id": sid, "split": split, "key": s.key(), "layout": s.layout, "pixel_hash": pixel_hash(image),
                          "image": name, "captions": caps})
@@ -80,11 +110,12 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
     for split in ("test", "val"):  # the same compositional subsets and a retrieval split for each held-out set
         if not scenes[split]:
             continue
-        items = compositional_test(scenes[split], [r["id"] for r in rows if r["split"] == split], config.seed)
+        items = compositional_test(scenes[split], [r["image"].split("/")[-1] for r in rows if r["split"] == split],
+                                   config.seed)
         for subset, entries in items.items():
             atomic_write_json(out / split / "sugarcrepe" / f"{subset}.json",
                               {str(k): e for k, e in enumerate(entries)})
-        retrieval = {"images": [{"split": "test", "filename": f"{r['id']}.png",
+        retrieval = {"images": [{"split": "test", "filename": r["image"].split("/")[-1],
                                  "sentences": [{"raw": c} for c in r["captions"]]}
                                 for r in rows if r["split"] == split]}
         atomic_write_json(out / split / "retrieval.json", retrieval)
@@ -147,9 +178,10 @@ def negatives(s: Scene, rng: random.Random) -> dict[str, tuple[str, str]]:
     return out
 
 
-def compositional_test(scenes: list[Scene], ids: list[str], seed: int) -> dict[str, list[dict]]:
+def compositional_test(scenes: list[Scene], files: list[str], seed: int) -> dict[str, list[dict]]:
     items: dict[str, list[dict]] = {k: [] for k in SUBSETS}
-    for s, sid in zip(scenes, ids):
+    for s, file in zip(scenes, files):
+        sid = file.rsplit(".", 1)[0]
         for subset, (caption, negative) in negatives(s, random.Random(f"{seed}\x00test\x00{sid}")).items():
-            items[subset].append({"filename": f"{sid}.png", "caption": caption, "negative_caption": negative})
+            items[subset].append({"filename": file, "caption": caption, "negative_caption": negative})
     return items

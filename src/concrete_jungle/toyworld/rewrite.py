@@ -26,13 +26,42 @@ FALSE_RELATIONS = {"left": ("right", "above", "below"), "right": ("left", "above
                    "next": ("above", "below"), "top": ("below", "left", "right"), "inside": ("next", "above", "below")}
 
 
+class WorldInputError(ValueError):
+    """A toy-world plugin given a folder that is not a toy world, or an image the world did not render."""
+
+
 class ToyCaptioner:
-    """Rewrites a toy-world keyword into a word of the same slot with another meaning; other words fail."""
+    """Rewrites a toy-world keyword into a word of the same slot with another meaning; other words fail.
+
+    With ``world`` (the world's folder), a rewrite that describes a held-out (test or validation) scene, light and
+    mood included, is refused with the scene's id: trained on as a positive pair, such a negative would put a
+    held-out scene into training. The plant asks again with another seed and rejects the sample, with that
+    reason, when no attempt escapes."""
 
     name = "toyworld"
 
+    def __init__(self, world: str | Path | None = None):
+        self.held_out: dict[str, str] = {}
+        if world is not None:
+            path = Path(world) / "scenes.jsonl"
+            if not path.is_file():
+                raise WorldInputError(f"{path} not found; world=DIR must name a directory made by the toy world")
+            self.held_out = {parse_caption(row["captions"][0]).key(): row["id"] for row in read_jsonl(path)
+                             if row["split"] != "train"}
+
     def rewrite(self, requests: list[RewriteRequest]) -> list[Reply]:
-        return [self._one(r) for r in requests]
+        return [self._refuse_held_out(self._one(r)) for r in requests]
+
+    def _refuse_held_out(self, reply: Reply) -> Reply:
+        if not self.held_out or reply.error:
+            return reply
+        try:
+            key = parse_caption(reply.text).key()
+        except ValueError:  # not a full caption: it names no whole scene
+            return reply
+        if key in self.held_out:
+            return Reply("", error=f"the rewrite describes held-out scene {self.held_out[key]}")
+        return reply
 
     def _one(self, r: RewriteRequest) -> Reply:
         rng = sample_rng(r.seed, f"toyworld\x00{r.id}\x00{r.attempt}")
@@ -59,10 +88,6 @@ class ToyCaptioner:
         pass
 
 
-class EditorInputError(ValueError):
-    pass
-
-
 class ToyEditor:
     """Re-renders the scene a rewritten caption describes, with the layout of the anchor image's scene."""
 
@@ -72,7 +97,7 @@ class ToyEditor:
     def __init__(self, world: str | Path):
         path = Path(world) / "scenes.jsonl"
         if not path.is_file():
-            raise EditorInputError(f"{path} not found; --toy-world DIR must name a directory made by "
+            raise WorldInputError(f"{path} not found; --toy-world DIR must name a directory made by "
                                    "the toy world (concrete-jungle demo writes one under <out>/world)")
         self.layouts = {row["pixel_hash"]: row["layout"] for row in read_jsonl(path)}
 
@@ -81,7 +106,7 @@ class ToyEditor:
         for image, prompt in zip(images, prompts):
             layout = self.layouts.get(pixel_hash(image))
             if layout is None:
-                raise EditorInputError("an anchor image the toy world did not render: the toy editor re-renders "
+                raise WorldInputError("an anchor image the toy world did not render: the toy editor re-renders "
                                        "toy scenes only; use --editor diffusers for real images")
             out.append(render(parse_caption(prompt, layout)))
         return out
