@@ -256,3 +256,23 @@ def test_a_named_held_out_world_in_one_codec_and_a_captioner_that_refuses_held_o
         member = next(m for m in tar if m.name.endswith(".jpg") and not m.name.endswith(".neg.jpg"))
         meta = json.loads(tar.extractfile(member.name.replace(".jpg", ".json")).read())
         assert tar.extractfile(member).read() == (world / "images" / meta["source"]).read_bytes()
+
+
+@pytest.mark.slow
+def test_no_negative_is_a_held_out_scene_on_a_study_sized_world(tmp_path):
+    """The study's world size and seed with the no-leak settings, planted by the study's own stages: zero
+    negatives of D_hc, D_lc or D_wo describe a test or validation scene (Study 1: 54, 64 and 64 test scenes)."""
+    from concrete_jungle.concretebatch import iter_records
+    from concrete_jungle.experiments.stages import StageConfig, Stages
+    from concrete_jungle.records import read_jsonl
+
+    world_config = WorldConfig(train=4000, test=1500, val=600, seed=1, held_out="named", image_format="jpeg")
+    stages = Stages(StageConfig(out=str(tmp_path), world=world_config, no_leak=True), progress=False)
+    world = stages.world()
+    held_out = {parse_caption(r["captions"][0]).key() for r in read_jsonl(world / "scenes.jsonl")
+                if r["split"] != "train"}
+    for mode in ("hc", "lc", "wo"):
+        data = stages.plant(world, mode)
+        keys = [parse_caption(r["neg_caption"]).key() for r in iter_records(data)]
+        assert len(keys) >= 0.95 * 4000, mode
+        assert not any(k in held_out for k in keys), mode
