@@ -206,3 +206,25 @@ def test_hostile_images_inside_a_store_are_rejects_with_their_reason(tmp_path):
             assert rows[name]["status"] == "ok", rows[name]
         else:
             assert rows[name]["status"] == "rejected" and expected[name] in rows[name]["reason"], rows[name]
+
+
+def test_an_image_column_named_by_the_user_is_the_one_read(stores, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys = [f"{i:09d}" for i in range(N)]  # the default columns hold nothing usable: only the named ones count
+    pq.write_table(pa.table({"uid": keys, "text": [caption(i) for i in range(N)],
+                             "picture": [{"bytes": jpeg(i), "path": None} for i in range(N)],
+                             "image": [{"bytes": b"not an image", "path": None}] * N}),
+                   tmp_path / "named.parquet", row_group_size=7)
+    columns = "caption=text,image=picture,id=uid"
+    samples = list(read_samples([tmp_path / "named.parquet"], columns=dict(c.split("=") for c in columns.split(","))))
+    assert samples[3].image == "named.parquet::3::picture"
+    reference = tmp_path / "reference"
+    assert plant([stores / "folder" / "captions.jsonl"], reference, "--images", stores / "folder" / "images") == 0
+    out = tmp_path / "out"
+    assert plant([tmp_path / "named.parquet"], out, "--columns", columns) == 0
+    assert records(out) == records(reference)
+    assert main(["keywords", "--captions", str(tmp_path / "named.parquet"), "--columns", "caption=text,image=nope",
+                 "--mode", "hc", "--out", str(tmp_path / "kw.jsonl")]) == 2
+    assert "has no column 'nope' (--columns image=...)" in " ".join(capsys.readouterr().err.split())

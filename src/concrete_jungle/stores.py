@@ -1,6 +1,7 @@
 """Images that live inside a store (WebDataset tar shards, Parquet files, a Hugging Face ``save_to_disk`` folder),
 named by a *locator*: ``<store>::<where>``, the store's file or folder name relative to the image root and the
-place of the image in it (a tar member's name, a Parquet row, a dataset row).
+place of the image in it (a tar member's name; a Parquet or dataset row, followed by ``::<column>`` when the image
+column was named with ``--columns image=...``).
 
 The caption readers (`sources.webdataset`, `sources.parquet`, `sources.hf`) write locators where a caption file
 would name an image file, so every stage after them (the keyword records, resume, the reject log) works as for a
@@ -35,6 +36,24 @@ def locator(store: str, where: str | int) -> str:
     return f"{store}{SEP}{where}"
 
 
+def row_locator(store: str, row: int, column: str | None = None) -> str:
+    """A row's image; ``column`` when it is not the one found by default (`IMAGE_COLUMNS`)."""
+    return locator(store, f"{row}{SEP}{column}" if column else row)
+
+
+def read_named(root: str | Path, name: str):
+    """(image, its bytes): the image a data file names under ``root``, a file (read by the safe opener,
+    `images.read_image`) or an image inside a store; `images.ImageRejected`, `StoreError` or
+    `sources.UnsafePathError` with the reason otherwise."""
+    from .images import image_from_bytes, read_image
+    from .sources.base import join_under
+
+    if is_located(name):
+        data = read_located(root, name)
+        return image_from_bytes(data, name), data
+    return read_image(join_under(root, name))
+
+
 def split_locator(root: str | Path, name: str) -> tuple[Path, str]:
     """(the store's path under ``root``, the place in it); the store must be a name inside ``root``."""
     from .sources.base import join_under
@@ -57,10 +76,11 @@ def read_located(root: str | Path, name: str) -> bytes:
         if len(data) != size:
             raise StoreError(f"{store} is cut short inside {where!r}")
         return data
+    row, _, column = where.partition(SEP)
     if store.suffix == ".parquet":
-        return parquet_image(str(store), int(where))
+        return parquet_image(str(store), int(row), column or None)
     if store.is_dir():
-        return saved_dataset_image(str(store), int(where))
+        return saved_dataset_image(str(store), int(row), column or None)
     raise StoreError(f"{store} is not a store this project reads (.tar, .parquet or a save_to_disk folder)")
 
 
@@ -123,9 +143,8 @@ def image_bytes(value) -> bytes | None:
     return bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else None
 
 
-def image_column(names: list[str], chosen: str | None = None) -> str | None:
-    if chosen:
-        return chosen if chosen in names else None
+def image_column(names: list[str]) -> str | None:
+    """The image column found by default."""
     return next((c for c in IMAGE_COLUMNS if c in names), None)
 
 
@@ -143,8 +162,8 @@ def parquet_image(path: str, row: int, column: str | None = None) -> bytes:
     """The image bytes of ``row`` in a Parquet file: its row group read once, the image column only."""
     file = _parquet_file(path)
     column = column or image_column(file.schema_arrow.names)
-    if column is None:
-        raise StoreError(f"{path} has no image column (looked for {', '.join(IMAGE_COLUMNS)})")
+    if column is None or column not in file.schema_arrow.names:
+        raise StoreError(f"{path} has no image column {column or ' or '.join(IMAGE_COLUMNS)}")
     start = 0
     for group in range(file.num_row_groups):
         rows = file.metadata.row_group(group).num_rows
@@ -163,7 +182,7 @@ def parquet_image(path: str, row: int, column: str | None = None) -> bytes:
 
 @lru_cache(maxsize=4)
 def saved_dataset(path: str):
-    """A `datasets.save_to_disk` folder, memory-mapped, its image column as raw ``{"bytes", "path"}``."""
+    """A `datasets.save_to_disk` folder, memory-mapped."""
     try:
         import datasets
     except ImportError:
@@ -172,26 +191,23 @@ def saved_dataset(path: str):
     ds = datasets.load_from_disk(path)
     if isinstance(ds, datasets.DatasetDict):
         raise StoreError(f"{path} holds several splits ({', '.join(ds)}); pass the folder of one: {path}/<split>")
-    column = image_column(list(ds.features))
-    if column is not None and isinstance(ds.features[column], datasets.Image):
-        ds = ds.cast_column(column, datasets.Image(decode=False))
     return ds
 
 
 @lru_cache(maxsize=4)
-def _saved_images(path: str):
-    """The image column of a saved dataset as its memory-mapped Arrow array: a row is read without `datasets`'
-    per-row formatting."""
+def _saved_images(path: str, column: str | None):
+    """An image column of a saved dataset as its memory-mapped Arrow array (``{bytes, path}`` as stored): a row is
+    read without `datasets`' per-row formatting and decoding."""
     ds = saved_dataset(path)
-    column = image_column(list(ds.features))
-    if column is None:
+    column = column or image_column(list(ds.features))
+    if column is None or column not in ds.features:
         return None
     # a saved dataset is stored flat; one with an indices mapping (a selection) is flattened once
     return (ds if ds._indices is None else ds.flatten_indices()).data.table.column(column)
 
 
-def saved_dataset_image(path: str, row: int) -> bytes:
-    images = _saved_images(path)
+def saved_dataset_image(path: str, row: int, column: str | None = None) -> bytes:
+    images = _saved_images(path, column)
     if images is None or not 0 <= row < len(images):
         raise StoreError(f"{path} has no image at row {row}")
     data = image_bytes(images[row].as_py())

@@ -51,12 +51,12 @@ class PairsDataset:
             raise TrainingError("data.pairs: name the folder of their images with data.pairs_images (only stores "
                                 "in one folder hold their own)")
         # an image name that leaves the image folder is an error (sources.join_under), not a silent skip
-        items = [(s.image if is_located(s.image) else join_under(self.root, s.image), anchor_caption(s.captions))
-                 for s in read_samples(caption_files, split=split)
+        items = [(s.image, anchor_caption(s.captions)) for s in read_samples(caption_files, split=split)
                  if not s.error and s.image and anchor_caption(s.captions)]
-        problems = {image: None if isinstance(image, str) else header_problem(image) for image, _ in items}
-        self.skipped = {str(image): why for image, why in problems.items() if why}
-        self.items = [(image, caption) for image, caption in items if not problems[image]]
+        files = {name: None if is_located(name) else join_under(self.root, name) for name, _ in items}
+        problems = {name: header_problem(path) if path else None for name, path in files.items()}
+        self.skipped = {str(files[name]): why for name, why in problems.items() if why}
+        self.items = [(name, caption) for name, caption in items if not problems[name]]
         self.skip_log = skip_log
         for why in list(self.skipped.values())[:5]:
             print(f"data.pairs: skipped: {why}", file=sys.stderr)
@@ -67,23 +67,14 @@ class PairsDataset:
     def __len__(self):
         return len(self.items)
 
-    def _open(self, image):
-        from .images import image_from_bytes, open_image
-        from .stores import read_located
-
-        if isinstance(image, str):  # a locator inside a store
-            return image_from_bytes(read_located(self.root, image), image)
-        return open_image(image)
-
     def __getitem__(self, i):
         from .images import ImageRejected
-        from .stores import StoreError
+        from .stores import StoreError, read_named
 
         for k in range(len(self.items)):
-            image_name, caption = self.items[(i + k) % len(self.items)]
+            name, caption = self.items[(i + k) % len(self.items)]
             try:
-                with self._open(image_name) as im:
-                    image = im.convert("RGB")
+                image = read_named(self.root, name)[0].convert("RGB")
                 break
             except (ImageRejected, StoreError) as e:  # a truncated file, a damaged store member
                 self._skipped_at_its_step(i, (i + k + 1) % len(self.items), str(e))

@@ -33,12 +33,12 @@ from ..concreteness import load_ratings
 from ..editors import Editor
 from ..errors import JobError, PlantError
 from ..keyword_job import load_spacy, run_keywords
-from ..images import ImageRejected, image_from_bytes, read_image
+from ..images import ImageRejected
 from ..keywords import sample_rng
 from ..locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, mean_median
-from ..sources import UnsafePathError, join_under
-from ..stores import StoreError, is_located, read_located
+from ..sources import UnsafePathError
+from ..stores import StoreError, read_named
 from .config import PlantConfig
 
 
@@ -59,16 +59,12 @@ def package_versions() -> dict:
 
 
 def load_image(root: Path, name: str | None) -> tuple[Image.Image | None, bytes | None, str | None]:
-    """(image, original bytes, None) or (None, None, reason): the file, or the image inside a store
-    (`stores.read_located`), read and checked safely (`images`)."""
+    """(image, original bytes, None) or (None, None, reason): the file, or the image inside a store, read and
+    checked safely (`stores.read_named`)."""
     if not name:
         return None, None, "no image file named for this sample"
     try:
-        if is_located(name):
-            data = read_located(root, name)
-            image = image_from_bytes(data, name)
-        else:
-            image, data = read_image(join_under(root, name))
+        image, data = read_named(root, name)
     except (UnsafePathError, ImageRejected, StoreError) as e:
         return None, None, str(e)
     return image.convert("RGB"), data, None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..stores import CAPTION_COLUMNS, ID_COLUMNS, image_column, saved_dataset
+from ..stores import CAPTION_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, saved_dataset
 from .base import CaptionSample, ReadOptions, SourceFile
 from .parquet import pick_column, row_samples
 
@@ -20,9 +20,10 @@ def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
     names = list(ds.features)
     caption = pick_column(names, options.columns.get("caption"), CAPTION_COLUMNS, "caption", path)
     ident = pick_column(names, options.columns.get("id"), ID_COLUMNS, "id", path, required=False)
-    has_image = image_column(names, options.columns.get("image")) is not None
+    image = pick_column(names, options.columns.get("image"), IMAGE_COLUMNS, "image", path, required=False)
     text_only = ds.select_columns([c for c in (caption, ident) if c])
     for start in range(0, len(text_only), BATCH):
         batch = text_only[start: start + BATCH]
         ids = batch[ident] if ident else [None] * len(batch[caption])
-        yield from row_samples(path.name, path.name, start, batch[caption], ids, caption, has_image)
+        yield from row_samples(path.name, path.name, start, batch[caption], ids, caption, image,
+                               options.columns.get("image"))

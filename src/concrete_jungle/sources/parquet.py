@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..stores import CAPTION_COLUMNS, ID_COLUMNS, image_column, locator
+from ..stores import CAPTION_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, row_locator
 from .base import CaptionSample, ReadOptions, SourceError, SourceFile
 
 
@@ -29,7 +29,8 @@ def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
     names = parquet.schema_arrow.names
     caption = pick_column(names, options.columns.get("caption"), CAPTION_COLUMNS, "caption", path)
     ident = pick_column(names, options.columns.get("id"), ID_COLUMNS, "id", path, required=False)
-    has_image = image_column(names, options.columns.get("image")) is not None
+    image = pick_column(names, options.columns.get("image"), IMAGE_COLUMNS, "image", path, required=False)
+    named = options.columns.get("image")  # a column named by the user travels in the locator
     row = 0
     for group in range(parquet.num_row_groups):
         rows = parquet.metadata.row_group(group).num_rows
@@ -42,21 +43,22 @@ def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
             continue
         captions = table.column(caption).to_pylist()
         ids = table.column(ident).to_pylist() if ident else [None] * rows
-        yield from row_samples(path.name, path.stem, row, captions, ids, caption, has_image)
+        yield from row_samples(path.name, path.stem, row, captions, ids, caption, image, named)
         row += rows
 
 
 def row_samples(store: str, unnamed: str, start: int, captions: list, ids: list, column: str,
-                has_image: bool) -> Iterator[CaptionSample]:
+                image: str | None, named: str | None) -> Iterator[CaptionSample]:
     """The samples of consecutive rows from ``start``: a row without an id is ``<unnamed>/<row>``, a row without
-    caption text a skip; the image located by row in ``store``."""
+    caption text a skip; the image (when the store has an ``image`` column) located by row in ``store``, with the
+    column when the user ``named`` it."""
     for k, (text, sid) in enumerate(zip(captions, ids)):
         sid = str(sid) if sid is not None and str(sid).strip() else f"{unnamed}/{start + k}"
         text = [text] if isinstance(text, str) else text
         if not isinstance(text, list) or not text or not all(isinstance(t, str) for t in text):
             yield CaptionSample(sid, error=f"no caption text in column {column!r}")
             continue
-        yield CaptionSample(sid, text, locator(store, start + k) if has_image else None)
+        yield CaptionSample(sid, text, row_locator(store, start + k, named) if image else None)
 
 
 def pick_column(names: list[str], chosen: str | None, defaults: tuple[str, ...], what: str, path,
