@@ -27,10 +27,6 @@ import numpy as np
 from PIL import Image
 
 
-def scene_key_without_scene_words(scene) -> str:
-    return scene.key().rsplit("|", 2)[0]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/study1-audit")
@@ -41,8 +37,8 @@ def main() -> None:
     from concrete_jungle.experiments.study import StudyConfig
     from concrete_jungle.loss import AdaptiveMargin
     from concrete_jungle.records import read_jsonl
-    from concrete_jungle.toyworld.world import (COLOURS, LIGHTS, MOODS, RELATION_OF_PHRASE, SHAPES, SIZES, TEXTURES,
-                                                WORD_VALUE, parse_caption)
+    from concrete_jungle.toyworld.build import named_part
+    from concrete_jungle.toyworld.world import SHAPES, parse_caption, word_kind
 
     import torch
 
@@ -52,23 +48,10 @@ def main() -> None:
     datasets = {mode: stages.plant(world, mode) for mode in ("hc", "lc", "wo")}
     scenes = read_jsonl(world / "scenes.jsonl")
     train_keys = {parse_caption(r["captions"][0]).key() for r in scenes if r["split"] == "train"}
-    train_without = {k.rsplit("|", 2)[0] for k in train_keys}
+    train_without = {named_part(k) for k in train_keys}
     held_out = {split: [parse_caption(r["captions"][0]) for r in scenes if r["split"] == split]
                 for split in ("test", "val")}
     report: dict = {"world": {"train": study.world.train, "test": study.world.test, "val": study.world.val}}
-
-    def kind(word: str) -> str:
-        word = word.lower()
-        if word in SHAPES:
-            return "shape"
-        if word in COLOURS:
-            return "colour"
-        if word in TEXTURES:
-            return "texture"
-        if word in RELATION_OF_PHRASE or word in ("left", "right", "next", "top", "inside", "above", "below"):
-            return "relation"
-        value = WORD_VALUE.get(word)
-        return "size" if value in SIZES else "light" if value in LIGHTS else "mood" if value in MOODS else "other"
 
     pngs = {r["id"]: world / "images" / r["image"] for r in scenes}
     margin = AdaptiveMargin()
@@ -78,7 +61,7 @@ def main() -> None:
         for n, record in enumerate(records):
             meta = json.loads(read_member(record["json"]))
             negatives.add(parse_caption(read_member(record["neg.txt"]).decode()).key())
-            kinds[kind(meta["keyword"])] += 1
+            kinds[word_kind(meta["keyword"])] += 1
             conc.append(float(meta["concreteness"]))
             if n < 500:  # the codec error, on the first 500 anchors
                 jpeg = np.asarray(Image.open(io.BytesIO(read_member(record["jpg"]))).convert("RGB"), np.float64)
@@ -94,7 +77,7 @@ def main() -> None:
             "jpeg_error_grey_levels": round(float(np.mean(errors)), 2),
         }
     report["held_out_equal_to_a_training_scene_but_light_and_mood"] = {
-        split: sum(scene_key_without_scene_words(s) in train_without for s in ss) for split, ss in held_out.items()}
+        split: sum(named_part(s.key()) in train_without for s in ss) for split, ss in held_out.items()}
 
     items = {s: json.loads((world / "test" / "sugarcrepe" / f"{s}.json").read_text()) for s in
              ("add_att", "add_obj", "swap_obj")}

@@ -20,7 +20,7 @@ from concrete_jungle.keywords import extract_candidates
 from concrete_jungle.toyworld.build import SUBSETS, WorldConfig, build_world
 from concrete_jungle.toyworld.world import (COLOURS, RELATIONS, SHAPES, SIZES, TEXTURES, WORD_VALUE, CaptionError,
                                             Scene, Thing, full_caption, layout_positions, parse_caption, pixel_hash,
-                                            render, sample_scene)
+                                            render, sample_scene, word_kind)
 
 EXPECTED = {**{w: "object" for w in SHAPES}, **{w: "attribute" for w in [*COLOURS, *TEXTURES, *WORD_VALUE]},
             **{p.split()[-2] if len(p.split()) > 1 else p: "relation" for p in RELATIONS.values()}}
@@ -105,7 +105,7 @@ def test_the_rewrite_and_the_edit_change_the_same_one_thing(world, nlp, ratings)
             assert negative.tobytes() != anchor.tobytes()
             changes = scene_changes(original, edited)
             assert len(changes) == 1, (caption, reply.text, changes)
-            assert changes[0][0] == kind_of(cand.text), (cand.text, changes)
+            assert changes[0][0] == word_kind(cand.text), (cand.text, changes)
             checked.add(changes[0][0])
             if changes[0][0] in ("shape", "colour", "texture"):  # same layout: only that thing's pixels change
                 assert changed_pixels_outside(anchor, negative, original, changes[0][1]) == 0, (caption, reply.text)
@@ -124,20 +124,6 @@ def changed_pixels_outside(a: Image.Image, b: Image.Image, scene: Scene, i: int)
     y0, y1, x0, x1 = (max(0, int(np.floor(v))) for v in (y - half, y + half + 1, x - half, x + half + 1))
     diff[y0:y1, x0:x1] = False
     return int(diff.sum())
-
-
-def kind_of(word: str) -> str:
-    w = word.lower()
-    if w in SHAPES:
-        return "shape"
-    if w in COLOURS:
-        return "colour"
-    if w in TEXTURES:
-        return "texture"
-    if w in ("left", "right", "above", "below", "next", "top", "inside"):
-        return "relation"
-    value = WORD_VALUE[w]
-    return "size" if value in ("big", "small") else "light" if value in ("bright", "dim") else "mood"
 
 
 def scene_changes(a: Scene, b: Scene) -> list[tuple[str, int]]:

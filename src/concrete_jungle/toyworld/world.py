@@ -99,6 +99,19 @@ def sample_scene(rng: random.Random) -> Scene:
     return Scene(things, tuple(relations), rng.choice(list(LIGHTS)), rng.choice(list(MOODS)), rng.getrandbits(32))
 
 
+
+def word_kind(word: str) -> str:
+    """What a toy-world word changes when it is edited: shape, colour, texture, relation, size, light or mood
+    (``other`` for a word outside the world)."""
+    word = word.lower()
+    for kind, words in (("shape", SHAPES), ("colour", COLOURS), ("texture", TEXTURES)):
+        if word in words:
+            return kind
+    if word in RELATIONS or word in RELATION_OF_PHRASE:
+        return "relation"
+    value = WORD_VALUE.get(word)
+    return "size" if value in SIZES else "light" if value in LIGHTS else "mood" if value in MOODS else "other"
+
 # ------------------------------------------------------------------------------------------------ captions
 
 
