@@ -136,7 +136,7 @@ def compare(first: list[str | Path], second: list[str | Path] | None = None, res
     for k in keys:
         row = {"metric": k, "values": [mean_or_none([r["metrics"].get(k) for r in runs]) for _, _, runs in sides],
                "differences": []}
-        for (label, _, runs), interval in zip(sides[1:], intervals):
+        for (label, _, runs), interval, value in zip(sides[1:], intervals, row["values"][1:]):
             if k in interval:
                 diff = {"vs": label} | interval[k]
                 diff["verdict"] = verdict(diff["ci95"])
@@ -144,9 +144,8 @@ def compare(first: list[str | Path], second: list[str | Path] | None = None, res
                 if len(base) == len(runs) == 1 and all(f is not None for f in flags):
                     diff["mcnemar"] = mcnemar(*flags)
             else:  # no per-item outcomes, or a metric that is not a mean of them (mAP)
-                av, bv = mean_or_none([r["metrics"].get(k) for r in base]), mean_or_none([r["metrics"].get(k)
-                                                                                         for r in runs])
-                diff = {"vs": label, "estimate": None if av is None or bv is None else 100 * (bv - av),
+                first = row["values"][0]
+                diff = {"vs": label, "estimate": None if first is None or value is None else 100 * (value - first),
                         "ci95": None, "verdict": "no interval"}
             row["differences"].append(diff)
         rows.append(row)
