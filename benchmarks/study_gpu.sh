@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The study's GPU profile (docs/toyworld.md, "The study") as one command on an H200 machine: a 10,000-scene world,
-# the wider cj-study model, N chosen up to 1,024 by the design's rule, 3 seeds. Estimated 8 minutes; not run yet.
+# A study's GPU profile (docs/toyworld.md, "The study" and "Study 2") as one command on an H200 machine: a
+# 10,000-scene world, the wider cj-study model, N chosen up to 1,024 by the design's rule, 3 seeds. Estimated
+# 8 minutes; not run yet (no GPU was available).
 #
 #   bash benchmarks/gpu_check.sh prepare && bash benchmarks/study_gpu.sh prepare
 #       here, once: adds to .whl/ the wheels a bare GPU image lacks for ConcretePlant (spaCy and its pipeline, the
 #       ratings, webdataset; Python 3.12); about 55 MB with gpu_check's. Copy the checkout with .whl to the machine.
-#   bash benchmarks/study_gpu.sh
-#       there; writes $OUT/study/study.md (the verdicts), results.json and design.json.
+#   bash benchmarks/study_gpu.sh [study1|study2]
+#       there (default study2); writes $OUT/<study>/study.md (the verdicts), results.json, design.json and
+#       published/ (the files `concrete-jungle study report` re-checks).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,11 +29,12 @@ if [ "${1:-}" = prepare ]; then
   exit 0
 fi
 
+STUDY=${1:-study2}
 OUT=${OUT:-runs/study_gpu}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/study_site \
   .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/src:/tmp/study_site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null | tee "$OUT/gpu.txt"
-time python3 -m concrete_jungle.cli demo --study --profile gpu --out "$OUT/study" --no-progress 2>&1 \
-  | tee "$OUT/study.log"
+time python3 -m concrete_jungle.cli study run "$STUDY" --profile gpu --out "$OUT/$STUDY" --no-progress 2>&1 \
+  | tee "$OUT/$STUDY.log"

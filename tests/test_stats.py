@@ -35,7 +35,9 @@ def direct(groups, weights, resamples, seed, units):
                 per_run.append(sum(accuracies) / len(accuracies))
             total += w * sum(per_run) / len(per_run)
         draws.append(100 * total)
-    return np.percentile(draws, [2.5, 97.5]).tolist(), float(np.std(draws, ddof=1))
+    below, above = sum(d <= 0 for d in draws), sum(d >= 0 for d in draws)
+    return (np.percentile(draws, [2.5, 97.5]).tolist(), float(np.std(draws, ddof=1)),
+            min(1.0, 2 * (min(below, above) + 1) / (resamples + 1)))
 
 
 @pytest.mark.parametrize("runs_per_side", [1, 3])
@@ -46,11 +48,20 @@ def test_the_bootstrap_over_images_equals_a_direct_computation(runs_per_side):
                 for _ in range(runs_per_side)] for g in ("first", "second")}
     weights = {"first": -1.0, "second": 1.0}
     result = bootstrap_contrast(side, weights, ["M.Avg"], resamples=60, seed=3)["M.Avg"]
-    interval, se = direct(side, weights, 60, 3, images)
+    interval, se, p = direct(side, weights, 60, 3, images)
     assert result["ci95"] == pytest.approx(interval) and result["se"] == pytest.approx(se)
+    assert result["p"] == pytest.approx(p)
     means = {g: np.mean([metric_values(r)["M.Avg"] for r in runs]) for g, runs in side.items()}
     assert result["estimate"] == pytest.approx(100 * (means["second"] - means["first"]))
     assert result["units"] == 10
+
+
+def test_holm_adjusts_the_smallest_p_by_the_family_size_and_keeps_the_order():
+    from concrete_jungle.stats import holm
+
+    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
+    assert holm({"a": 0.5, "b": 0.6}) == {"a": 1.0, "b": 1.0}
+    assert holm({"only": 0.02}) == {"only": 0.02}
 
 
 def test_items_of_one_image_move_together_so_the_interval_is_wider_than_for_independent_items():

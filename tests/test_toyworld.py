@@ -246,13 +246,14 @@ def test_a_named_held_out_world_in_one_codec_and_a_captioner_that_refuses_held_o
 
 @pytest.mark.slow
 def test_no_negative_is_a_held_out_scene_on_a_study_sized_world(tmp_path):
-    """The study's world size and seed with the no-leak settings, planted by the study's own stages: zero
-    negatives of D_hc, D_lc or D_wo describe a test or validation scene (Study 1: 54, 64 and 64 test scenes)."""
+    """Study 2's world, planted by the study's own stages with the no-leak captioner: zero negatives of D_hc, D_lc
+    or D_wo describe a test or validation scene (Study 1: 54, 64 and 64 test scenes)."""
     from concrete_jungle.concretebatch import iter_records
     from concrete_jungle.experiments.stages import StageConfig, Stages
+    from concrete_jungle.experiments.study2 import Study2Config
     from concrete_jungle.records import read_jsonl
 
-    world_config = WorldConfig(train=4000, test=1500, val=600, seed=1, held_out="named", image_format="jpeg")
+    world_config = Study2Config().world
     stages = Stages(StageConfig(out=str(tmp_path), world=world_config, no_leak=True), progress=False)
     world = stages.world()
     held_out = {parse_caption(r["captions"][0]).key() for r in read_jsonl(world / "scenes.jsonl")
@@ -262,3 +263,59 @@ def test_no_negative_is_a_held_out_scene_on_a_study_sized_world(tmp_path):
         keys = [parse_caption(r["neg_caption"]).key() for r in iter_records(data)]
         assert len(keys) >= 0.95 * 4000, mode
         assert not any(k in held_out for k in keys), mode
+
+
+def test_the_viewer_reads_relations_off_the_drawn_boxes():
+    from concrete_jungle.toyworld.viewer import reads_true
+    from concrete_jungle.toyworld.world import Scene, Thing
+
+    ball, cube = Thing("ball", "red", "big"), Thing("cube", "red", "small")
+    left = Scene((ball, cube), ("left",), "dim", "calm", layout=3)
+    assert reads_true("a big red ball to the left of a small red cube", left)
+    assert reads_true("a small red cube to the right of a big red ball", left)
+    assert reads_true("a ball next to a cube", left)  # 5 pixels apart sideways is next to
+    assert reads_true("a red cube", left) and not reads_true("a blue cube", left)
+    assert not reads_true("a big red ball to the right of a small red cube", left)
+    assert not reads_true("a ball above a cube", left) and not reads_true("a ball on top of a cube", left)
+    on_top = Scene((cube, ball), ("top",), "dim", "calm", layout=3)
+    assert reads_true("a cube above a ball", on_top) and reads_true("a cube on top of a ball", on_top)
+    assert not reads_true("a cube below a ball", on_top) and not reads_true("a cube next to a ball", on_top)
+    inside = Scene((cube, ball), ("inside",), "dim", "calm", layout=3)
+    assert reads_true("a cube inside a ball", inside) and not reads_true("a ball inside a cube", inside)
+    assert not reads_true("a cube next to a ball", inside) and not reads_true("a cube above a ball", inside)
+    twins = Scene((Thing("star", "blue", "small"), Thing("ball", "blue", "small")), ("next",), "dim", "calm", 1)
+    assert reads_true("a small blue ball next to a small blue star", twins)  # a shape swap that reads the same
+    with pytest.raises(ValueError, match="not a toy-world"):
+        reads_true("a big red elephant", left)
+
+
+def test_with_viewer_negatives_every_test_negative_reads_false_and_relation_words_are_balanced():
+    """On 600 scenes: every positive reads true of its picture and, with ``test_negatives="viewer"``, every negative
+    reads false, per subset; the construction rule alone lets some swap_obj negatives through (two things alike
+    but for their shape, next to each other). replace_rel's negatives then use each relation word about as often
+    as its positives (Study 1's used the one-word above/below in 55 % of items against 33 % of positives)."""
+    from collections import Counter
+
+    from concrete_jungle.toyworld.build import compositional_test
+    from concrete_jungle.toyworld.viewer import described, reads_true
+    from concrete_jungle.toyworld.world import sample_scene
+
+    rng = random.Random(11)
+    scenes = [sample_scene(rng) for _ in range(3000)]
+    files = [f"test-{i:06d}.png" for i in range(len(scenes))]
+    by_file = dict(zip(files, scenes))
+    items, dropped = compositional_test(scenes, files, seed=2, viewer=True)
+    for subset in SUBSETS:
+        assert len(items[subset]) > 300, subset
+        for it in items[subset]:
+            scene = by_file[it["filename"]]
+            assert reads_true(it["caption"], scene) and not reads_true(it["negative_caption"], scene), (subset, it)
+    assert sum(map(len, dropped.values())) == len(dropped["swap_obj"]) > 0
+    construction, _ = compositional_test(scenes, files, seed=2)
+    assert sum(reads_true(it["negative_caption"], by_file[it["filename"]]) for it in construction["swap_obj"]) > 0
+    words = {side: Counter(r for it in items["replace_rel"] for r in described(it[side])[1])
+             for side in ("caption", "negative_caption")}
+    total = {side: sum(c.values()) for side, c in words.items()}
+    for word in set(words["caption"]) | set(words["negative_caption"]):
+        shares = [words[side][word] / total[side] for side in words]
+        assert abs(shares[0] - shares[1]) < 0.05, (word, shares)

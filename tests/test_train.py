@@ -241,3 +241,38 @@ def test_the_image_cache_trains_the_same_weights_as_decoding_and_goes_stale_with
             tar.addfile(member, io.BytesIO(content))
     (data / "manifests" / "shard-000000.sha256").write_text(f"{file_digest(shard)}  shard-000000.tar\n")
     assert current_cache(data, clip) is None
+
+
+def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives(tmp_path, concretebatch):
+    """The augmentation control: a batch holds the anchors the hard-negative runs see at that step and, as ordinary
+    pairs, the negatives of the next batch's anchors; no anchor's own negative is beside it, every negative is
+    used once an epoch, and InfoNCE on the batch is open_clip's ClipLoss over its 2N pairs."""
+    from concrete_jungle.loss import CementLoss
+    from concrete_jungle.train_data import EpochBatches, epoch_batches, training_set
+    from concrete_jungle.train_config import DataConfig
+
+    batches = EpochBatches(48, 8, rank=0, world=1, seed=3, epoch=1)
+    anchors, partners = list(batches), list(batches.next_batches())
+    assert partners == anchors[1:] + anchors[:1]
+    assert all(not set(a) & set(p) for a, p in zip(anchors, partners))
+    clip = load_model("cj-tiny", "none", device="cpu", seed=0)
+    dataset = training_set(DataConfig(concretebatch=[str(concretebatch)], workers=0), clip, progress=False)
+    plain = list(epoch_batches(dataset, batches, 0, False))
+    apart = list(epoch_batches(dataset, batches, 0, False, apart=True))
+    for k, batch in enumerate(apart):
+        later = plain[(k + 1) % len(plain)]
+        assert torch.equal(batch[0], plain[k][0]) and torch.equal(batch[2], plain[k][2])  # the step's anchors
+        assert all(torch.equal(batch[i], later[i]) for i in (1, 3, 4, 5))  # the next batch's negatives
+    image, neg_image, text, neg_text, c, has_negative = apart[0]
+    with torch.no_grad():
+        i, t, scale = clip.model(torch.cat([image, neg_image]), torch.cat([text, neg_text]))[:3]
+        ours = CementLoss(margin="none")(i, t, scale, c, has_negative)
+        reference = open_clip.loss.ClipLoss()(i, t, scale)
+    assert bool(has_negative.all()) and torch.allclose(ours, reference, atol=1e-6)
+    cfg = config(tmp_path, concretebatch, "loss.name=infonce", "data.negatives_apart=true", "steps=8")
+    train(cfg, progress=False)
+    assert [r["step"] for r in metrics(tmp_path / "run")] == list(range(1, 9))
+    with pytest.raises(ConfigError, match="data.negatives_apart takes loss.name infonce"):
+        config(tmp_path, concretebatch, "loss.name=cement", "data.negatives_apart=true")
+    with pytest.raises(TrainingError, match="needs at least 2 batches an epoch"):
+        EpochBatches(12, 8, 0, 1, 0, 0).next_batches()

@@ -143,12 +143,26 @@ def bootstrap_contrast(groups: dict[str, list[dict]], weights: dict[str, float],
     out = {}
     for m in metrics:
         if point[m] is None or len(draws[m]) < 2:
-            out[m] = {"estimate": point[m], "ci95": None, "se": None, "units": len(units)}
+            out[m] = {"estimate": point[m], "ci95": None, "se": None, "p": None, "units": len(units)}
             continue
         low, high = np.percentile(draws[m], [2.5, 97.5])
+        # two-sided bootstrap p of "no difference": twice the smaller share of draws on either side of 0
+        # (+1 in both counts, so a p is never 0 from finitely many draws)
+        drawn = np.asarray(draws[m])
+        p = min(1.0, 2 * (min(int((drawn <= 0).sum()), int((drawn >= 0).sum())) + 1) / (len(drawn) + 1))
         out[m] = {"estimate": point[m], "ci95": [float(low), float(high)], "se": float(np.std(draws[m], ddof=1)),
-                  "units": len(units)}
+                  "p": p, "units": len(units)}
     return out
+
+
+def holm(p: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values of a family of tests (reject where adjusted p < alpha): the k-th smallest
+    p times (m - k + 1), never below an earlier adjusted p, at most 1."""
+    adjusted, running = {}, 0.0
+    for k, (name, value) in enumerate(sorted(p.items(), key=lambda kv: kv[1])):
+        running = max(running, min(1.0, (len(p) - k) * value))
+        adjusted[name] = running
+    return adjusted
 
 
 def prepared(outcomes: dict) -> dict:

@@ -326,7 +326,8 @@ def _train(config: TrainConfig, resume: str | None, progress: bool, stop_at: int
     with StopSignals() as signals:
         while step < end and stopped_by is None:
             batches = EpochBatches(len(dataset), config.batch_size, rank, world, config.seed, epoch, step_in_epoch)
-            loader = epoch_batches(dataset, batches, config.data.workers, pin_memory=device.startswith("cuda"))
+            loader = epoch_batches(dataset, batches, config.data.workers, pin_memory=device.startswith("cuda"),
+                                   apart=config.data.negatives_apart)
             tick = time.perf_counter()  # a step's time runs from here: waiting for its batch counts
             for image, neg_image, text, neg_text, c, has_negative in loader:
                 if step >= end:

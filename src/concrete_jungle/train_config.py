@@ -48,6 +48,10 @@ class DataConfig:
     # false: every hard negative is masked out of the loss (the anchors alone, plain CLIP loss): the control
     # that tells what the negatives add from what more training on the same anchors adds
     negatives: bool = True
+    # true: the augmentation control: every negative pair is an ordinary pair of the batch *after* its anchor's
+    # (the same pairs and batch shape as with hard negatives, but never an anchor's own negative beside it), so
+    # "more pairs" is told apart from "hard contrast"; with loss.name infonce
+    negatives_apart: bool = False
     # true: train on the finished shards of an unfinished or unmerged ConcreteBatch (refused otherwise)
     partial: bool = False
 
@@ -147,6 +151,9 @@ class TrainConfig:
             problems.append(f"save_every must be >= 0 (0: only the final checkpoint), got {self.save_every}")
         if not self.out.strip():
             problems.append("out is empty: name the run folder (flag --out)")
+        if self.data.negatives_apart and (self.loss.name != "infonce" or not self.data.negatives):
+            problems.append("data.negatives_apart takes loss.name infonce and data.negatives true: a negative in "
+                            "another batch than its anchor is an ordinary pair, with no margin to apply")
         raise_problems(problems)
 
 

@@ -9,7 +9,8 @@
   inputs as the other two. Used whenever every ConcreteBatch of the config has a current cache for the model.
 - `EpochBatches`: every epoch a seeded permutation split into disjoint per-rank slices; (epoch, step) is the
   exact data position a checkpoint stores.
-- `epoch_batches`: one epoch's batches from any of the three, from a given step on.
+- `epoch_batches`: one epoch's batches from any of the three, from a given step on; with ``apart``, each batch's
+  negative half is the next batch's (the augmentation control, `DataConfig.negatives_apart`).
 """
 
 from __future__ import annotations
@@ -142,19 +143,28 @@ class PreloadedSet:
 class EpochBatches(torch.utils.data.Sampler):
     """This rank's index batches for one epoch, from `start_step` on (the DistributedSampler equivalent)."""
 
-    def __init__(self, n: int, batch_size: int, rank: int, world: int, seed: int, epoch: int, start_step: int = 0):
+    def __init__(self, n: int, batch_size: int, rank: int, world: int, seed: int, epoch: int, start_step: int = 0,
+                 shift: int = 0):
         self.steps = n // batch_size
         self.order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
         self.per_rank = batch_size // world
-        self.batch_size, self.rank, self.start_step = batch_size, rank, start_step
+        self.args = (n, batch_size, rank, world, seed, epoch, start_step)
+        self.batch_size, self.rank, self.start_step, self.shift = batch_size, rank, start_step, shift
 
     def __len__(self):
         return self.steps - self.start_step
 
     def __iter__(self):
         for s in range(self.start_step, self.steps):
-            at = s * self.batch_size + self.rank * self.per_rank
+            at = ((s + self.shift) % self.steps) * self.batch_size + self.rank * self.per_rank
             yield self.order[at: at + self.per_rank]
+
+    def next_batches(self) -> "EpochBatches":
+        """The same epoch one batch ahead: step s gets step s + 1's indices (the last step the first's)."""
+        if self.steps < 2:
+            raise TrainingError(f"data.negatives_apart needs at least 2 batches an epoch; the data holds "
+                                f"{self.steps} of {self.batch_size}")
+        return EpochBatches(*self.args, shift=self.shift + 1)
 
 
 def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path | None = None):
@@ -192,9 +202,21 @@ class _Batches(torch.utils.data.Dataset):
         return self.dataset.batch(indices)
 
 
-def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool) -> Iterator[Batch]:
+def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool,
+                  apart: bool = False) -> Iterator[Batch]:
     """One epoch's batches: indexed from memory for a `PreloadedSet`, gathered from the cache by DataLoader
-    workers for a `CachedSet`, else decoded by DataLoader workers."""
+    workers for a `CachedSet`, else decoded by DataLoader workers. With ``apart``, a batch's anchors come with the
+    negative pairs of the next batch's anchors, counted as ordinary pairs (every negative once an epoch, never in
+    its anchor's batch)."""
+    if not apart:
+        yield from _epoch_batches(dataset, batches, workers, pin_memory)
+        return
+    ahead = _epoch_batches(dataset, batches.next_batches(), workers, pin_memory)
+    for anchors, later in zip(_epoch_batches(dataset, batches, workers, pin_memory), ahead):
+        yield anchors[0], later[1], anchors[2], later[3], later[4], later[5]
+
+
+def _epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool) -> Iterator[Batch]:
     if isinstance(dataset, PreloadedSet):
         for indices in batches:
             yield dataset.batch(indices)

@@ -56,13 +56,7 @@ def run_study(args, console: Console) -> int:
     if args.quick or args.pretrain_steps or args.finetune_steps:
         raise ValueError("--study takes its settings from its design (docs/toyworld.md); use --profile, --seeds, "
                          "--out")
-    from ..experiments.study import PROFILES, Study, StudyConfig
+    from .study import run_study as run_named_study
 
-    options = dict(PROFILES[args.profile]) | ({"seeds": args.seeds} if args.seeds else {})
-    out = args.out or "runs/study"
-    result = Study(StudyConfig(out=out, **options), progress=not args.no_progress, console=console).run()
-    for h in result["hypotheses"]:
-        console.print(f"{h['name']}: {h['claim']}: {h['estimate']:+.2f} points, 95 % interval "
-                      f"[{h['ci95'][0]:+.2f}, {h['ci95'][1]:+.2f}] -> {h['verdict']}", highlight=False)
-    console.print(f"report: {out}/study.md", highlight=False)
-    return 0
+    args.name = "study1"
+    return run_named_study(args, console)

@@ -1,4 +1,5 @@
-"""`concrete-jungle study report`: a study's tables, intervals and verdicts, recomputed from its published files."""
+"""`concrete-jungle study`: run a pre-registered toy-world study (`run`), or recompute a study's tables,
+intervals and verdicts from its published files alone (`report`)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,27 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .args import int_list
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "study",
-        help="re-check a study from its published files (no model, no world)",
-        description="`study report DIR`: rebuild every table, interval and verdict of a study from the files it "
-        "published (DIR: <study out>/published, or docs/studies/<name>): design.json, world.json, recipes.json, "
-        "answers.jsonl.gz, run.json. Run `concrete-jungle demo --study` to make a study.",
+        help="run a pre-registered toy-world study, or re-check one from its published files",
+        description="`study run study2`: the second pre-registered study (docs/toyworld.md, \"Study 2\"); "
+        "`study run study1` is `demo --study`. A stopped run resumes where it stopped, row by row. "
+        "`study report DIR`: rebuild every table, interval and verdict of a study from the files it published "
+        "(DIR: <study out>/published, or docs/studies/<name>): design.json, world.json, recipes.json, "
+        "answers.jsonl.gz, run.json; no model, no world.",
     )
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
+    r = tasks.add_parser("run", help="run a study (its settings are its design's)")
+    r.add_argument("name", choices=["study1", "study2"], help="which study")
+    r.add_argument("--profile", choices=["cpu", "gpu"], default="cpu",
+                   help="cpu (default: 2 cores) or gpu (a larger world and model, one GPU)")
+    r.add_argument("--out", help="output directory (default runs/<name>)")
+    r.add_argument("--seeds", type=int_list, help="fine-tuning seeds, comma-separated (default 0,1,2)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r = tasks.add_parser("report", help="recompute a study's report from its published files")
     r.add_argument("folder", metavar="DIR", help="a study's published folder")
     r.add_argument("--out", help="also write study.md and results.json here")
@@ -23,17 +35,37 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
+    return run_study(args, console) if args.task == "run" else report(args, console)
+
+
+def run_study(args, console: Console) -> int:
+    from ..experiments import study, study2
+
+    module, config, runner = (study, study.StudyConfig, study.Study) if args.name == "study1" else \
+        (study2, study2.Study2Config, study2.Study2)
+    options = dict(module.PROFILES[args.profile]) | ({"seeds": args.seeds} if args.seeds else {})
+    out = args.out or f"runs/{args.name}"
+    result = runner(config(out=out, **options), progress=not args.no_progress, console=console).run()
+    for h in result.get("primary", result.get("hypotheses", [])):
+        console.print(f"{h['name']}: {h['claim']}: {h['estimate']:+.2f} points, 95 % interval "
+                      f"[{h['ci95'][0]:+.2f}, {h['ci95'][1]:+.2f}] -> {h['verdict']}", highlight=False)
+    console.print(f"report: {out}/study.md", highlight=False)
+    return 0
+
+
+def report(args, console: Console) -> int:
     from rich.markdown import Markdown
 
+    from ..experiments import study, study2
     from ..experiments.published import load
-    from ..experiments.study import study_report, summarise
     from ..records import atomic_write_json, atomic_write_text
 
     design, world_info, items, seconds = load(args.folder)
-    result = summarise(design, items, seconds)
-    report = study_report(result, world_info)
-    console.print(Markdown(report))
+    module = study2 if design.get("study") == "study2" else study
+    result = module.summarise(design, items, seconds)
+    text = module.study_report(result, world_info)
+    console.print(Markdown(text))
     if args.out:
         atomic_write_json(Path(args.out) / "results.json", result)
-        atomic_write_text(Path(args.out) / "study.md", report)
+        atomic_write_text(Path(args.out) / "study.md", text)
     return 0

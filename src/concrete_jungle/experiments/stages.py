@@ -24,6 +24,7 @@ class Finetune:
     loss: str  # cement | infonce | static | inverse
     mode: str  # the ConcreteBatch it trains on: hc | lc | wo
     negatives: bool = True  # False: the control, the same anchors and steps with every negative masked
+    apart: bool = False  # True: the augmentation control, each negative pair in the batch after its anchor's
 
 
 # the fine-tune that separates "hard negatives teach" from "more training on these captions teaches"
@@ -119,17 +120,19 @@ class Stages:
             latest = json.loads((checkpoints / "latest.json").read_text())
         return checkpoints / latest["name"]
 
-    def baseline(self, world: Path) -> Path:
+    def baseline(self, world: Path, save_every: int = 0) -> Path:
+        """Pretrain the CLIP baseline on the world's training captions; ``save_every`` keeps intermediate
+        checkpoints, for a learning curve."""
         from ..train_config import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
 
         c = self.c
         settings = {"world": str(world), "model": c.model, "batch_size": c.batch_size, "steps": c.pretrain_steps,
-                    "lr": c.pretrain_lr}
+                    "lr": c.pretrain_lr} | ({"save_every": save_every} if save_every else {})
         return self.train("baseline", settings, lambda out: TrainConfig(
             out=out, model=ModelConfig(name=c.model, pretrained="none", precision="fp32"),
             data=DataConfig(pairs=[str(world / "captions.jsonl")], pairs_images=str(world / "images"), workers=0),
             loss=LossConfig(name="infonce"), optim=OptimConfig(lr=c.pretrain_lr, warmup=20, weight_decay=0.1),
-            batch_size=c.batch_size, steps=c.pretrain_steps, seed=0, save_every=0), label=BASELINE)
+            batch_size=c.batch_size, steps=c.pretrain_steps, seed=0, save_every=save_every), label=BASELINE)
 
     def plant(self, world: Path, mode: str) -> Path:
         from .. import plant
@@ -161,11 +164,13 @@ class Stages:
         batch_size, steps = batch_size or c.batch_size, steps or c.finetune_steps
         settings = {"baseline": str(baseline), "data": str(data), "loss": row.loss, "seed": seed,
                     "batch_size": batch_size, "steps": steps, "lr": c.finetune_lr} | (
-            {} if row.negatives else {"negatives": False}) | ({"save_every": save_every} if save_every else {})
-        name = f"finetune-{data.name}-{row.loss}{'' if row.negatives else '-control'}-s{seed}"
+            {} if row.negatives else {"negatives": False}) | ({"apart": True} if row.apart else {}) | (
+            {"save_every": save_every} if save_every else {})
+        kind = "-control" if not row.negatives else "-apart" if row.apart else ""
+        name = f"finetune-{data.name}-{row.loss}{kind}-s{seed}"
         return self.train(name, settings, lambda out: TrainConfig(
             out=out, model=ModelConfig(name=None, pretrained=None, checkpoint=str(baseline), precision="fp32"),
-            data=DataConfig(concretebatch=[str(data)], workers=0, negatives=row.negatives),
+            data=DataConfig(concretebatch=[str(data)], workers=0, negatives=row.negatives, negatives_apart=row.apart),
             loss=LossConfig(name=row.loss), optim=OptimConfig(lr=c.finetune_lr, warmup=5, weight_decay=0.1),
             batch_size=batch_size, steps=steps, seed=seed, save_every=save_every),
             label=f"{row.label}, seed {seed}")

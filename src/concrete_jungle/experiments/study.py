@@ -151,6 +151,12 @@ class Study:
         runs = {(row.label, seed): self.stages.finetune(baseline, datasets[row.mode], row, seed, batch_size=batch["n"],
                                                       steps=steps["steps"])
                 for seed in c.seeds for row in ROWS}
+        return self.conclude(world, baseline, runs, design, started, summarise, study_report)
+
+    def conclude(self, world: Path, baseline: Path, runs: dict, design: dict, started: float, summarise,
+                 report) -> dict:
+        """Evaluate the baseline and every fine-tune on the test scenes, publish the answers (`published`), and
+        write ``results.json`` (``summarise``'s) and ``study.md`` (``report``'s)."""
         log("[6/6] evaluating on the test scenes and bootstrapping the contrasts", self.console)
         test = self.stages.test_data(world, "test")
         items = {key: self.stages.evaluate(ckpt, test, name="test_outcomes.json", per_item=True)
@@ -160,7 +166,7 @@ class Study:
         publish(self.out / "published", design, world_info, items, seconds)
         result = summarise(design, items, seconds)
         atomic_write_json(self.out / "results.json", result)
-        atomic_write_text(self.out / "study.md", study_report(result, world_info))
+        atomic_write_text(self.out / "study.md", report(result, world_info))
         return result
 
 
@@ -200,10 +206,25 @@ def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, seed: int = 0
     return out
 
 
+def batch_size_sentence(design: dict) -> str:
+    """How the design's rule chose N, in a sentence of a study's report."""
+    share = design["batch_size_choice"]["curves"]["none"]
+    return (f"**N = {design['n']}** anchors per step: InfoNCE's hard-negative gradient share on the baseline's D_hc "
+            "features was " + ", ".join(f"{v:.3f} at N = {n}" for n, v in sorted(share.items(),
+                                                                                  key=lambda kv: int(kv[0])))
+            + f" (rule: the smallest N below {design['config']['share_threshold']}"
+            + ("" if design["batch_size_choice"]["rule_met"] else "; no candidate met it, so the largest was taken")
+            + ").")
+
+
+def recall_curve(curve: dict) -> str:
+    """A validation curve's Recall@1 (mean of both directions, %) at each step."""
+    return ", ".join(f"{100 * v['R@1']:.1f} at {s}" for s, v in sorted(curve.items(), key=lambda kv: int(kv[0])))
+
+
 def study_report(result: dict, world_info: dict) -> str:
     design = result["design"]
     c = design["config"]
-    share = design["batch_size_choice"]["curves"]["none"]
     curve = design["steps_choice"]["curve"]
     lines = [
         "# The study: do hard negatives and Cement teach composition on the toy world?", "",
@@ -212,14 +233,9 @@ def study_report(result: dict, world_info: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + f"); model `{c['model']}` pretrained "
         f"{c['pretrain_steps']} steps; seeds {', '.join(map(str, c['seeds']))}; {result['seconds'] / 60:.0f} minutes.",
         "",
-        f"**N = {design['n']}** anchors per step: InfoNCE's hard-negative gradient share on the baseline's D_hc "
-        "features was " + ", ".join(f"{v:.3f} at N = {n}" for n, v in sorted(share.items(), key=lambda kv: int(kv[0])))
-        + f" (rule: the smallest N below {c['share_threshold']}"
-        + ("" if design["batch_size_choice"]["rule_met"] else "; no candidate met it, so the largest was taken")
-        + ").", "",
+        batch_size_sentence(design), "",
         f"**T = {design['steps']}** steps: the control's validation Recall@1 (mean of both directions) was "
-        + ", ".join(f"{100 * v['R@1']:.1f} at {s}" for s, v in sorted(curve.items(), key=lambda kv: int(kv[0])))
-        + f" (rule: the first step within {c['plateau']} points of the best).", "",
+        + recall_curve(curve) + f" (rule: the first step within {c['plateau']} points of the best).", "",
         "## Hypotheses (test M.Avg, points; 95 % paired bootstrap interval over test scenes and seeds)", "",
         "| | claim | difference | 95 % interval | resolvable difference | verdict |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -32,8 +32,9 @@ from PIL import Image
 from ..concretebatch import encode_jpeg
 from ..records import atomic_write_json, atomic_write_jsonl
 from .rewrite import FALSE_RELATIONS
-from .world import COLOURS, SHAPES, SIZES, TEXTURES, Scene, Thing, captions, pixel_hash, relation_phrase, render, \
-    sample_scene
+from .viewer import reads_true
+from .world import COLOURS, MIRROR, SHAPES, SIZES, TEXTURES, Scene, Thing, captions, pixel_hash, relation_phrase, \
+    render, sample_scene
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 
@@ -46,12 +47,18 @@ class WorldConfig:
     seed: int = 0
     held_out: str = "content"  # "content": no training scene's content; "named": and not its things and relations
     image_format: str = "png"  # "png", or "jpeg": quality 95 for every split, a ConcreteBatch's codec
+    # "construction": a negative is the caption of a changed scene; "viewer": and it must read false of the picture
+    # (`viewer.reads_true`), and replace_rel mirrors a relation (left <-> right, above <-> below) so that its
+    # negatives use each relation word as often as its positives do
+    test_negatives: str = "construction"
 
     def __post_init__(self):
         if self.held_out not in ("content", "named"):
             raise ValueError(f"held_out must be content or named, got {self.held_out!r}")
         if self.image_format not in ("png", "jpeg"):
             raise ValueError(f"image_format must be png or jpeg, got {self.image_format!r}")
+        if self.test_negatives not in ("construction", "viewer"):
+            raise ValueError(f"test_negatives must be construction or viewer, got {self.test_negatives!r}")
 
 
 def named_part(key: str) -> str:
@@ -110,8 +117,9 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
     for split in ("test", "val"):  # the same compositional subsets and a retrieval split for each held-out set
         if not scenes[split]:
             continue
-        items = compositional_test(scenes[split], [r["image"].split("/")[-1] for r in rows if r["split"] == split],
-                                   config.seed)
+        items, dropped = compositional_test(scenes[split], [r["image"].split("/")[-1] for r in rows
+                                                            if r["split"] == split], config.seed,
+                                            viewer=config.test_negatives == "viewer")
         for subset, entries in items.items():
             atomic_write_json(out / split / "sugarcrepe" / f"{subset}.json",
                               {str(k): e for k, e in enumerate(entries)})
@@ -120,8 +128,12 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
                                 for r in rows if r["split"] == split]}
         atomic_write_json(out / split / "retrieval.json", retrieval)
         counts[split] = {k: len(v) for k, v in items.items()}
+        if config.test_negatives == "viewer":
+            counts[f"{split}_dropped"] = dropped
     summary = {"config": asdict(config), "train": config.train, "test": config.test, "val": config.val,
-               "test_items": counts["test"], "val_items": counts.get("val", {})}
+               "test_items": counts["test"], "val_items": counts.get("val", {})} | (
+        {"dropped_items": {k: counts[f"{k}_dropped"] for k in ("test", "val") if f"{k}_dropped" in counts}}
+        if config.test_negatives == "viewer" else {})
     atomic_write_json(done, summary)
     return summary
 
@@ -136,9 +148,11 @@ def _with_thing(s: Scene, i: int, **change) -> Scene:
     return replace(s, things=tuple(things))
 
 
-def negatives(s: Scene, rng: random.Random) -> dict[str, tuple[str, str]]:
+def negatives(s: Scene, rng: random.Random, mirror_relations: bool = False) -> dict[str, tuple[str, str]]:
     """(caption, negative caption) of this scene for every SugarCrepe subset it can make, built from the scene
-    and a changed copy, so the negative is false of the picture by construction."""
+    and a changed copy, so the negative is false of the picture by construction. ``mirror_relations``: replace_rel
+    turns one left/right/above/below relation into its mirror (none when the scene has no such relation), so the
+    negatives' relation words are distributed as the positives' (`WorldConfig.test_negatives`)."""
     out = {}
     n = len(s.things)
     positive = relation_phrase(s)
@@ -156,8 +170,13 @@ def negatives(s: Scene, rng: random.Random) -> dict[str, tuple[str, str]]:
     if n > 1:
         j = rng.randrange(n - 1)
         rels = list(s.relations)
-        rels[j] = rng.choice(FALSE_RELATIONS[rels[j]])
-        out["replace_rel"] = (positive, relation_phrase(replace(s, relations=tuple(rels))))
+        if not mirror_relations:
+            rels[j] = rng.choice(FALSE_RELATIONS[rels[j]])
+            out["replace_rel"] = (positive, relation_phrase(replace(s, relations=tuple(rels))))
+        elif mirrorable := [k for k, r in enumerate(rels) if r in MIRROR]:
+            k = mirrorable[j % len(mirrorable)]
+            rels[k] = MIRROR[rels[k]]
+            out["replace_rel"] = (positive, relation_phrase(replace(s, relations=tuple(rels))))
         a, b = rng.sample(range(n), 2)
         out["swap_obj"] = (positive, relation_phrase(
             _with_thing(_with_thing(s, a, shape=s.things[b].shape), b, shape=s.things[a].shape)))
@@ -178,10 +197,16 @@ def negatives(s: Scene, rng: random.Random) -> dict[str, tuple[str, str]]:
     return out
 
 
-def compositional_test(scenes: list[Scene], files: list[str], seed: int) -> dict[str, list[dict]]:
+def compositional_test(scenes: list[Scene], files: list[str], seed: int,
+                       viewer: bool = False) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """The test items per subset, and (with ``viewer``) the items left out because their negative reads true of
+    the picture (`viewer.reads_true`), each with its file and captions."""
     items: dict[str, list[dict]] = {k: [] for k in SUBSETS}
+    dropped: dict[str, list[dict]] = {k: [] for k in SUBSETS}
     for s, file in zip(scenes, files):
         sid = file.rsplit(".", 1)[0]
-        for subset, (caption, negative) in negatives(s, random.Random(f"{seed}\x00test\x00{sid}")).items():
-            items[subset].append({"filename": file, "caption": caption, "negative_caption": negative})
-    return items
+        made = negatives(s, random.Random(f"{seed}\x00test\x00{sid}"), mirror_relations=viewer)
+        for subset, (caption, negative) in made.items():
+            item = {"filename": file, "caption": caption, "negative_caption": negative}
+            (dropped if viewer and reads_true(negative, s) else items)[subset].append(item)
+    return items, dropped

@@ -159,6 +159,13 @@ class CaptionError(ValueError):
     pass
 
 
+def chain_pieces(body: str) -> tuple[list[str], list[str]]:
+    """A caption's body (without the scene clause) split into its thing phrases and the relations between them."""
+    rel_pattern = "|".join(re.escape(p) for _, p in _RELATION_WORDS)
+    pieces = re.split(rf"(?:, which is )?\b({rel_pattern})\b ", body)
+    return [p.strip() for p in pieces[::2]], [RELATION_OF_PHRASE[p] for p in pieces[1::2]]
+
+
 def parse_caption(text: str, layout: int = 0) -> Scene:
     """The scene a full caption describes (inverse of `full_caption`); a caption outside the grammar is an error."""
     text = text.strip().rstrip(".").lower()
@@ -167,14 +174,10 @@ def parse_caption(text: str, layout: int = 0) -> Scene:
     if not m or m[1] not in WORD_VALUE or m[2] not in WORD_VALUE:
         raise CaptionError(f"no '; it is <light> and <mood>' clause in {text!r}")
     light, mood = WORD_VALUE[m[1]], WORD_VALUE[m[2]]
-    rel_pattern = "|".join(re.escape(p) for _, p in _RELATION_WORDS)
-    pieces = re.split(rf"(?:, which is )?\b({rel_pattern})\b ", body)
-    things, relations = [], []
-    for i, piece in enumerate(pieces):
-        if i % 2:
-            relations.append(RELATION_OF_PHRASE[piece])
-            continue
-        t = _THING.fullmatch(piece.strip())
+    pieces, relations = chain_pieces(body)
+    things = []
+    for piece in pieces:
+        t = _THING.fullmatch(piece)
         if not t or t["shape"] not in SHAPES or t["colour"] not in COLOURS or WORD_VALUE.get(t["size"], t["size"]) \
                 not in SIZES:
             raise CaptionError(f"{piece!r} in {text!r} is not '<size> [texture] <colour> <shape>' of the toy world")
