@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import signal
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -126,19 +127,43 @@ def test_an_edit_actor_killed_mid_run_is_replaced_and_the_records_are_the_same(l
     assert records(out) == expected
 
 
-def test_the_ray_engine_reads_a_store_in_its_actors_and_writes_the_local_engine_s_records(local_ray, tmp_path):
-    """The driver reads the captions (text columns only); each edit actor reads the images it edits from the store
-    itself, by locator, in parallel."""
+def test_the_ray_engine_reads_stores_in_ray_tasks_and_writes_the_local_engine_s_records(local_ray, tmp_path):
+    """WebDataset shards (img2dataset's layout with a failed download, a key repeated in a later shard, a damaged
+    shard) and a Parquet file in one input: Ray Data tasks read each file with the local readers, the edit actors
+    read the images they edit from the stores by locator, and the records, skips and reasons are the local
+    engine's."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    captions, images = make_dataset(tmp_path, 24, image_size=32)
-    rows = [json.loads(line) for line in captions.read_text().splitlines()]
-    pq.write_table(pa.table({"key": [r["id"] for r in rows], "caption": [r["captions"][1] for r in rows],
-                             "image": [{"bytes": (images / r["image"]).read_bytes(), "path": None} for r in rows]}),
-                   tmp_path / "store.parquet", row_group_size=5)
-    base = ["plant", "--captions", str(tmp_path / "store.parquet"), "--mode", "hc", "--no-progress",
-            *map(str, EXTRA)]
+    from concrete_jungle.plant.ray import RayCandidates
+    from concrete_jungle.sources import read_samples, read_store_file
+    from test_stores import add, caption, jpeg
+
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    for shard, keys in enumerate(([f"{i:09d}" for i in range(10)], [f"{i:09d}" for i in range(10, 20)],
+                                  [f"{i:09d}" for i in range(5)])):  # the third repeats keys of the first
+        with tarfile.open(wds / f"{shard:05d}.tar", "w") as tar:
+            for key in keys:
+                add(tar, f"{key}.jpg", jpeg(int(key)))
+                add(tar, f"{key}.txt", caption(int(key)).encode())
+        pq.write_table(pa.table({"key": keys + [f"{90 + shard:09d}"], "status": ["success"] * len(keys) + ["failed"],
+                                 "error_message": [None] * len(keys) + ["HTTP 404"]}), wds / f"{shard:05d}.parquet")
+    data = (wds / "00001.tar").read_bytes()
+    (wds / "00001.tar").write_bytes(data[: len(data) // 2 + 100])  # damaged in the middle of a member
+    pq.write_table(pa.table({"key": [f"p{i}" for i in range(12)], "caption": [caption(i) for i in range(12)],
+                             "image": [{"bytes": jpeg(100 + i), "path": None} for i in range(12)]}),
+                   wds / "store.parquet", row_group_size=5)  # the stores of one input share a folder
+    inputs = [str(wds)]
+    tasks = [("webdataset", str(p), None, {}) for p in sorted(wds.glob("*.tar"))] + [
+        ("parquet", str(wds / "store.parquet"), None, {})]
+    assert list(RayCandidates(None, "brysbaert", 1).read_files(tasks)) == [read_store_file(t) for t in tasks]
+    samples = list(read_samples(inputs, map_files=RayCandidates(None, "brysbaert", 1).read_files))
+    assert samples == list(read_samples(inputs))
+    assert {"00002/000000000", "00001.tar#damaged", "000000090"} <= {s.id for s in samples}
+    base = ["plant", "--captions", *inputs, "--mode", "hc", "--no-progress", *map(str, EXTRA)]
     assert main([*base, "--out", str(tmp_path / "local")]) == 0
     assert main([*base, "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-actors", "1,1,1"]) == 0
     assert records(tmp_path / "ray") == records(tmp_path / "local")
+    skipped = [r for r in records(tmp_path / "local")[1] if r["status"] != "ok"]
+    assert any(r["id"] == "00001.tar#damaged" for r in skipped) and any(r["id"] == "000000090" for r in skipped)

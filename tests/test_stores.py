@@ -7,6 +7,7 @@ import tarfile
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from concrete_jungle.cli import main
@@ -160,6 +161,48 @@ def test_training_pairs_from_a_store_train_as_the_same_pairs_from_a_folder(store
     losses = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
               for run in "ab"]
     assert losses[0] == losses[1]
+
+
+def test_a_store_of_pairs_cached_for_the_model_trains_as_decoding_it_and_goes_stale(stores, tmp_path):
+    """`concrete-jungle cache` on a folder of WebDataset shards: `train` then gathers its pairs from the cache
+    (bitwise the batches decoding gives, a picture that fails to decode replaced as `PairsDataset` replaces it) and
+    trains the same losses; a changed store makes the cache stale."""
+    import shutil
+
+    from concrete_jungle.image_cache import CachedSet, current_cache
+    from concrete_jungle.models import load_model
+    from concrete_jungle.train_config import DataConfig
+    from concrete_jungle.train_data import EpochBatches, epoch_batches, training_set
+
+    wds = tmp_path / "wds"
+    shutil.copytree(stores / "wds", wds)
+    with tarfile.open(wds / "00002.tar", "w") as tar:  # a picture whose header reads and whose pixels do not
+        add(tar, "000000777.jpg", jpeg(7)[:200])
+        add(tar, "000000777.txt", b"a broken picture")
+    clip = load_model("cj-tiny", "none")
+    data = DataConfig(pairs=[str(wds)], workers=0, preload_mib=0)
+    decoded = training_set(data, clip, progress=False)
+    assert main(["cache", str(wds), "--model", "cj-tiny", "--pretrained", "none", "--workers", "0",
+                 "--no-progress"]) == 0
+    cached = training_set(data, clip, progress=False)
+    assert isinstance(cached, CachedSet) and len(cached) == len(decoded) == N + 1
+    skipped = (current_cache(wds, clip) / "skipped_pairs.jsonl").read_text()
+    assert "000000777.jpg" in skipped
+    batches = EpochBatches(len(decoded), 8, 0, 1, seed=0, epoch=0)
+    for a, b in zip(epoch_batches(decoded, batches, 0, False), epoch_batches(cached, batches, 0, False)):
+        assert torch.equal(cached.normalize(b[0]), a[0]) and torch.equal(cached.normalize(b[1]), a[1])
+        assert all(torch.equal(x, y) for x, y in zip(a[2:], b[2:])) and not b[5].any()
+
+    def losses(out):
+        assert main(["train", "--out", str(out), "--steps", "3", "--batch-size", "8", "--set", "model.name=cj-tiny",
+                     "--set", "model.pretrained=none", "--set", "data.workers=0", "--set", "data.preload_mib=0",
+                     "--no-progress", "--set", f"data.pairs=['{wds}']"]) == 0
+        return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+    with_cache = losses(tmp_path / "cached")
+    (wds / "00001.tar").write_bytes((wds / "00001.tar").read_bytes() + b"\0" * 1024)  # the store changed
+    assert current_cache(wds, clip) is None
+    assert losses(tmp_path / "decoded") == with_cache
 
 
 @pytest.mark.parametrize("to", ["parquet", "hf"])

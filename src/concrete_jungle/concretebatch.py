@@ -329,12 +329,6 @@ class IndexedConcreteBatch:
     def __len__(self) -> int:
         return len(self.records)
 
-    def texts(self, i: int) -> tuple[str, str, float]:
-        """(caption, negative caption, concreteness) of record ``i``, without decoding its pictures."""
-        r = self.records[i]
-        return (read_member(r["txt"]).decode("utf-8"), read_member(r["neg.txt"]).decode("utf-8"),
-                float(json.loads(read_member(r["json"]))["concreteness"]))
-
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]
         meta = json.loads(read_member(r["json"]))

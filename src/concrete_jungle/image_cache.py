@@ -1,4 +1,5 @@
-"""A ConcreteBatch preprocessed once for a model: uint8 pixels at its input size and tokens, read with no decoding.
+"""A ConcreteBatch (or a store of plain pairs) preprocessed once for a model: uint8 pixels at its input size and
+tokens, read with no decoding.
 
 Decoding and resizing JPEGs costs 5–11 ms a picture on a CPU core, so a GPU step that wants ~15,000 pictures a
 second (ViT-B-32 at N = 1024, two pictures per pair) would wait on 16 cores. The cache moves that work out of
@@ -14,6 +15,11 @@ changed dataset makes its cache stale (not used). Every file's size and digest i
 opened: a truncated or overwritten file is an error naming it, never pixels or tokens read silently wrong. The
 digest is SHA-1 over 64 MiB chunks hashed on all cores (hashlib releases the GIL), so the check costs one read of
 the cache at disk speed (docs/benchmarks.md).
+
+A folder of WebDataset shards, Parquet files or a saved dataset (plain image–caption pairs, `stores`) is cached the
+same way, with ``"pairs": true``: each record is the pair `train_data.PairsDataset` gives at that index (a picture
+that fails to decode replaced by the next that does, logged in ``skipped_pairs.jsonl`` beside the cache), the
+picture twice and no negative. Its identity is its files' names, sizes and modification times.
 """
 
 from __future__ import annotations
@@ -82,9 +88,10 @@ def tokenizer_fingerprint(tokenizer) -> dict:
 
 
 class _Geometric(torch.utils.data.Dataset):
-    """Anchor and negative picture of a record after the geometric transform, as uint8 CHW."""
+    """A record's anchor and negative picture after the geometric transform (uint8 CHW), its two captions and its
+    concreteness: from ConcreteBatch records or plain pairs (`train_data.PairsDataset`), which both index as dicts."""
 
-    def __init__(self, records: IndexedConcreteBatch, geometric):
+    def __init__(self, records, geometric):
         self.records, self.geometric = records, geometric
 
     def __len__(self):
@@ -92,17 +99,42 @@ class _Geometric(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         r = self.records[i]
-        return torch.stack([torch.from_numpy(np.asarray(self.geometric(im), dtype=np.uint8).copy()).permute(2, 0, 1)
-                            for im in (r["image"], r["neg_image"])])
+        pixels = torch.stack([torch.from_numpy(np.asarray(self.geometric(im), dtype=np.uint8).copy()).permute(2, 0, 1)
+                              for im in (r["image"], r["neg_image"])])
+        return pixels, r["caption"], r["neg_caption"], float(r["concreteness"])
+
+
+def is_pairs_store(root: Path) -> bool:
+    """Whether ``root`` is a folder of plain pairs in stores (not a ConcreteBatch)."""
+    from .sources import expand_paths
+    from .stores import store_root
+
+    if not root.is_dir() or (root / "manifest.jsonl").is_file() or any(root.glob("shard-*.tar")):
+        return False
+    try:
+        return store_root(expand_paths([root])) is not None
+    except ValueError:
+        return False
+
+
+def store_digest(root: Path) -> str:
+    """A pairs store's identity: its files' names, sizes and modification times (its cache aside)."""
+    parts = [f"{p.relative_to(root)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(root.rglob("*"))
+             if p.is_file() and "cache" not in p.relative_to(root).parts[:1]]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def source_digest(root: Path) -> str:
+    return store_digest(root) if is_pairs_store(root) else dataset_digest(root)
 
 
 def build_cache(root: str | Path, clip, workers: int = 0, batch_size: int = 256, progress: bool = True,
                 partial: bool = False) -> Path:
-    """Preprocess every record of the ConcreteBatch ``root`` for ``clip``'s model; the cache's folder. ``partial``:
-    the finished shards of an unfinished dataset (refused otherwise)."""
+    """Preprocess every record of the ConcreteBatch (or pairs store) ``root`` for ``clip``'s model; the cache's
+    folder. ``partial``: the finished shards of an unfinished dataset (refused otherwise)."""
     root = Path(root)
     folder = root / "cache" / cache_key(clip)
-    digest = dataset_digest(root)
+    digest = source_digest(root)
     # one builder per cache: a second job waits for nothing and shares no temporary folder, it is refused
     with locked(folder.with_name(f".{folder.name}.lock"), f"the cache {folder}", "concrete-jungle cache"):
         if cache_is_current(folder, digest):  # built before, perhaps by the job that held the lock before
@@ -119,13 +151,17 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
            partial: bool) -> None:
     from tqdm import tqdm
 
+    from .train_data import PairsDataset
+
     geometric, mean, std = split_preprocess(clip.preprocess)
-    records = IndexedConcreteBatch([root], partial)
-    n = len(records)
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # what a killed build left
     tmp.mkdir(parents=True)
-    first = _Geometric(records, geometric)[0]
+    pairs = is_pairs_store(root)
+    records = PairsDataset([str(root)], None, skip_log=tmp / "skipped_pairs.jsonl") if pairs else \
+        IndexedConcreteBatch([root], partial)
+    n = len(records)
+    first = _Geometric(records, geometric)[0][0]
     context = int(clip.tokenizer(["a"]).shape[1])
     shape = [n, *first.shape]
     images = np.memmap(tmp / "images.u8", dtype=np.uint8, mode="w+", shape=tuple(shape))
@@ -133,21 +169,22 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
     values = np.memmap(tmp / "values.f32", dtype=np.float32, mode="w+", shape=(n,))
     loader = torch.utils.data.DataLoader(_Geometric(records, geometric), batch_size=batch_size, num_workers=workers)
     at = 0
-    for batch in tqdm(loader, desc=f"cache {root.name}", unit="batch", disable=not progress):
-        images[at: at + len(batch)] = batch.numpy()
-        at += len(batch)
-    for start in range(0, n, batch_size):
-        rows = [records.texts(i) for i in range(start, min(n, start + batch_size))]
-        tokens[start: start + len(rows), 0] = clip.tokenizer([r[0] for r in rows]).numpy()
-        tokens[start: start + len(rows), 1] = clip.tokenizer([r[1] for r in rows]).numpy()
-        values[start: start + len(rows)] = [r[2] for r in rows]
+    for pixels, captions, neg_captions, concreteness in tqdm(loader, desc=f"cache {root.name}", unit="batch",
+                                                             disable=not progress):
+        rows = slice(at, at + len(pixels))
+        images[rows] = pixels.numpy()
+        tokens[rows, 0] = clip.tokenizer(list(captions)).numpy()
+        tokens[rows, 1] = clip.tokenizer(list(neg_captions)).numpy()
+        values[rows] = concreteness.numpy()
+        at += len(pixels)
     for array in (images, tokens, values):
         array.flush()
     del images, tokens, values  # closed before they are digested and renamed
     files = {name: {"bytes": (tmp / name).stat().st_size, "sha1": file_digest(tmp / name)} for name in FILES}
     atomic_write_json(tmp / "cache.json", {"records": n, "images": shape, "context": context,
                                            "mean": mean.flatten().tolist(), "std": std.flatten().tolist(),
-                                           "dataset": digest, "transform": repr(geometric), "files": files})
+                                           "dataset": digest, "transform": repr(geometric), "files": files,
+                                           "pairs": pairs})
     shutil.rmtree(folder, ignore_errors=True)  # a stale cache of an older dataset
     tmp.rename(folder)
 
@@ -198,7 +235,7 @@ def current_cache(root: str | Path, clip) -> Path | None:
         folder = Path(root) / "cache" / cache_key(clip)
     except CacheError:
         return None
-    return folder if cache_is_current(folder, dataset_digest(root)) else None
+    return folder if cache_is_current(folder, source_digest(Path(root))) else None
 
 
 class CachedSet:
@@ -206,11 +243,12 @@ class CachedSet:
     `normalize` turns the pictures into the model's input where they are used (on the GPU in training)."""
 
     def __init__(self, folders: list[Path], negatives: bool = True):
-        self.parts = []
+        self.parts, with_negatives = [], []
         for folder in folders:
             check_cache(folder)
             meta = json.loads((folder / "cache.json").read_text())
             n = meta["records"]
+            with_negatives.append(np.full(n, negatives and not meta.get("pairs", False)))  # pairs have none
             self.parts.append((np.memmap(folder / "images.u8", dtype=np.uint8, mode="r", shape=tuple(meta["images"])),
                                np.memmap(folder / "tokens.i32", dtype=np.int32, mode="r",
                                          shape=(n, 2, meta["context"])),
@@ -218,7 +256,7 @@ class CachedSet:
         self.mean = torch.tensor(meta["mean"], dtype=torch.float32)[:, None, None]
         self.std = torch.tensor(meta["std"], dtype=torch.float32)[:, None, None]
         self.offsets = np.cumsum([0] + [len(p[2]) for p in self.parts])
-        self.negatives = negatives
+        self.has_negative = torch.from_numpy(np.concatenate(with_negatives))
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -235,7 +273,7 @@ class CachedSet:
             local = index[rows] - self.offsets[k]
             images[rows], tokens[rows], values[rows] = imgs[local], toks[local], vals[local]
         images, tokens = torch.from_numpy(images), torch.from_numpy(tokens).long()
-        has_negative = torch.full((len(index),), self.negatives)
+        has_negative = self.has_negative[torch.from_numpy(index)]
         return images[:, 0], images[:, 1], tokens[:, 0], tokens[:, 1], torch.from_numpy(values), has_negative
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:

@@ -187,7 +187,8 @@ def run_keywords(
     written in input order, so the quota counts rebuilt from the ok lines on restart equal those of an
     uninterrupted run. ``keep`` selects samples by id (a part of a sharded run); the others are not written.
     Returns the summary (also written to ``<out stem>.summary.json``) and the records, as in ``out``.
-    ``extractor`` finds the candidates of batches instead of `CandidateWorkers` (e.g. on Ray), in order.
+    ``extractor`` finds the candidates of batches instead of `CandidateWorkers` (e.g. on Ray), in order; one with a
+    ``read_files`` method reads the input's store files too (`sources.read_samples`'s ``map_files``).
     ``limit``: only the first ``limit`` samples of the input (before ``keep``), to try a setting on a few.
     """
     from tqdm import tqdm
@@ -197,7 +198,10 @@ def run_keywords(
 
     out_path = Path(out)
     # every input file is read (and a malformed one reported) before anything is written
-    samples = [s for s in itertools.islice(read_samples(captions, fmt=fmt, split=split, columns=columns), limit)
+    # an engine that reads store files in parallel (Ray) has ``read_files``: the same samples, read in its workers
+    read = read_samples(captions, fmt=fmt, split=split, columns=columns,
+                        map_files=getattr(extractor, "read_files", None))
+    samples = [s for s in itertools.islice(read, limit)
                if keep is None or keep(s.id)]
     settings = {
         "sampler": asdict(sampler_config), "filter": asdict(limits), "scale": ratings.name,

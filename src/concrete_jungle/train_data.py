@@ -168,16 +168,19 @@ class EpochBatches(torch.utils.data.Sampler):
 
 
 def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path | None = None):
-    """The training set of a config's data: its image caches when every ConcreteBatch has a current one (and
-    no plain pairs are mixed in), else preloaded into memory when it fits ``data.preload_mib``, else decoded
-    per step. ``skip_log``: where pairs skipped at their step are recorded (`PairsDataset`)."""
+    """The training set of a config's data: its image caches when every ConcreteBatch and every pairs input has a
+    current one (pairs: a store folder cached with `concrete-jungle cache`), else preloaded into memory when it fits
+    ``data.preload_mib``, else decoded per step. ``skip_log``: where pairs skipped at their step are recorded
+    (`PairsDataset`)."""
     from .concretebatch import IndexedConcreteBatch, shard_urls
-    from .image_cache import CachedSet, current_cache
+    from .image_cache import CachedSet, current_cache, is_pairs_store
 
     for root in data.concretebatch:  # damaged, unfinished or unmerged: refused before a cache is used too
         shard_urls(root, data.partial)
-    caches = [current_cache(root, clip) for root in data.concretebatch]
-    if data.concretebatch and not data.pairs and all(caches):
+    # plain pairs have a cache when they are a store folder cached for this model (`concrete-jungle cache`)
+    pair_caches = [current_cache(p, clip) if is_pairs_store(Path(p)) else None for p in data.pairs]
+    caches = [current_cache(root, clip) for root in data.concretebatch] + pair_caches
+    if caches and all(caches):
         return CachedSet(caches, negatives=data.negatives)
     parts = [IndexedConcreteBatch(data.concretebatch, data.partial)] if data.concretebatch else []
     if data.pairs:

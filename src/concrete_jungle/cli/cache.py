@@ -1,4 +1,5 @@
-"""`concrete-jungle cache`: preprocess ConcreteBatch images once for a model (the training image cache)."""
+"""`concrete-jungle cache`: preprocess ConcreteBatch images (or a store of plain pairs) once for a model (the
+training image cache)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ def add_parser(sub) -> None:
         "cache",
         help="preprocess ConcreteBatch datasets once for a model, so training reads pixels instead of decoding JPEGs",
         description="Apply the model's resize and crop to every anchor and negative picture once and store them as "
-        "uint8 (and the captions as tokens) in <dataset>/cache/<key>/. `train` then uses the cache of every "
-        "dataset that has a current one: no JPEG decoding during training. Takes about 2 x 3 x H x W bytes a "
+        "uint8 (and the captions as tokens) in <dataset>/cache/<key>/. A folder of WebDataset shards, Parquet files "
+        "or a saved dataset (plain pairs for data.pairs) is cached the same way. `train` uses the caches when every "
+        "input of its data has a current one: no JPEG decoding during training. Takes about 2 x 3 x H x W bytes a "
         "record (ViT-B-32: 0.3 MB).",
     )
-    p.add_argument("datasets", nargs="+", metavar="DATASET", help="ConcreteBatch directories")
+    p.add_argument("datasets", nargs="+", metavar="DATASET",
+                   help="ConcreteBatch directories, or folders of stores (plain pairs)")
     p.add_argument("--workers", type=non_negative_int, default=4, help="decoding processes (default %(default)s)")
     p.add_argument("--partial", action="store_true",
                    help="cache the finished shards of an unfinished or unmerged dataset (refused otherwise)")
@@ -26,10 +29,14 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
+    from pathlib import Path
+
     from ..concretebatch import shard_urls
+    from ..image_cache import is_pairs_store
 
     for d in args.datasets:
-        shard_urls(d, args.partial)
+        if not is_pairs_store(Path(d)):
+            shard_urls(d, args.partial)
     check_model_args(args)
     from ..image_cache import build_cache
 

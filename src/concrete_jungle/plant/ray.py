@@ -2,6 +2,11 @@
 
 Nothing here re-implements a stage; the actors call the plant's own functions:
 
+- input: the files of a WebDataset, Parquet or saved-dataset input are read by Ray Data tasks in parallel, each
+  file by `sources.read_store_file` (the local engine's readers: the same samples, skips and reasons), and come
+  back to the driver in order: text and image locators only, never the images. Not `ray.data.read_webdataset` or
+  `read_parquet`: those stop the whole job at a damaged tar or row group, and know neither img2dataset's failed
+  downloads nor the id rule for keys repeated across shards, so their records would not be the local engine's;
 - keyword candidates: `keyword_job.candidates_of` in ``keyword_actors`` actors that keep a spaCy pipeline loaded; the
   sampling stays in the driver, in input order, because the quota counts depend on the order;
 - rewrite: `Plant.rewrite` (the captioner, the validation, the retries) in ``rewrite_actors`` actors, each with its
@@ -72,6 +77,12 @@ class _Candidates:
         return {"candidates": [json.dumps([[c.to_dict() for c in cands] for cands in found])]}
 
 
+def _read_store_file(row: dict) -> dict:
+    from ..sources import read_store_file
+
+    return {"samples": pickle.dumps(read_store_file(pickle.loads(row["task"])))}
+
+
 class RayCandidates:
     """`keyword_job.run_keywords`'s extractor on Ray: candidates of the batches, in order."""
 
@@ -84,6 +95,13 @@ class RayCandidates:
 
     def __exit__(self, *exc):
         return None
+
+    def read_files(self, tasks: list[tuple]):
+        """`sources.read_store_file` of each task in a Ray Data task of its own, the results in order."""
+        start(self.address)
+        ds = _dataset([{"task": pickle.dumps(t)} for t in tasks]).map(_read_store_file, num_cpus=1)
+        for row in ds.iter_rows():
+            yield pickle.loads(row["samples"])
 
     def map(self, batches: list[list[str]]):
         from ..keywords import Candidate

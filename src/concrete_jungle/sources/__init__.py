@@ -38,6 +38,7 @@ __all__ = ["FORMATS", "CaptionSample", "SourceError", "UnsafePathError", "anchor
 READERS = {"karpathy": karpathy, "coco": coco, "sugarcrepe": sugarcrepe, "jsonl": jsonl, "csv": csv_table,
            "webdataset": webdataset, "parquet": parquet, "hf": hf}
 FORMATS = tuple(READERS)
+STORES = ("webdataset", "parquet", "hf")  # files read on their own: an engine may read them in parallel
 JSON_FORMATS = ("coco", "karpathy", "sugarcrepe")  # detection order of a .json file's content
 
 
@@ -99,9 +100,11 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
 
 
 def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | None = None,
-                 columns: dict[str, str] | None = None) -> Iterator[CaptionSample]:
+                 columns: dict[str, str] | None = None, map_files=None) -> Iterator[CaptionSample]:
     """All samples of ``paths`` in file order. ``split`` filters Karpathy files (``train`` or ``train,restval``);
-    ``columns`` names a store's caption, image and id columns."""
+    ``columns`` names a store's caption, image and id columns. ``map_files``: an engine's way of reading the store
+    files (WebDataset, Parquet, saved datasets) elsewhere and in parallel: it takes the `read_store_file` tasks
+    and yields their results in order; the samples are the same as read here."""
     if fmt is not None and fmt not in FORMATS:
         raise SourceError(f"unknown format {fmt!r}; choose one of {FORMATS}")
     unknown = sorted(set(columns or {}) - {"caption", "image", "id"})
@@ -109,12 +112,31 @@ def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | N
         raise SourceError(f"--columns: unknown {unknown}; name caption, image or id, e.g. caption=text")
     files = expand_paths(paths)
     options = ReadOptions(split=split, columns=dict(columns or {}))
-    for path in files:
+    kinds = [fmt or _kind_from_suffix(path) for path in files]
+    stored = [(kind, str(path), split, options.columns) for kind, path in zip(kinds, files) if kind in STORES]
+    parts = iter(map_files(stored)) if map_files is not None and stored else None
+    for kind, path in zip(kinds, files):
         file = SourceFile(path)
-        kind = fmt or _kind_from_suffix(path)
         if kind == "json":
             kind = _json_kind(file)
-        yield from map(_valid_text, READERS[kind].read(file, options))
+        if parts is not None and kind in STORES:  # read elsewhere, put in order here
+            read = next(parts)
+            samples = webdataset.name_repeated(iter(read), path, options.seen_ids) if kind == "webdataset" else \
+                (sample for sample, _ in read)
+        else:
+            samples = READERS[kind].read(file, options)
+        yield from map(_valid_text, samples)
+
+
+def read_store_file(task: tuple[str, str, str | None, dict[str, str]]) -> list[tuple[CaptionSample, bool]]:
+    """One store file's samples, read on their own (in any process: an engine's worker): ``task`` is (format, path,
+    split, columns); each sample comes with whether a repeated WebDataset key renames it (`read_samples` does,
+    in file order)."""
+    kind, path, split, columns = task
+    if kind == "webdataset":
+        return list(webdataset.read_shard(Path(path), columns.get("caption")))
+    options = ReadOptions(split=split, columns=dict(columns))
+    return [(sample, False) for sample in READERS[kind].read(SourceFile(Path(path)), options)]
 
 
 def _encodable(text: str) -> bool:

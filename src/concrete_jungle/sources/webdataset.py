@@ -42,8 +42,12 @@ def failed_downloads(shard: Path) -> Iterator[CaptionSample]:
 
 
 def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
-    path = file.path
-    field = options.columns.get("caption")
+    yield from name_repeated(read_shard(file.path, options.columns.get("caption")), file.path, options.seen_ids)
+
+
+def read_shard(path: Path, field: str | None) -> Iterator[tuple[CaptionSample, bool]]:
+    """The shard's samples on their own, each with whether its id is a key that a repeat in an earlier shard
+    renames (`name_repeated`): what a worker can read without knowing the other shards."""
     members, damage = scan_tar(path)
     groups: dict[str, dict[str, str]] = {}
     for name in members:
@@ -59,17 +63,27 @@ def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
             return f.read(size)
 
         for key, exts in groups.items():
-            sid = key if key not in options.seen_ids else f"{path.stem}/{key}"
-            options.seen_ids.add(sid)
             caption, why = _caption(text(key, "json") if field else text(key, "txt"), key, field)
             image = next((exts[ext] for ext in IMAGE_EXTENSIONS if ext in exts), None)
             if why or image is None:
-                yield CaptionSample(sid, error=why or "no image in the shard for this key (jpg, jpeg, png or webp)")
+                why = why or "no image in the shard for this key (jpg, jpeg, png or webp)"
+                yield CaptionSample(key, error=why), True
                 continue
-            yield CaptionSample(sid, [caption], locator(path.name, image))
-    yield from failed_downloads(path)
+            yield CaptionSample(key, [caption], locator(path.name, image)), True
+    for sample in failed_downloads(path):
+        yield sample, False
     if damage:
-        yield CaptionSample(f"{path.name}#damaged", error=f"the shard is damaged: {damage}; the rest is not read")
+        why = f"the shard is damaged: {damage}; the rest is not read"
+        yield CaptionSample(f"{path.name}#damaged", error=why), False
+
+
+def name_repeated(samples: Iterator[tuple[CaptionSample, bool]], path: Path, seen: set[str]) -> Iterator[CaptionSample]:
+    """A shard's samples with a key already read from an earlier shard named ``<shard stem>/<key>``."""
+    for sample, keyed in samples:
+        if keyed:
+            sample.id = sample.id if sample.id not in seen else f"{path.stem}/{sample.id}"
+            seen.add(sample.id)
+        yield sample
 
 
 def _caption(raw: bytes | None, key: str, field: str | None) -> tuple[str | None, str | None]:
