@@ -12,6 +12,8 @@ row (and keeps the last one), a saved dataset is memory-mapped.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import os
 import tarfile
 from functools import lru_cache
@@ -72,7 +74,7 @@ def read_located(root: str | Path, name: str) -> bytes:
         if where not in members:
             raise StoreError(f"{store} has no member {where!r}")
         offset, size = members[where]
-        data = read_range(store, offset, size)
+        data = os.pread(_shard_fd(str(store)), size, offset)  # one call: no open, seek and close an image
         if len(data) != size:
             raise StoreError(f"{store} is cut short inside {where!r}")
         return data
@@ -86,14 +88,18 @@ def read_located(root: str | Path, name: str) -> bytes:
 
 def scan_tar(path: str | Path) -> tuple[dict[str, tuple[int, int]], str | None]:
     """(member name -> (offset of its data, size), the damage that stopped the scan or None). Plain ustar headers
-    are read directly (6x faster than `tarfile`); an archive with extended headers (long names, pax records) is
-    read with `tarfile`. A damaged archive gives the members before the damage."""
+    are read directly from the memory-mapped file (no call per member; 6x faster than `tarfile` before the map); an
+    archive with extended headers (long names, pax records) is read with `tarfile`. A damaged archive gives the
+    members before the damage."""
+    import mmap
+
     members: dict[str, tuple[int, int]] = {}
     end = os.path.getsize(path)
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if end else
+                                 contextlib.nullcontext(b"")) as data:
         at = 0
         while True:
-            header = f.read(512)
+            header = data[at: at + 512]
             if not header or header == bytes(512):
                 return members, None
             if len(header) < 512:
@@ -112,7 +118,6 @@ def scan_tar(path: str | Path) -> tuple[dict[str, tuple[int, int]], str | None]:
             if kind != b"5":
                 members[f"{prefix}/{name}" if prefix else name] = (at + 512, size)
             at += 512 + (size + 511) // 512 * 512
-            f.seek(at)
     members = {}
     try:
         with tarfile.open(path, "r:") as tar:
@@ -124,16 +129,17 @@ def scan_tar(path: str | Path) -> tuple[dict[str, tuple[int, int]], str | None]:
     return members, None
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=8)
 def tar_index(path: str) -> dict[str, tuple[int, int]]:
-    """`scan_tar`'s members of a shard, kept for the process."""
+    """`scan_tar`'s members of a shard, kept for the process (a few shards: inputs are read in order)."""
     return scan_tar(path)[0]
 
 
-def read_range(path: str | Path, offset: int, size: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(size)
+@lru_cache(maxsize=8)
+def _shard_fd(path: str) -> int:
+    """A read-only descriptor of a shard, kept open for the process (read with `os.pread`, which has no file
+    position, so DataLoader workers that inherit it cannot disturb each other)."""
+    return os.open(path, os.O_RDONLY)
 
 
 def image_bytes(value) -> bytes | None:
@@ -155,29 +161,37 @@ def _parquet_file(path: str):
     return pq.ParquetFile(path)
 
 
+@lru_cache(maxsize=16)
+def _parquet_layout(path: str) -> tuple[frozenset[str], list[int]]:
+    """A Parquet file's column names and the first row of each row group (and the row count last), read once:
+    the schema and metadata cost more than reading one image."""
+    file = _parquet_file(path)
+    starts = [0]
+    for group in range(file.num_row_groups):
+        starts.append(starts[-1] + file.metadata.row_group(group).num_rows)
+    return frozenset(file.schema_arrow.names), starts
+
+
 _last_group: dict = {}  # (path, row group) -> that group's image column, the last one read in this process
 
 
 def parquet_image(path: str, row: int, column: str | None = None) -> bytes:
     """The image bytes of ``row`` in a Parquet file: its row group read once, the image column only."""
-    file = _parquet_file(path)
-    column = column or image_column(file.schema_arrow.names)
-    if column is None or column not in file.schema_arrow.names:
+    names, starts = _parquet_layout(path)
+    column = column or image_column(list(names))
+    if column is None or column not in names:
         raise StoreError(f"{path} has no image column {column or ' or '.join(IMAGE_COLUMNS)}")
-    start = 0
-    for group in range(file.num_row_groups):
-        rows = file.metadata.row_group(group).num_rows
-        if row < start + rows:
-            key = (path, group, column)
-            if key not in _last_group:
-                _last_group.clear()
-                _last_group[key] = file.read_row_group(group, columns=[column]).column(0).to_pylist()
-            data = image_bytes(_last_group[key][row - start])
-            if data is None:
-                raise StoreError(f"{path} row {row} holds no image bytes in column {column!r}")
-            return data
-        start += rows
-    raise StoreError(f"{path} has {start} rows; row {row} does not exist")
+    if not 0 <= row < starts[-1]:
+        raise StoreError(f"{path} has {starts[-1]} rows; row {row} does not exist")
+    group = bisect.bisect_right(starts, row) - 1
+    key = (path, group, column)
+    if key not in _last_group:
+        _last_group.clear()
+        _last_group[key] = _parquet_file(path).read_row_group(group, columns=[column]).column(0).to_pylist()
+    data = image_bytes(_last_group[key][row - starts[group]])
+    if data is None:
+        raise StoreError(f"{path} row {row} holds no image bytes in column {column!r}")
+    return data
 
 
 @lru_cache(maxsize=4)

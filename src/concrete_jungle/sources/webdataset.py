@@ -11,6 +11,7 @@ before the damage and one skip saying where it stopped.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,14 +54,14 @@ def read_shard(path: Path, field: str | None) -> Iterator[tuple[CaptionSample, b
     for name in members:
         key, ext = split_key(name)
         groups.setdefault(key, {})[ext] = name
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY)
+    try:
         def text(key: str, ext: str) -> bytes | None:
             name = groups[key].get(ext)
             if name is None:
                 return None
             offset, size = members[name]
-            f.seek(offset)
-            return f.read(size)
+            return os.pread(fd, size, offset)
 
         for key, exts in groups.items():
             caption, why = _caption(text(key, "json") if field else text(key, "txt"), key, field)
@@ -70,6 +71,8 @@ def read_shard(path: Path, field: str | None) -> Iterator[tuple[CaptionSample, b
                 yield CaptionSample(key, error=why), True
                 continue
             yield CaptionSample(key, [caption], locator(path.name, image)), True
+    finally:
+        os.close(fd)
     for sample in failed_downloads(path):
         yield sample, False
     if damage:
