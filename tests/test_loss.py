@@ -150,6 +150,27 @@ def test_diagnostics_match_a_direct_computation():
         out["hn_grad_share"].item())
 
 
+def test_the_gradient_share_of_a_confident_model_in_float32_is_the_float64_share():
+    """p_ii rounds to 1 in float32 for a confident model, and 1 - p_ii to 0: the share, computed in log space, stays
+    the float64 value (the plain ratio gave values up to 1e27)."""
+    n = 16
+    image, text, c = features(n, seed=3)
+    image = torch.nn.functional.normalize(text + 0.05 * image, dim=1)  # each image close to its own caption
+    out = CementLoss("none")(image.float(), text.float(), 100.0, c.float(), output_dict=True)
+    s = 100.0 * image.double() @ text.double().T
+    idx = torch.arange(2 * n)
+    hard = (idx + n) % (2 * n)
+    shares = []
+    for mat in (s, s.T):
+        logp = torch.log_softmax(mat, dim=1)
+        others = logp.clone()
+        others[idx, idx] = float("-inf")
+        shares.append((logp[idx, hard] - torch.logsumexp(others, dim=1)).exp())
+    assert torch.softmax(s.float(), dim=1)[idx, idx].min() > 1 - 1e-6  # 1 - p_ii is float32 rounding noise
+    assert 0 < out["hn_grad_share"].item() < 1
+    assert out["hn_grad_share"].item() == pytest.approx(torch.cat(shares).mean().item(), rel=1e-4)
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda i, t, c: (i[:, :5], t, c), "must have the same shape"),
     (lambda i, t, c: (i[:7], t[:7], c), "7 rows; expected 2n rows"),

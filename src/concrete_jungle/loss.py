@@ -114,10 +114,14 @@ def nll_sum(log_probs: torch.Tensor, labels: torch.Tensor, valid_rows: torch.Ten
 
 @torch.no_grad()
 def row_statistics(log_probs: torch.Tensor, labels: torch.Tensor, hard_cols: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Per row: p_ii and the hard-negative gradient share p_{i,h(i)} / (1 - p_ii) (docs/method.md §5)."""
+    """Per row: p_ii and the hard-negative gradient share p_{i,h(i)} / (1 - p_ii) (docs/method.md §5).
+
+    The share is computed in log space, as p_{i,h(i)} over the sum of the row's other off-diagonal probabilities:
+    for a confident model p_ii rounds to 1 and ``1 - p_ii`` to 0 in float32, where the plain ratio explodes."""
     p_pos = log_probs.gather(1, labels[:, None]).squeeze(1).exp()
-    p_hard = log_probs.gather(1, hard_cols[:, None]).squeeze(1).exp()
-    return p_pos, p_hard / (1 - p_pos).clamp_min(torch.finfo(p_pos.dtype).tiny)
+    others = log_probs.scatter(1, labels[:, None], float("-inf"))
+    log_share = log_probs.gather(1, hard_cols[:, None]).squeeze(1) - torch.logsumexp(others, dim=1)
+    return p_pos, torch.nan_to_num(log_share.exp(), nan=0.0)  # nan: a row with no other column at all
 
 
 @torch.no_grad()
