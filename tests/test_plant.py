@@ -260,7 +260,7 @@ def test_benchmark_and_training_files_may_not_name_images_outside_their_folder(t
     from concrete_jungle.evaluation import load_data
     from concrete_jungle.evaluation.encoding import BenchmarkDataError
     from concrete_jungle.sources import UnsafePathError
-    from concrete_jungle.train_data import PairsDataset
+    from concrete_jungle.pairs import PairsDataset
 
     root = tmp_path / "data"
     escape = "../../etc/hostname"

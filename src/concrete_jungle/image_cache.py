@@ -17,7 +17,7 @@ digest is SHA-1 over 64 MiB chunks hashed on all cores (hashlib releases the GIL
 the cache at disk speed (docs/benchmarks.md).
 
 A folder of WebDataset shards, Parquet files or a saved dataset (plain image–caption pairs, `stores`) is cached the
-same way, with ``"pairs": true``: each record is the pair `train_data.PairsDataset` gives at that index (a picture
+same way, with ``"pairs": true``: each record is the pair `pairs.PairsDataset` gives at that index (a picture
 that fails to decode replaced by the next that does, logged in ``skipped_pairs.jsonl`` beside the cache), the
 picture twice and no negative. Its identity is its files' names, sizes and modification times.
 """
@@ -89,7 +89,7 @@ def tokenizer_fingerprint(tokenizer) -> dict:
 
 class _Geometric(torch.utils.data.Dataset):
     """A record's anchor and negative picture after the geometric transform (uint8 CHW), its two captions and its
-    concreteness: from ConcreteBatch records or plain pairs (`train_data.PairsDataset`), which both index as dicts."""
+    concreteness: from ConcreteBatch records or plain pairs (`pairs.PairsDataset`), which both index as dicts."""
 
     def __init__(self, records, geometric):
         self.records, self.geometric = records, geometric
@@ -151,7 +151,7 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
            partial: bool) -> None:
     from tqdm import tqdm
 
-    from .train_data import PairsDataset
+    from .pairs import PairsDataset
 
     geometric, mean, std = split_preprocess(clip.preprocess)
     tmp = folder.with_name(f".{folder.name}.tmp")
