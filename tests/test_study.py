@@ -43,6 +43,7 @@ def test_the_bootstrap_finds_a_real_difference_and_not_a_missing_one():
     assert [h["name"] for h in contrasts(better, (0, 1, 2), resamples=10)] == [h[0] for h in HYPOTHESES]
 
 
+@pytest.mark.slow  # the fast set runs Study 2's tiny study, which goes through the same stages and files
 def test_a_tiny_study_runs_end_to_end_and_records_its_design(tmp_path, capsys, monkeypatch):
     import concrete_jungle.experiments.study as study
 
