@@ -117,17 +117,22 @@ class Study:
         choice_path = run.parent.parent / "steps_choice.json"
         if choice_path.is_file():
             return json.loads(choice_path.read_text())
+        choice = self.plateau_choice(run.parent, self.c.curve_every, self.c.max_steps, world)
+        atomic_write_json(choice_path, choice)
+        return choice
+
+    def plateau_choice(self, checkpoints: Path, every: int, last: int, world: Path) -> dict:
+        """The validation curve of the checkpoints saved every ``every`` steps up to ``last`` (M.Avg and Recall@1, the
+        mean of both directions) and its first step within ``plateau`` points of the curve's best Recall@1."""
         val = self.stages.test_data(world, "val")
         curve = {}
-        for step in range(self.c.curve_every, self.c.max_steps + 1, self.c.curve_every):
-            metrics = self.stages.evaluate(run.parent / f"step-{step:07d}", val, name="val_eval.json")
+        for step in range(every, last + 1, every):
+            metrics = self.stages.evaluate(checkpoints / f"step-{step:07d}", val, name="val_eval.json")
             curve[step] = {"M.Avg": metrics["M.Avg"],
                            "R@1": (metrics["text_retrieval_recall@1"] + metrics["image_retrieval_recall@1"]) / 2}
         best = max(v["R@1"] for v in curve.values())
         steps = next(s for s, v in curve.items() if v["R@1"] >= best - self.c.plateau / 100)
-        choice = {"steps": steps, "best_val_recall": best, "curve": {str(s): v for s, v in curve.items()}}
-        atomic_write_json(choice_path, choice)
-        return choice
+        return {"steps": steps, "best_val_recall": best, "curve": {str(s): v for s, v in curve.items()}}
 
     def run(self) -> dict:
         c = self.c

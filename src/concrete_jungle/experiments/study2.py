@@ -115,22 +115,10 @@ class Study2(Study):
         choice_path = final.parent.parent / "baseline_choice.json"
         if choice_path.is_file():
             return json.loads(choice_path.read_text())
-        curve = self.validation_curve(final.parent, self.c.pretrain_every, self.c.pretrain_max_steps, world)
-        best = max(v["R@1"] for v in curve.values())
-        steps = next(s for s, v in curve.items() if v["R@1"] >= best - self.c.plateau / 100)
-        choice = {"steps": steps, "checkpoint": str(final.parent / f"step-{steps:07d}"), "best_val_recall": best,
-                  "curve": {str(s): v for s, v in curve.items()}}
+        curve = self.plateau_choice(final.parent, self.c.pretrain_every, self.c.pretrain_max_steps, world)
+        choice = {"steps": curve["steps"], "checkpoint": str(final.parent / f"step-{curve['steps']:07d}")} | curve
         atomic_write_json(choice_path, choice)
         return choice
-
-    def validation_curve(self, checkpoints: Path, every: int, last: int, world: Path) -> dict[int, dict]:
-        val = self.stages.test_data(world, "val")
-        curve = {}
-        for step in range(every, last + 1, every):
-            metrics = self.stages.evaluate(checkpoints / f"step-{step:07d}", val, name="val_eval.json")
-            curve[step] = {"M.Avg": metrics["M.Avg"],
-                           "R@1": (metrics["text_retrieval_recall@1"] + metrics["image_retrieval_recall@1"]) / 2}
-        return curve
 
     def run(self) -> dict:
         c = self.c
