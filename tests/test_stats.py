@@ -56,6 +56,15 @@ def test_the_bootstrap_over_images_equals_a_direct_computation(runs_per_side):
     assert result["units"] == 10
 
 
+def test_the_metrics_asked_for_are_computed_from_their_own_series_alone():
+    """A bootstrap resample asks for one metric; the others (retrieval over thousands of ranks) are not touched."""
+    run = outcomes({"add_att": [1, 0], "swap_obj": [1, 1]}, ["a", "b"])
+    run["metrics"]["image_retrieval_recall@1"] = {"mean": "t2i_rank", "below": 1}  # a series this run lacks
+    assert metric_values(run, names=["M.Avg"]) == {"M.Avg": 0.75}
+    with pytest.raises(KeyError):
+        metric_values(run)
+
+
 def test_holm_adjusts_the_smallest_p_by_the_family_size_and_keeps_the_order():
     from concrete_jungle.stats import holm
 

@@ -36,8 +36,10 @@ def series(keys: list, units: list, values: list) -> dict:
     return {"keys": [str(k) for k in keys], "units": [str(u) for u in units], "values": [float(v) for v in values]}
 
 
-def metric_values(outcomes: dict, unit_counts: dict[str, np.ndarray] | None = None) -> dict[str, float | None]:
-    """Every metric of ``outcomes``; ``unit_counts[series]`` weighs each item (how often its unit was drawn). A
+def metric_values(outcomes: dict, unit_counts: dict[str, np.ndarray] | None = None,
+                  names: list[str] | None = None) -> dict[str, float | None]:
+    """Every metric of ``outcomes``, or only ``names`` (computing the parts they need, no other series: a bootstrap
+    resample needs one or two metrics); ``unit_counts[series]`` weighs each item (how often its unit was drawn). A
     metric with no item (every item skipped, or no unit drawn) has no value, None."""
     recipes = outcomes["metrics"]
     values: dict[str, float | None] = {}
@@ -59,7 +61,7 @@ def metric_values(outcomes: dict, unit_counts: dict[str, np.ndarray] | None = No
         values[name] = float((data if weights is None else data * weights).sum() / total) if total else None
         return values[name]
 
-    return {name: value(name) for name in recipes}
+    return {name: value(name) for name in (recipes if names is None else names)}
 
 
 def reported(outcomes: dict) -> dict[str, float | None]:
@@ -120,7 +122,7 @@ def bootstrap_contrast(groups: dict[str, list[dict]], weights: dict[str, float],
 
     def estimate(picks: dict[str, list[dict]], counts: np.ndarray | None) -> dict[str, float | None]:
         unit_counts = None if counts is None else {s: counts[w] for s, w in where.items()}
-        values = {g: [metric_values(run, unit_counts) for run in runs] for g, runs in picks.items()}
+        values = {g: [metric_values(run, unit_counts, metrics) for run in runs] for g, runs in picks.items()}
         out = {}
         for m in metrics:
             per_group = [[v[m] for v in values[g]] for g in weights]
