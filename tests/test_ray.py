@@ -127,6 +127,7 @@ def test_an_edit_actor_killed_mid_run_is_replaced_and_the_records_are_the_same(l
     assert records(out) == expected
 
 
+@pytest.mark.slow  # ~90 s; the fast set keeps the store readers (test_stores.py) and Ray's plant of a folder
 def test_the_ray_engine_reads_stores_in_ray_tasks_and_writes_the_local_engine_s_records(local_ray, tmp_path):
     """WebDataset shards (img2dataset's layout with a failed download, a key repeated in a later shard, a damaged
     shard) and a Parquet file in one input: Ray Data tasks read each file with the local readers, the edit actors

@@ -78,3 +78,25 @@ def test_a_tiny_study_runs_end_to_end_and_records_its_design(tmp_path, capsys, m
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     assert again["table"] == result["table"] and again["hypotheses"] == result["hypotheses"]
     assert (tmp_path / "again" / "study.md").read_text() == report
+
+
+def test_study1_trains_and_scores_with_text_at_the_full_context_as_when_it_ran(tmp_path):
+    """Study 1 ran before captions were encoded at their length; its rerun must use the full context to give the
+    same numbers (the two differ by float rounding, which compounds over training), in folders of its own."""
+    from concrete_jungle.experiments.stages import Stages, StageConfig
+    from concrete_jungle.experiments.study import Study, StudyConfig
+    from concrete_jungle.experiments.study2 import Study2, Study2Config
+
+    assert Study(StudyConfig(out=str(tmp_path))).stages.c.trim_text is False
+    assert Study2(Study2Config(out=str(tmp_path))).stages.c.trim_text is True
+    world = WorldConfig(train=40, test=10, seed=1)
+    baselines = {}
+    for trim in (True, False):
+        stages = Stages(StageConfig(out=str(tmp_path), world=world, batch_size=8, pretrain_steps=2, trim_text=trim),
+                        progress=False)
+        checkpoint = stages.baseline(stages.world())
+        run = checkpoint.parents[1]
+        assert json.loads((run / "config.json").read_text())["model"]["trim_text"] is trim
+        assert json.loads((run.parent / "stage.json").read_text()).get("trim_text", True) is trim
+        baselines[trim] = run.parent
+    assert baselines[True] != baselines[False]  # a run made with captions at their length keeps its folders

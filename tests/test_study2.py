@@ -182,15 +182,3 @@ def test_a_tiny_study2_stopped_midway_resumes_row_by_row_and_its_published_files
     assert again["secondary"] == result["secondary"]
     assert (tmp_path / "again" / "study.md").read_text() == report
 
-
-def test_the_published_study2_files_reproduce_every_number_of_its_results_in_the_docs(tmp_path):
-    """The committed per-item answers rebuild every table row of "Study 2 results", with no model and no world."""
-    published = DOCS / "studies" / "study2"
-    assert main(["study", "report", str(published), "--out", str(tmp_path)]) == 0
-    report = (tmp_path / "study.md").read_text().splitlines()
-    text = (DOCS / "toyworld.md").read_text()
-    start = text.index("## Study 2 results")
-    section = text[start:text.index("\n## ", start + 1)]
-    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| ---")]
-    assert len(rows) >= len(PRIMARY) + len(SECONDARY) + len(ROWS) + 1 + 3  # + the baseline and three headers
-    assert not [row for row in rows if row not in report]

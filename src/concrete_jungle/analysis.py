@@ -71,40 +71,41 @@ def spread(samples: dict[str, dict[int, list[float]]]) -> dict[str, dict[int, fl
     return {s: {n: sd(v) for n, v in pts.items()} for s, pts in samples.items()}
 
 
-def feature_cache_path(clip, source, limit: int | None, dino, cache_dir: str | Path) -> Path:
-    """Where the features of (model, dataset contents, limit, DINO model) are kept: the dataset is named by its
-    shards' recorded digests, so a re-planted dataset (another editor, the same manifest) is encoded again and a
-    moved one is not."""
+def feature_cache_path(clip, source, limit: int | None, dino, cache_dir: str | Path, trim_text: bool = True) -> Path:
+    """Where the features of (model, dataset contents, limit, DINO model, text length) are kept: the dataset is
+    named by its shards' recorded digests, so a re-planted dataset (another editor, the same manifest) is encoded
+    again and a moved one is not."""
     import hashlib
 
     from .concretebatch import dataset_digest
 
     digest = hashlib.sha1(dataset_digest(source).encode())
-    digest.update(f"{limit}|{getattr(dino, 'name', None)}".encode())
+    digest.update(f"{limit}|{getattr(dino, 'name', None)}".encode() + (b"" if trim_text else b"|full-context"))
     return Path(cache_dir) / clip.hash / f"{Path(source).name}-{digest.hexdigest()[:16]}"
 
 
 def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 64, limit: int | None = None,
                            dino=None, cache_dir: str | Path | None = None, progress: bool = True,
-                           partial: bool = False):
+                           partial: bool = False, trim_text: bool = True):
     """(image features, text features, concreteness, metadata, DINO similarities) of a ConcreteBatch under a
     model; features are ``[anchors; negatives]``. ``dino`` (a `DinoScorer`) adds image-image DINOScores.
-    With ``cache_dir`` they are computed once per model and dataset and read back afterwards."""
+    With ``cache_dir`` they are computed once per model and dataset and read back afterwards. ``trim_text``:
+    captions at their length (`text_encoding`); False: the full context, as before that existed."""
     if cache_dir is None:
-        return _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress, partial)
+        return _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress, partial, trim_text)
     import json
 
     from safetensors.torch import load_file
 
     from .records import atomic_write_safetensors, atomic_write_text
 
-    path = feature_cache_path(clip, source, limit, dino, cache_dir)
+    path = feature_cache_path(clip, source, limit, dino, cache_dir, trim_text)
     if (path / "metas.json").is_file():
         t = load_file(str(path / "features.safetensors"))
         return (t["image"], t["text"], t["concreteness"], json.loads((path / "metas.json").read_text()),
                 t["dino"].tolist() if "dino" in t else [])
     image, text, c, metas, dino_scores = _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress,
-                                                               partial)
+                                                               partial, trim_text)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {"image": image, "text": text, "concreteness": c} | (
         {"dino": torch.tensor(dino_scores)} if dino_scores else {})
@@ -115,7 +116,7 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
 
 @torch.no_grad()
 def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int | None, dino, progress: bool,
-                          partial: bool = False):
+                          partial: bool = False, trim_text: bool = True):
     from .concretebatch import iter_records
     from .text_encoding import encode_text
 
@@ -128,7 +129,11 @@ def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int
             return
         prep = lambda ims: torch.stack([clip.preprocess(im) for im in ims]).to(device)  # noqa: E731
         enc_i = lambda ims: F.normalize(clip.model.encode_image(prep(ims)).float(), dim=-1).cpu()  # noqa: E731
-        enc_t = lambda ts: F.normalize(encode_text(clip.model, clip.tokenizer(ts).to(device)).float(), dim=-1).cpu()  # noqa: E731
+
+        def enc_t(texts):
+            tokens = clip.tokenizer(texts).to(device)
+            return F.normalize(encode_text(clip.model, tokens, trim=trim_text).float(), dim=-1).cpu()
+
         anchors_i.append(enc_i([r["image"] for r in buffer]))
         negs_i.append(enc_i([r["neg_image"] for r in buffer]))
         anchors_t.append(enc_t([r["caption"] for r in buffer]))

@@ -49,6 +49,9 @@ class StageConfig:
     gradient_batch_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
     gallery_sample: int = 120
     no_leak: bool = False  # the toy captioner refuses a negative that is a held-out scene (toyworld.rewrite)
+    # captions encoded at their length (text_encoding.py) in training, evaluation and analysis; False: the full
+    # context, the computation of runs made before that existed (equal up to float rounding, which compounds)
+    trim_text: bool = True
 
 
 
@@ -93,6 +96,11 @@ class Stages:
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
         return result
 
+    def text_setting(self) -> dict:
+        """The text length as a stage setting, named only when it is the full context: the stages of runs that
+        encode captions at their length keep their folders."""
+        return {} if self.c.trim_text else {"trim_text": False}
+
     def reused(self, what: str) -> None:
         log(f"    reused: {what} (finished by an earlier run with the same settings)", self.console)
 
@@ -127,9 +135,9 @@ class Stages:
 
         c = self.c
         settings = {"world": str(world), "model": c.model, "batch_size": c.batch_size, "steps": c.pretrain_steps,
-                    "lr": c.pretrain_lr} | ({"save_every": save_every} if save_every else {})
+                    "lr": c.pretrain_lr} | ({"save_every": save_every} if save_every else {}) | self.text_setting()
         return self.train("baseline", settings, lambda out: TrainConfig(
-            out=out, model=ModelConfig(name=c.model, pretrained="none", precision="fp32"),
+            out=out, model=ModelConfig(name=c.model, pretrained="none", precision="fp32", trim_text=c.trim_text),
             data=DataConfig(pairs=[str(world / "captions.jsonl")], pairs_images=str(world / "images"), workers=0),
             loss=LossConfig(name="infonce"), optim=OptimConfig(lr=c.pretrain_lr, warmup=20, weight_decay=0.1),
             batch_size=c.batch_size, steps=c.pretrain_steps, seed=0, save_every=save_every), label=BASELINE)
@@ -165,11 +173,12 @@ class Stages:
         settings = {"baseline": str(baseline), "data": str(data), "loss": row.loss, "seed": seed,
                     "batch_size": batch_size, "steps": steps, "lr": c.finetune_lr} | (
             {} if row.negatives else {"negatives": False}) | ({"apart": True} if row.apart else {}) | (
-            {"save_every": save_every} if save_every else {})
+            {"save_every": save_every} if save_every else {}) | self.text_setting()
         kind = "-control" if not row.negatives else "-apart" if row.apart else ""
         name = f"finetune-{data.name}-{row.loss}{kind}-s{seed}"
         return self.train(name, settings, lambda out: TrainConfig(
-            out=out, model=ModelConfig(name=None, pretrained=None, checkpoint=str(baseline), precision="fp32"),
+            out=out, model=ModelConfig(name=None, pretrained=None, checkpoint=str(baseline), precision="fp32",
+                                       trim_text=c.trim_text),
             data=DataConfig(concretebatch=[str(data)], workers=0, negatives=row.negatives, negatives_apart=row.apart),
             loss=LossConfig(name=row.loss), optim=OptimConfig(lr=c.finetune_lr, warmup=5, weight_decay=0.1),
             batch_size=batch_size, steps=steps, seed=seed, save_every=save_every),
@@ -190,7 +199,7 @@ class Stages:
             return json.loads(path.read_text())
         device = "cuda" if torch.cuda.is_available() else "cpu"
         encoder = Encoder(load_model(checkpoint=checkpoint, device=device), device=device, batch_size=256,
-                          progress=False)
+                          progress=False, trim_text=self.c.trim_text)
         scored = sugarcrepe.evaluate(encoder, test["sugarcrepe"])
         ranked = retrieval.evaluate(encoder, test["retrieval"])
         metrics = scored["metrics"] | ranked["metrics"]

@@ -89,8 +89,8 @@ class Study2Config:
 
 
 PROFILES = {
-    "cpu": {},  # 2 cores: about 90 minutes (docs/toyworld.md, "Study 2")
-    # one H200: the same design on a 2.5x larger world and the wider cj-study model (benchmarks/study2_gpu.sh)
+    "cpu": {},  # 2 cores: about 2.8 hours (docs/toyworld.md, "Study 2 results"; the design said 90 minutes)
+    # one H200: the same design on a 2.5x larger world and the wider cj-study model (benchmarks/study_gpu.sh study2)
     "gpu": dict(world=WorldConfig(train=10000, test=2000, val=1000, seed=2, held_out="named", image_format="jpeg",
                                   test_negatives="viewer"), model="cj-study", pretrain_batch_size=256,
                 pretrain_max_steps=3000, pretrain_every=300, batch_sizes=(128, 256, 512, 1024), share_pairs=8192,
