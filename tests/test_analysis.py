@@ -155,3 +155,25 @@ def test_embeddings_are_computed_once_per_model_and_dataset(tmp_path):
     for model, cache in ((load_model("cj-tiny", "none", seed=1), tmp_path / "cache"), (clip, None)):
         with pytest.raises((DatasetError, ValueError), match="holds no records|damaged"):
             concretebatch_features(model, data, cache_dir=cache)
+
+
+def test_the_analysis_encodes_captions_at_the_full_context_when_asked(tmp_path):
+    """A run made before captions were encoded at their length (Study 1) analyses its data as it trained: the
+    features come from the full context, into a cache of their own, and agree with the cut ones up to rounding."""
+    from concrete_jungle.analysis import analyze_datasets, feature_cache_path
+    from concrete_jungle.models import load_model
+    from test_gallery import make_concretebatch
+
+    data = make_concretebatch(tmp_path, "D_hc")
+    clip = load_model("cj-tiny", "none", seed=0)
+    stats = {}
+    for trim in (True, False):
+        out = tmp_path / f"trim-{trim}"
+        stats[trim] = analyze_datasets([data], clip, out, progress=False, trim_text=trim)
+        assert (feature_cache_path(clip, data, None, None, out / "embeddings", trim) / "metas.json").is_file()
+        assert not feature_cache_path(clip, data, None, None, out / "embeddings", not trim).exists()
+    cut, full = stats[True]["pairs"]["D_hc"], stats[False]["pairs"]["D_hc"]
+    assert cut.keys() == full.keys()
+    for key in cut:
+        assert full[key]["clip_l"] == pytest.approx(cut[key]["clip_l"], abs=1e-5)
+        assert full[key]["logit_gap"] == pytest.approx(cut[key]["logit_gap"], abs=1e-3)

@@ -265,9 +265,10 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
                      dino_model: str | None = None, bertscore_model: str | None = None,
                      bertscore_layers: int | None = None, bertscore_rescale: bool = True,
                      limit: int | None = None, cache_dir: str | Path | None = None, progress: bool = True,
-                     partial: bool = False) -> dict:
+                     partial: bool = False, trim_text: bool = True) -> dict:
     """Table 1 statistics, Fig. 5 and per-pair scores for each dataset; writes stats.json and report.md.
-    Embeddings are cached in ``cache_dir`` (default ``<out>/embeddings``) by model and dataset."""
+    Embeddings are cached in ``cache_dir`` (default ``<out>/embeddings``) by model and dataset. ``trim_text``: as
+    in `concretebatch_features`."""
     from .records import atomic_write_json, atomic_write_text
 
     out = Path(out)
@@ -279,7 +280,8 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
         name = Path(d).name
         image, text, _, metas, dino_scores = concretebatch_features(clip, d, device=device, limit=limit, dino=dino,
                                                                     cache_dir=cache_dir or out / "embeddings",
-                                                                    progress=progress, partial=partial)
+                                                                    progress=progress, partial=partial,
+                                                                    trim_text=trim_text)
         bert = (bertscore_f1([m["neg_caption"] for m in metas], [m["caption"] for m in metas], bertscore_model,
                              bertscore_layers, bertscore_rescale, device) if bertscore_model else None)
         per_dataset[name] = pair_rows(image, text, metas, scale, dino_scores, bert)

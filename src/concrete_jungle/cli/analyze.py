@@ -43,6 +43,9 @@ def add_parser(sub) -> None:
                        help="use the finished shards of an unfinished or unmerged dataset (refused otherwise)")
         q.add_argument("--out", default="report", help="output folder (default %(default)s)")
         q.add_argument("--cache-dir", help="embeddings cache, by model and dataset (default <out>/embeddings)")
+        q.add_argument("--no-trim-text", action="store_true",
+                       help="encode every caption at the full context (77 tokens) instead of the batch's longest "
+                       "caption; the features are the same either way up to float rounding (docs/method.md §7)")
         add_model_args(q)
         q.set_defaults(run=run)
 
@@ -66,7 +69,7 @@ def analyze(args, console: Console) -> int:
         stats = analyze_datasets(args.datasets, clip, args.out, device=device, dino_model=args.dino_model,
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
                                  bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir,
-                                 partial=args.partial)
+                                 partial=args.partial, trim_text=not args.no_trim_text)
         from ..analysis import text_only_notes
 
         for note in text_only_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
@@ -84,7 +87,7 @@ def analyze(args, console: Console) -> int:
     clip, device = load_model_from_args(args)
     image, text, c, _, _ = concretebatch_features(clip, args.data, device=device, limit=args.limit,
                                                   cache_dir=args.cache_dir or Path(args.out) / "embeddings",
-                                                  partial=args.partial)
+                                                  partial=args.partial, trim_text=not args.no_trim_text)
     scale = args.logit_scale or clip.model.logit_scale.exp().item()
     samples = gradient_share_samples(image, text, c, scale, sizes, batches=args.batches)
     curves = means(samples)

@@ -217,17 +217,18 @@ class Stages:
 
         c = self.c
         settings = {"baseline": str(baseline), "datasets": {k: str(v) for k, v in datasets.items()},
-                    "pairs": c.analysis_pairs, "batch_sizes": list(c.gradient_batch_sizes)}
+                    "pairs": c.analysis_pairs, "batch_sizes": list(c.gradient_batch_sizes)} | self.text_setting()
         d = stage_dir(self.out, "analysis", settings)
         if (d / "done.json").is_file():
             self.reused("the analysis")
             return json.loads((d / "done.json").read_text())
         clip = load_model(checkpoint=baseline)
         stats = analysis.analyze_datasets(list(datasets.values()), clip, d, limit=c.analysis_pairs,
-                                          progress=self.progress)
+                                          progress=self.progress, trim_text=c.trim_text)
         # the same features Table 1 used, from the analysis's cache
         image, text, conc, _, _ = analysis.concretebatch_features(clip, datasets["hc"], limit=c.analysis_pairs,
-                                                                  cache_dir=d / "embeddings", progress=False)
+                                                                  cache_dir=d / "embeddings", progress=False,
+                                                                  trim_text=c.trim_text)
         sizes = [n for n in c.gradient_batch_sizes if n <= conc.shape[0]]
         batches = 8
         samples = analysis.gradient_share_samples(image, text, conc, clip.model.logit_scale.exp().item(), sizes,
