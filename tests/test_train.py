@@ -263,6 +263,24 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
         later = plain[(k + 1) % len(plain)]
         assert torch.equal(batch[0], plain[k][0]) and torch.equal(batch[2], plain[k][2])  # the step's anchors
         assert all(torch.equal(batch[i], later[i]) for i in (1, 3, 4, 5))  # the next batch's negatives
+    # decoded per step, each batch is fetched once an epoch, and once more for the last step of a resumed epoch
+    decoded = training_set(DataConfig(concretebatch=[str(concretebatch)], workers=0, preload_mib=0), clip,
+                           progress=False)
+    fetched = []
+
+    class CountingSet(type(decoded)):
+        def __getitem__(self, index):
+            fetched.append(index)
+            return super().__getitem__(index)
+
+    decoded.__class__ = CountingSet
+    for start in (0, 4):
+        fetched.clear()
+        resumed = EpochBatches(48, 8, rank=0, world=1, seed=3, epoch=1, start_step=start)
+        got = list(epoch_batches(decoded, resumed, 0, False, apart=True))
+        assert len(got) == len(apart) - start and len(fetched) == 8 * (len(got) + (start > 0))
+        for mine, reference in zip(got, apart[start:]):
+            assert all(torch.equal(a, b) for a, b in zip(mine, reference))
     image, neg_image, text, neg_text, c, has_negative = apart[0]
     with torch.no_grad():
         i, t, scale = clip.model(torch.cat([image, neg_image]), torch.cat([text, neg_text]))[:3]

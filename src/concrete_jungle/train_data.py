@@ -102,6 +102,11 @@ class EpochBatches(torch.utils.data.Sampler):
                                 f"{self.steps} of {self.batch_size}")
         return EpochBatches(*self.args, shift=self.shift + 1)
 
+    def first_batch(self) -> "EpochBatches":
+        """The epoch's first batch alone (the partner of its last step in `epoch_batches`' ``apart`` mode)."""
+        n, batch_size, rank, world, seed, epoch, _ = self.args
+        return EpochBatches(n, batch_size, rank, world, seed, epoch, start_step=self.steps - 1, shift=self.shift + 1)
+
 
 def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path | None = None):
     """The training set of a config's data: its image caches when every ConcreteBatch and every pairs input has a
@@ -150,9 +155,25 @@ def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool
     if not apart:
         yield from _epoch_batches(dataset, batches, workers, pin_memory)
         return
-    ahead = _epoch_batches(dataset, batches.next_batches(), workers, pin_memory)
-    for anchors, later in zip(_epoch_batches(dataset, batches, workers, pin_memory), ahead):
-        yield anchors[0], later[1], anchors[2], later[3], later[4], later[5]
+    # each batch is fetched once and paired with the one before it; the last step's partner is the epoch's first
+    # batch, kept from the start or, in an epoch resumed past it, fetched once more
+    batches.next_batches()  # an epoch of one batch has no partner for it: a clear error before any fetch
+    first = previous = None
+    for batch in _epoch_batches(dataset, batches, workers, pin_memory):
+        if previous is None and batches.start_step == 0:
+            first = batch
+        if previous is not None:
+            yield _with_negatives_of(previous, batch)
+        previous = batch
+    if previous is not None:
+        if first is None:
+            first = next(_epoch_batches(dataset, batches.first_batch(), workers, pin_memory))
+        yield _with_negatives_of(previous, first)
+
+
+def _with_negatives_of(anchors: Batch, later: Batch) -> Batch:
+    """``anchors``'s anchor pairs with ``later``'s negative pairs, as ordinary pairs (`epoch_batches`)."""
+    return anchors[0], later[1], anchors[2], later[3], later[4], later[5]
 
 
 def _epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool) -> Iterator[Batch]:
