@@ -188,6 +188,9 @@ def test_a_store_of_pairs_cached_for_the_model_trains_as_decoding_it_and_goes_st
     assert isinstance(cached, CachedSet) and len(cached) == len(decoded) == N + 1
     skipped = (current_cache(wds, clip) / "skipped_pairs.jsonl").read_text()
     assert "000000777.jpg" in skipped
+    meta = json.loads((current_cache(wds, clip) / "cache.json").read_text())
+    assert meta["images"][:2] == [N + 1, 1]  # each picture stored once: a pair has no negative picture
+    assert (current_cache(wds, clip) / "images.u8").stat().st_size == (N + 1) * 3 * 64 * 64  # cj-tiny's input
     batches = EpochBatches(len(decoded), 8, 0, 1, seed=0, epoch=0)
     for a, b in zip(epoch_batches(decoded, batches, 0, False), epoch_batches(cached, batches, 0, False)):
         assert torch.equal(cached.normalize(b[0]), a[0]) and torch.equal(cached.normalize(b[1]), a[1])

@@ -7,7 +7,8 @@ training: `build_cache` applies the model's geometric transform (open_clip's res
 PIL, exactly as training would) once and stores the result as uint8 in a memory-mapped file; a step then
 gathers rows and normalises them where they are used, on the GPU. uint8 is a quarter of float32 on the bus.
 
-Layout: ``<dataset>/cache/<key>/`` holds ``images.u8`` (n x 2 x 3 x H x W uint8: anchor, negative), ``tokens.i32``
+Layout: ``<dataset>/cache/<key>/`` holds ``images.u8`` (n x 2 x 3 x H x W uint8: anchor, negative; n x 1 for
+pairs), ``tokens.i32``
 (n x 2 x context), ``values.f32`` (n concreteness values) and ``cache.json`` (shapes, the normalisation, the
 dataset's shard digests, each file's size and digest), written last; ``<key>`` is a hash of the transform and
 tokenizer, so one dataset keeps a cache per model family. Built in a temporary folder and renamed when complete; a
@@ -19,7 +20,8 @@ the cache at disk speed (docs/benchmarks.md).
 A folder of WebDataset shards, Parquet files or a saved dataset (plain image–caption pairs, `stores`) is cached the
 same way, with ``"pairs": true``: each record is the pair `pairs.PairsDataset` gives at that index (a picture
 that fails to decode replaced by the next that does, logged in ``skipped_pairs.jsonl`` beside the cache), the
-picture twice and no negative. Its identity is its files' names, sizes and modification times.
+picture once and no negative (a batch repeats it in the negative slot, masked, as decoding does). Its identity
+is its files' names, sizes and modification times.
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
     n = len(records)
     first = _Geometric(records, geometric)[0][0]
     context = int(clip.tokenizer(["a"]).shape[1])
-    shape = [n, *first.shape]
+    shape = [n, 1 if pairs else 2, *first.shape[1:]]  # a pair's "negative" picture is its own: not stored twice
     images = np.memmap(tmp / "images.u8", dtype=np.uint8, mode="w+", shape=tuple(shape))
     tokens = np.memmap(tmp / "tokens.i32", dtype=np.int32, mode="w+", shape=(n, 2, context))
     values = np.memmap(tmp / "values.f32", dtype=np.float32, mode="w+", shape=(n,))
@@ -172,7 +174,7 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
     for pixels, captions, neg_captions, concreteness in tqdm(loader, desc=f"cache {root.name}", unit="batch",
                                                              disable=not progress):
         rows = slice(at, at + len(pixels))
-        images[rows] = pixels.numpy()
+        images[rows] = pixels[:, :shape[1]].numpy()
         tokens[rows, 0] = clip.tokenizer(list(captions)).numpy()
         tokens[rows, 1] = clip.tokenizer(list(neg_captions)).numpy()
         values[rows] = concreteness.numpy()
@@ -265,12 +267,13 @@ class CachedSet:
         """(images u8, negative images u8, tokens, negative tokens, concreteness, has_negative) of these records."""
         index = np.asarray(indices)
         part = np.searchsorted(self.offsets, index, side="right") - 1
-        images = np.empty((len(index), *self.parts[0][0].shape[1:]), dtype=np.uint8)
+        images = np.empty((len(index), 2, *self.parts[0][0].shape[2:]), dtype=np.uint8)
         tokens = np.empty((len(index), 2, self.parts[0][1].shape[2]), dtype=np.int32)
         values = np.empty(len(index), dtype=np.float32)
         for k, (imgs, toks, vals) in enumerate(self.parts):
             rows = np.nonzero(part == k)[0]
             local = index[rows] - self.offsets[k]
+            # a pairs cache's one picture fills both slots, as decoding a pair gives it
             images[rows], tokens[rows], values[rows] = imgs[local], toks[local], vals[local]
         images, tokens = torch.from_numpy(images), torch.from_numpy(tokens).long()
         has_negative = self.has_negative[torch.from_numpy(index)]
