@@ -4,6 +4,7 @@ is known, and a tiny run that is stopped midway and resumes row by row."""
 import hashlib
 import json
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -147,16 +148,25 @@ def test_a_tiny_study2_stopped_midway_resumes_row_by_row_and_its_published_files
         return finetune(self, *args, **kwargs)
 
     monkeypatch.setattr(Stages, "finetune", stopped_after_three_rows)
+    began = time.perf_counter()
     with pytest.raises(Stop):
         main(command)
+    first_start = time.perf_counter() - began
+    counted = json.loads((out / "wall_time.json").read_text())["seconds"]  # up to the third row's end
+    assert 0 < counted <= first_start
     finished = sorted(out.glob("finetune-*/run/checkpoints/latest.json"))
     compared = [p for p in finished if "save_every" not in json.loads((p.parents[2] / "stage.json").read_text())]
     assert len(compared) == 3
     stamps = {p: p.stat().st_mtime_ns for p in finished}
     monkeypatch.setattr(Stages, "finetune", finetune)
     capsys.readouterr()
+    began = time.perf_counter()
     assert main(command) == 0
+    second_start = time.perf_counter() - began
     printed = capsys.readouterr().out
+    # the report's wall time is both starts' (the first's up to its last finished row), not the last start's
+    seconds = json.loads((out / "published" / "run.json").read_text())["seconds"]
+    assert counted < seconds <= counted + second_start + 0.1
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # the finished rows were not trained again
     assert len(re.findall(r"reused: .*seed", printed)) == 3 + 1  # three rows and the control's curve
     design = json.loads((out / "design.json").read_text())

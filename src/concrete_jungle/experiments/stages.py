@@ -78,6 +78,23 @@ def log(message: str, console=None) -> None:
     (console.print if console is not None else print)(message)
 
 
+class WallClock:
+    """The wall time an experiment's work has taken over all its starts, kept in ``path``: a start adds its time
+    up to its last `lap` (a stopped or killed start loses at most the time of the stage it was in), so a run
+    finished after three starts reports the three, and one that reuses every stage adds only its own seconds."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.before = json.loads(path.read_text())["seconds"] if path.is_file() else 0.0
+        self.started = time.perf_counter()
+
+    def lap(self) -> float:
+        """Record and return the seconds so far, this start's included."""
+        seconds = self.before + time.perf_counter() - self.started
+        atomic_write_json(self.path, {"seconds": seconds})
+        return seconds
+
+
 class Stages:
     """The stages an experiment on the toy world is made of, each cached in ``<out>/<stage>-<hash of its
     settings>`` and reused once finished: render the world, pretrain the baseline, plant a ConcreteBatch,

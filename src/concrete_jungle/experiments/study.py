@@ -20,7 +20,6 @@ design resolves is (1.96 + 0.84) bootstrap standard errors (two-sided 5 %, 80 % 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from ..records import atomic_write_json, atomic_write_text
 from ..toyworld.build import WorldConfig
 from .published import publish
 from .report import results_table, signed, table_markdown
-from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, log, stage_dir
+from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, WallClock, log, stage_dir
 
 ROWS = (CONTROL, Finetune("D_hc + InfoNCE", "infonce", "hc"), Finetune("D_hc + static margin", "static", "hc"),
         Finetune("D_hc + Cement", "cement", "hc"), Finetune("D_hc + inverse margin", "inverse", "hc"),
@@ -141,38 +140,48 @@ class Study:
 
     def run(self) -> dict:
         c = self.c
-        started = time.perf_counter()
-        self.out.mkdir(parents=True, exist_ok=True)
-        log("[1/6] rendering the toy world (train, validation and test scenes)", self.console)
+        self.start_clock()
+        self.stage("[1/6] rendering the toy world (train, validation and test scenes)")
         world = self.stages.world()
-        log("[2/6] pretraining the CLIP baseline", self.console)
+        self.stage("[2/6] pretraining the CLIP baseline")
         baseline = self.stages.baseline(world)
-        log("[3/6] ConcretePlant: D_hc, D_lc, D_wo", self.console)
+        self.stage("[3/6] ConcretePlant: D_hc, D_lc, D_wo")
         datasets = {m: self.stages.plant(world, m) for m in ("hc", "lc", "wo")}
-        log("[4/6] choosing N (gradient share) and T (the control's validation curve) by the design's rules",
-            self.console)
+        self.stage("[4/6] choosing N (gradient share) and T (the control's validation curve) by the design's rules")
         batch = self.choose_batch_size(baseline, datasets["hc"])
         steps = self.choose_steps(baseline, datasets["hc"], world, batch["n"])
         design = {"config": asdict(c), "n": batch["n"], "steps": steps["steps"], "batch_size_choice": batch,
                   "steps_choice": steps, "hypotheses": [list(h) for h in HYPOTHESES], "primary": list(PRIMARY)}
         atomic_write_json(self.out / "design.json", design)
         log(f"    N = {batch['n']} anchors, T = {steps['steps']} steps", self.console)
-        log(f"[5/6] fine-tuning {len(ROWS)} settings x {len(c.seeds)} seeds", self.console)
-        runs = {(row.label, seed): self.stages.finetune(baseline, datasets[row.mode], row, seed, batch_size=batch["n"],
-                                                      steps=steps["steps"])
-                for seed in c.seeds for row in ROWS}
-        return self.conclude(world, baseline, runs, design, started, summarise, study_report)
+        self.stage(f"[5/6] fine-tuning {len(ROWS)} settings x {len(c.seeds)} seeds")
+        runs = {}
+        for seed in c.seeds:
+            for row in ROWS:
+                runs[(row.label, seed)] = self.stages.finetune(baseline, datasets[row.mode], row, seed,
+                                                               batch_size=batch["n"], steps=steps["steps"])
+                self.clock.lap()
+        return self.conclude(world, baseline, runs, design, summarise, study_report)
 
-    def conclude(self, world: Path, baseline: Path, runs: dict, design: dict, started: float, summarise,
-                 report) -> dict:
+    def start_clock(self) -> None:
+        """The study's wall time, over this start and the earlier ones (`WallClock`, ``<out>/wall_time.json``)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.clock = WallClock(self.out / "wall_time.json")
+
+    def stage(self, message: str) -> None:
+        """Announce a stage of the run, with the wall time so far recorded first."""
+        self.clock.lap()
+        log(message, self.console)
+
+    def conclude(self, world: Path, baseline: Path, runs: dict, design: dict, summarise, report) -> dict:
         """Evaluate the baseline and every fine-tune on the test scenes, publish the answers (`published`), and
         write ``results.json`` (``summarise``'s) and ``study.md`` (``report``'s)."""
-        log("[6/6] evaluating on the test scenes and bootstrapping the contrasts", self.console)
+        self.stage("[6/6] evaluating on the test scenes and bootstrapping the contrasts")
         test = self.stages.test_data(world, "test")
         items = {key: self.stages.evaluate(ckpt, test, name="test_outcomes.json", per_item=True)
                  for key, ckpt in [((BASELINE, None), baseline), *runs.items()]}
         world_info = json.loads((world / "world.json").read_text())
-        seconds = round(time.perf_counter() - started, 1)
+        seconds = round(self.clock.lap(), 1)  # every start's
         publish(self.out / "published", design, world_info, items, seconds)
         result = summarise(design, items, seconds)
         atomic_write_json(self.out / "results.json", result)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -122,19 +121,16 @@ class Study2(Study):
 
     def run(self) -> dict:
         c = self.c
-        started = time.perf_counter()
-        self.out.mkdir(parents=True, exist_ok=True)
-        log("[1/6] rendering the toy world (train, validation and test scenes; one codec; named held-out)",
-            self.console)
+        self.start_clock()
+        self.stage("[1/6] rendering the toy world (train, validation and test scenes; one codec; named held-out)")
         world = self.stages.world()
-        log("[2/6] pretraining the CLIP baseline until its validation retrieval flattens", self.console)
+        self.stage("[2/6] pretraining the CLIP baseline until its validation retrieval flattens")
         baseline_choice = self.choose_baseline(world)
         baseline = Path(baseline_choice["checkpoint"])
         log(f"    baseline: step {baseline_choice['steps']} of {c.pretrain_max_steps}", self.console)
-        log("[3/6] ConcretePlant: D_hc, D_lc, D_wo (no negative may describe a held-out scene)", self.console)
+        self.stage("[3/6] ConcretePlant: D_hc, D_lc, D_wo (no negative may describe a held-out scene)")
         datasets = {m: self.stages.plant(world, m) for m in ("hc", "lc", "wo")}
-        log("[4/6] choosing N (gradient share) and T (the control's validation curve) by the design's rules",
-            self.console)
+        self.stage("[4/6] choosing N (gradient share) and T (the control's validation curve) by the design's rules")
         batch = self.choose_batch_size(baseline, datasets["hc"])
         curve = self.choose_steps(baseline, datasets["hc"], world, batch["n"])
         anchors = json.loads((datasets["hc"] / "summary.json").read_text())["ok"]
@@ -146,14 +142,14 @@ class Study2(Study):
                   "secondary": [list(h) for h in SECONDARY], "metrics": METRICS, "targeted": list(TARGETED)}
         atomic_write_json(self.out / "design.json", design)
         log(f"    N = {batch['n']} anchors, T = {steps} steps", self.console)
-        log(f"[5/6] fine-tuning {len(ROWS)} settings x {len(c.seeds)} seeds, row by row (a stopped run resumes)",
-            self.console)
+        self.stage(f"[5/6] fine-tuning {len(ROWS)} settings x {len(c.seeds)} seeds, row by row (a stopped run resumes)")
         runs = {}
         for row in ROWS:
             for seed in c.seeds:
                 runs[(row.label, seed)] = self.stages.finetune(baseline, datasets[row.mode], row, seed,
                                                                batch_size=batch["n"], steps=steps)
-        return self.conclude(world, baseline, runs, design, started, summarise, study_report)
+                self.clock.lap()
+        return self.conclude(world, baseline, runs, design, summarise, study_report)
 
 
 def with_targeted(outcomes: dict) -> dict:
