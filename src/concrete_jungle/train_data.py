@@ -103,9 +103,11 @@ class EpochBatches(torch.utils.data.Sampler):
         return EpochBatches(*self.args, shift=self.shift + 1)
 
     def first_batch(self) -> "EpochBatches":
-        """The epoch's first batch alone (the partner of its last step in `epoch_batches`' ``apart`` mode)."""
-        n, batch_size, rank, world, seed, epoch, _ = self.args
-        return EpochBatches(n, batch_size, rank, world, seed, epoch, start_step=self.steps - 1, shift=self.shift + 1)
+        """The epoch's first batch alone, as `next_batches` gives it to the last step (its error for an epoch of
+        one batch included)."""
+        ahead = self.next_batches()
+        n, batch_size, rank, world, seed, epoch, _ = ahead.args
+        return EpochBatches(n, batch_size, rank, world, seed, epoch, start_step=self.steps - 1, shift=ahead.shift)
 
 
 def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path | None = None):
@@ -157,7 +159,7 @@ def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool
         return
     # each batch is fetched once and paired with the one before it; the last step's partner is the epoch's first
     # batch, kept from the start or, in an epoch resumed past it, fetched once more
-    batches.next_batches()  # an epoch of one batch has no partner for it: a clear error before any fetch
+    last_partner = batches.first_batch()  # made before any fetch: an epoch of one batch has none, a clear error
     first = previous = None
     for batch in _epoch_batches(dataset, batches, workers, pin_memory):
         if previous is None and batches.start_step == 0:
@@ -167,7 +169,7 @@ def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool
         previous = batch
     if previous is not None:
         if first is None:
-            first = next(_epoch_batches(dataset, batches.first_batch(), workers, pin_memory))
+            first = next(_epoch_batches(dataset, last_partner, workers, pin_memory))
         yield _with_negatives_of(previous, first)
 
 
