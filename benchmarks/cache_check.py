@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from concrete_jungle.image_cache import CHUNK, FILES, check_cache, file_digest
+from concrete_jungle.train.image_cache import CHUNK, FILES, check_cache, file_digest
 
 ROW = 2 * 3 * 224 * 224  # one ViT-B-32 record: anchor and negative
 PICTURES_PER_S = 15_600  # the H200 training goal (docs/benchmarks.md, "Training data paths")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from concrete_jungle.concreteness import load_ratings, normalize
+from concrete_jungle.plant.concreteness import load_ratings, normalize
 
 
 def main() -> int:

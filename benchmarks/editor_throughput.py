@@ -1,7 +1,8 @@
 """Edited pictures/s of the `diffusers` editor with SDXL-Turbo's full-size architecture (random weights), and the
 time to edit COCO Karpathy train (113,287 pictures) at that rate.
 
-The pipeline is built from the configs in `src/concrete_jungle/model_configs/sdxl-turbo/` (`concrete_jungle.sdxl`)
+The pipeline is built from the configs in `src/concrete_jungle/model_configs/sdxl-turbo/`
+(`concrete_jungle.plant.editors.sdxl`)
 and loaded by path through the editor, exactly as `plant --editor diffusers --editor-model PATH` loads it: 512 px,
 strength 0.75, 4 steps (3 denoising steps), guidance 0, fp16 on CUDA with the VAE upcast. Each batch size edits
 ``--pictures`` pictures after one warm-up batch; ``--compile`` repeats it with the UNet under torch.compile.
@@ -26,7 +27,7 @@ COCO_TRAIN = 113_287
 
 
 def main() -> None:
-    from concrete_jungle.editors import make_editor
+    from concrete_jungle.plant.editors import make_editor
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -47,7 +48,7 @@ def main() -> None:
 
                 build_tiny_sdxl_img2img(path)
             else:
-                from concrete_jungle.sdxl import build_sdxl_turbo
+                from concrete_jungle.plant.editors.sdxl import build_sdxl_turbo
 
                 build_sdxl_turbo(path, dtype=dtype, device=args.device)
         print(f"pipeline: {'tiny' if args.tiny else 'SDXL-Turbo full size'}, built in {time.perf_counter() - t0:.0f} s;"

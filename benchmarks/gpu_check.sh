@@ -76,8 +76,8 @@ timeout 140 python3 benchmarks/editor_throughput.py --device "$DEVICE" "${editor
 
 timeout 50 python3 - "$DEVICE" "$PRECISION" <<'EOF' 2>&1 | tee "$OUT/trainer_cuda.txt" || status=1
 import json, math, statistics, sys, tempfile
-from concrete_jungle.train import train
-from concrete_jungle.train_config import load_config
+from concrete_jungle.train.loop import train
+from concrete_jungle.train.config import load_config
 
 device, precision = sys.argv[1:]
 root = tempfile.mkdtemp()

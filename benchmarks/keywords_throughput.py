@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from concrete_jungle.concreteness import load_ratings
-from concrete_jungle.keyword_job import load_spacy, run_keywords
-from concrete_jungle.keywords import SamplerConfig
+from concrete_jungle.plant.concreteness import load_ratings
+from concrete_jungle.nlp import load_spacy
+from concrete_jungle.plant.keyword_job import run_keywords
+from concrete_jungle.plant.keywords import SamplerConfig
 from concrete_jungle.sources import anchor_caption, read_samples
 
 

@@ -63,7 +63,7 @@ def main() -> None:
     import torchvision.transforms.v2.functional as TF
     from torchvision.io import decode_jpeg
 
-    from concrete_jungle.image_cache import split_preprocess
+    from concrete_jungle.train.image_cache import split_preprocess
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pictures", type=int, default=256, help="pictures per input kind and round")

@@ -34,9 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from concrete_jungle.captioners import RewriteRequest, make_captioner
-from concrete_jungle.editors import make_editor
-from concrete_jungle.keywords import SamplerConfig
+from concrete_jungle.plant.captioners import RewriteRequest, make_captioner
+from concrete_jungle.plant.editors import make_editor
+from concrete_jungle.plant.keywords import SamplerConfig
 from concrete_jungle import plant
 from concrete_jungle.plant import EngineConfig, PlantConfig
 from concrete_jungle.plant.stages import load_image

@@ -21,17 +21,14 @@ import argparse
 import difflib
 from pathlib import Path
 
-from concrete_jungle.captioners import RewriteRequest
-from concrete_jungle.captioners.rules import RulesCaptioner
-from concrete_jungle.captioners.validation import replaced_span
-from concrete_jungle.concreteness import load_ratings
-from concrete_jungle.keywords import MODES, KeywordSampler, SamplerConfig, extract_candidates
+from concrete_jungle.plant.captioners import RewriteRequest
+from concrete_jungle.plant.captioners.rules import RulesCaptioner
+from concrete_jungle.plant.captioners.validation import replaced_span
+from concrete_jungle.plant.concreteness import load_ratings
+from concrete_jungle.plant.keywords import MODES, KeywordSampler, SamplerConfig, extract_candidates
 from concrete_jungle.sources import anchor_caption, read_samples
 
-try:  # where the keyword job lives (it moved out of keywords.py)
-    from concrete_jungle.keyword_job import load_spacy
-except ImportError:
-    from concrete_jungle.keywords import load_spacy
+from concrete_jungle.nlp import load_spacy
 
 WORDNET = Path("/usr/share/wordnet")
 

@@ -1,4 +1,4 @@
-"""Audit of Study 1's world and data (docs/toyworld.md, "Corrections"): the facts the corrections state, measured.
+"""Audit of Study 1's world and data (docs/studies/study1.md, "Corrections"): the facts the corrections state, measured.
 
 Builds (or reuses) the study's world and its three ConcreteBatches with the study's own stages and settings
 (`StudyConfig`: 4,000 training, 1,500 test and 600 validation scenes, seed 1) under ``--out``, then counts:

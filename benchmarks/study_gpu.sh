@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A study's GPU profile (docs/toyworld.md, "The study" and "Study 2") as one command on an H200 machine: a
+# A study's GPU profile (docs/studies/study1.md, "The study", and docs/studies/study2.md) as one command on an H200 machine: a
 # 10,000-scene world, the wider cj-study model, N chosen up to 1,024 by the design's rule, 3 seeds. Estimated
 # 8 minutes; not run yet (no GPU was available).
 #

@@ -13,9 +13,9 @@ import argparse
 import itertools
 import statistics
 
-from concrete_jungle.concreteness import load_ratings
-from concrete_jungle.keyword_job import load_spacy
-from concrete_jungle.keywords import MODES, KeywordSampler, SamplerConfig, extract_candidates
+from concrete_jungle.plant.concreteness import load_ratings
+from concrete_jungle.nlp import load_spacy
+from concrete_jungle.plant.keywords import MODES, KeywordSampler, SamplerConfig, extract_candidates
 from concrete_jungle.sources import anchor_caption, read_samples
 
 PAPER = {"hc": (4.77, 4.85), "lc": (3.81, 3.89), "wo": (4.29, 4.63)}

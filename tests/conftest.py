@@ -1,8 +1,11 @@
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 import benchmark_fixtures  # noqa: E402
@@ -16,14 +19,14 @@ def data_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def nlp():
-    from concrete_jungle.keyword_job import load_spacy
+    from concrete_jungle.nlp import load_spacy
 
     return load_spacy()
 
 
 @pytest.fixture(scope="session")
 def ratings():
-    from concrete_jungle.concreteness import load_ratings
+    from concrete_jungle.plant.concreteness import load_ratings
 
     return load_ratings()
 
@@ -55,3 +58,16 @@ def planted(tmp_path_factory):
     captions, images = make_dataset(root, 48, image_size=32)
     assert main(plant_args(captions, images, root / "cb", "--samples-per-shard", 16)) == 0
     return root / "cb"
+
+
+def cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "concrete_jungle.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def run(planted, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "run"
+    assert main(["train", "--data", str(planted), "--out", str(out), "--steps", "3", *TINY_TRAIN]) == 0
+    return out
+

@@ -4,7 +4,7 @@ import threading
 
 from PIL import Image, ImageOps
 
-from concrete_jungle.captioners import Reply
+from concrete_jungle.plant.captioners import Reply
 
 
 class PurpleCaptioner:
@@ -44,7 +44,7 @@ class MainThreadMirrorEditor(MirrorEditor):
         return super().edit(images, prompts, seeds)
 
 
-# plugins that break the contract, as a user's first try might (tests/test_round_two.py)
+# plugins that break the contract, as a user's first try might (tests/test_plugins.py)
 
 
 class ShortEditor(MirrorEditor):

@@ -1,4 +1,5 @@
-"""Gradient share against batch size (paper Fig. 6) on random features and on a model's features."""
+"""The analyses (`concrete-jungle analyze`): gradient share against batch size (paper Fig. 6) on random features
+and on a model's features, dataset statistics and their report, the text-shift figure, the feature cache."""
 
 import json
 import sys
@@ -8,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from concrete_jungle.analysis import gradient_share_by_batch_size
+from concrete_jungle.analysis.statistics import gradient_share_by_batch_size
 from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_plant import make_dataset  # noqa: E402
+from test_plant import make_dataset, plant_args  # noqa: E402
 
 
 def random_pairs(m, d=32, seed=0):
@@ -82,7 +83,7 @@ def test_dataset_statistics_equal_a_direct_computation(tmp_path, scorers):
     from bert_score import score as bert_score
     from transformers import AutoImageProcessor, AutoModel
 
-    from concrete_jungle.analysis import word_edit_distance
+    from concrete_jungle.analysis.statistics import word_edit_distance
     from concrete_jungle.concretebatch import iter_records
     from concrete_jungle.models import load_model
     from test_gallery import make_concretebatch
@@ -129,7 +130,7 @@ def test_dataset_statistics_equal_a_direct_computation(tmp_path, scorers):
 
 
 def test_word_edit_distance():
-    from concrete_jungle.analysis import word_edit_distance
+    from concrete_jungle.analysis.statistics import word_edit_distance
 
     assert word_edit_distance("a red car", "a blue car") == 1
     assert word_edit_distance("in front of the tree", "behind the tree") == 3
@@ -137,7 +138,7 @@ def test_word_edit_distance():
 
 
 def test_embeddings_are_computed_once_per_model_and_dataset(tmp_path):
-    from concrete_jungle.analysis import concretebatch_features
+    from concrete_jungle.analysis.statistics import concretebatch_features
     from concrete_jungle.errors import DatasetError
     from concrete_jungle.models import load_model
     from test_gallery import make_concretebatch
@@ -160,7 +161,7 @@ def test_embeddings_are_computed_once_per_model_and_dataset(tmp_path):
 def test_the_analysis_encodes_captions_at_the_full_context_when_asked(tmp_path):
     """A run made before captions were encoded at their length (Study 1) analyses its data as it trained: the
     features come from the full context, into a cache of their own, and agree with the cut ones up to rounding."""
-    from concrete_jungle.analysis import analyze_datasets, feature_cache_path
+    from concrete_jungle.analysis.statistics import analyze_datasets, feature_cache_path
     from concrete_jungle.models import load_model
     from test_gallery import make_concretebatch
 
@@ -177,3 +178,59 @@ def test_the_analysis_encodes_captions_at_the_full_context_when_asked(tmp_path):
     for key in cut:
         assert full[key]["clip_l"] == pytest.approx(cut[key]["clip_l"], abs=1e-5)
         assert full[key]["logit_gap"] == pytest.approx(cut[key]["logit_gap"], abs=1e-3)
+
+
+def test_analyze_features_are_keyed_by_the_shards_not_the_manifest(tmp_path):
+    import shutil
+
+    from concrete_jungle.analysis.statistics import feature_cache_path
+    from concrete_jungle.models import load_model
+
+    captions, images = make_dataset(tmp_path, 10, image_size=16)
+    out, clip = tmp_path / "cb", load_model("cj-tiny", "none")
+    assert main(plant_args(captions, images, out)) == 0
+    before, manifest = feature_cache_path(clip, out, None, None, tmp_path), (out / "manifest.jsonl").read_bytes()
+    shutil.rmtree(out)  # planted again with another editor: the same manifest, other negative images
+    assert main(plant_args(captions, images, out, "--editor", "plugin_example:MirrorEditor")) == 0
+    assert (out / "manifest.jsonl").read_bytes() == manifest
+    assert feature_cache_path(clip, out, None, None, tmp_path) != before
+
+
+def test_analyze_says_when_negatives_are_text_only_and_names_the_reference_model(planted, tmp_path, capsys):
+    out = tmp_path / "analysis"
+    assert main(["analyze", "datasets", str(planted), "--model", "cj-tiny", "--pretrained", "none",
+                 "--out", str(out)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "every pair have text-only negatives" in printed
+    stats = json.loads((out / "stats.json").read_text())
+    summary = stats["datasets"]["cb"]["summary"]
+    assert summary["t2i"] is None and summary["clip_v"] is None and summary["text_only_pairs"] == summary["pairs"]
+    report = (out / "report.md").read_text()
+    assert "| T2I acc. | n/a (text-only) |" in report and "image-image cosine (CLIP-V) | n/a (text-only)" in report
+    assert "under cj-tiny (random init, seed 0)" in report and "| CLIP-L |" not in report
+
+
+def test_text_shift_plot_keeps_every_dataset_visible_on_integer_ticks(tmp_path):
+    import random
+
+    from concrete_jungle.analysis.figures import text_shift_figure
+
+    rng = random.Random(0)
+    per = {name: [{"concreteness": rng.uniform(1, 5), "edit_distance": rng.randint(1, 3)} for _ in range(300)]
+           for name in ("D_hc", "D_lc", "D_wo")}
+    fig = text_shift_figure(per)
+    ax = fig.axes[0]
+    assert [c.get_label() for c in ax.containers] == ["D_hc", "D_lc", "D_wo"]  # one errorbar series each
+    assert all(float(t).is_integer() for t in ax.get_yticks())
+    xs = [c.lines[0].get_xdata() for c in ax.containers]
+    assert not set(xs[0]) & set(xs[1])  # offset: no dataset's means drawn on top of another's
+
+
+def test_the_gradient_share_plot_names_data_and_model_and_has_error_bars(planted, tmp_path, capsys):
+    out = tmp_path / "gs"
+    assert main(["analyze", "gradient-share", "--data", str(planted), "--model", "cj-tiny", "--pretrained", "none",
+                 "--batch-sizes", "4,8", "--batches", "3", "--out", str(out)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "on cb under cj-tiny (random init, seed 0)" in printed and "±" in printed
+    saved = json.loads((out / "gradient_share.json").read_text())
+    assert saved["batches"] == 3 and set(saved["sd"]) == set(saved["curves"])

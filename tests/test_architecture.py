@@ -98,3 +98,60 @@ def test_architecture_doc_names_only_modules_that_exist():
     assert len(named) > 20  # the page is a map of the package, not a paragraph
     missing = sorted(n for n in named if not (PACKAGE / n).exists() and not (ROOT / n).exists())
     assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+
+
+# The layers, lowest first: a module may import its own unit (top-level module or package) and units of lower
+# layers, never one of its own layer or above. Stages do not import each other, except that training runs the
+# evaluation hook (`train` sits one layer above `evaluation`).
+LAYERS = [
+    {"errors"},
+    {"records", "configs", "stats", "images", "plugins", "checkpoints", "text_encoding", "loss", "tiny", "nlp",
+     "locks"},
+    {"models"},
+    {"sources", "concretebatch"},
+    {"export"},
+    {"plant", "evaluation"},
+    {"train", "analysis"},
+    {"toyworld"},
+    {"experiments"},
+    {"cli"},
+]
+
+
+def unit_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layering_violations(graph: dict[str, set[str]], layers: list[set[str]] = LAYERS) -> list[str]:
+    rank = {unit: i for i, layer in enumerate(layers) for unit in layer}
+    found = []
+    for module, targets in graph.items():
+        here = unit_of(module)
+        for target in targets:
+            there = unit_of(target)
+            if here and there and here != there and rank[there] >= rank[here]:
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def test_every_unit_of_the_package_has_a_layer():
+    units = {unit_of(m) for m in import_graph()} - {""}
+    assert units == set().union(*LAYERS)
+
+
+def test_no_module_imports_its_own_layer_or_one_above():
+    assert layering_violations(import_graph()) == []
+
+
+def test_the_layering_rule_finds_a_planted_upward_import(tmp_path):
+    pkg = tmp_path / "concrete_jungle"
+    (pkg / "train").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "records.py").write_text("def write():\n    from .train.loop import train\n")  # a helper calling up
+    (pkg / "train" / "__init__.py").write_text("")
+    (pkg / "train" / "loop.py").write_text("from ..records import write\n")
+    (pkg / "plant.py").write_text("from .evaluation import run\n")  # a stage calling a stage of its layer
+    (pkg / "evaluation.py").write_text("run = None\n")
+    assert layering_violations(import_graph(pkg)) == ["concrete_jungle.plant -> concrete_jungle.evaluation",
+                                                      "concrete_jungle.records -> concrete_jungle.train.loop"]

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import require_system_dependency
 
-from concrete_jungle.captioners import CaptionerError, RewriteRequest, make_captioner
-from concrete_jungle.captioners.validation import check_rewrite, clean_reply
+from concrete_jungle.plant.captioners import CaptionerError, RewriteRequest, make_captioner
+from concrete_jungle.plant.captioners.validation import check_rewrite, clean_reply
 
 
 def request(caption, keyword, category, i=0, attempt=0):
@@ -38,7 +38,7 @@ RULE_CASES = [
 
 @pytest.mark.parametrize("wordnet", [True, False])
 def test_rules_rewrites_pass_validation(wordnet):
-    from concrete_jungle.captioners.rules import WORDNET_ROOT
+    from concrete_jungle.plant.captioners.rules import WORDNET_ROOT
 
     if wordnet:
         require_system_dependency((WORDNET_ROOT / "index.noun").exists(), "WordNet 3.0",
@@ -266,3 +266,28 @@ def test_the_api_key_reaches_the_server_and_nothing_else(tmp_path, mode):
         assert len(rejects) == 12 and all("rejected credentials: Bearer [API key]" in r["reason"] for r in rejects)
     else:  # retried, then rejected with the status
         assert len(rejects) == 12 and all("HTTP 500" in r["reason"] for r in rejects)
+
+
+def test_offline_rewrites_stay_in_the_keyword_s_group_and_a_time_is_no_place(nlp, ratings):
+    from concrete_jungle.plant.captioners import RewriteRequest
+    from concrete_jungle.plant.captioners.rules import OBJECT_GROUPS, RulesCaptioner
+    from concrete_jungle.plant.keywords import extract_candidates
+
+    captioner = RulesCaptioner(wordnet=False)
+
+    def rewrite(caption, keyword, category):
+        start = caption.index(keyword)
+        return captioner.rewrite([RewriteRequest("x", caption, keyword, (start, start + len(keyword)), category,
+                                                 "hc", 0, 0)])[0]
+
+    assert rewrite("A sunny day at the beach.", "day", "object").error.startswith("no substitute known for 'day'")
+    food = next(g for g in OBJECT_GROUPS if "egg" in g)
+    for attempt in range(5):
+        reply = captioner.rewrite([RewriteRequest("x", "A fried egg on toast.", "egg", (8, 11), "object", "hc",
+                                                  attempt, 0)])[0]
+        assert reply.text.removeprefix("A fried ").removesuffix(" on toast.") in food
+    found = {c.text: c.category for c in extract_candidates(nlp("A dog running on a sunny day."), ratings)}
+    assert "on" not in found  # `on a sunny day` places nothing
+    found = {c.text: c.category for c in
+             extract_candidates(nlp("A man sitting on the table and watching TV."), ratings)}
+    assert found.get("watching") == "relation" and found.get("on") == "relation"

@@ -1,4 +1,5 @@
-"""The command line as a new user meets it: errors before any heavy import or any file, help, file modes."""
+"""The command line as a new user meets it: errors before any heavy import or any file, misspelled flags named,
+help, file modes."""
 
 import argparse
 import json
@@ -11,6 +12,7 @@ import pytest
 
 from concrete_jungle import __version__
 from concrete_jungle.cli import build_parser, main
+from conftest import cli
 
 # runs the CLI in a fresh interpreter and reports which heavy packages the failed command imported
 PROBE = """import sys
@@ -129,3 +131,13 @@ def test_written_files_honour_the_umask(tmp_path, umask, mode):
     assert len(files) > 5
     assert {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == \
         {str(p.relative_to(tmp_path)): oct(mode) for p in files}
+
+
+@pytest.mark.parametrize("args, meant", [(["plant", "--captoins", "x.jsonl"], "--captions"),
+                                         (["train", "--stpes", "3"], "--steps"),
+                                         (["analyze", "gradient-share", "--data", "x", "--batchs", "3"], "--batches")])
+def test_a_misspelled_flag_is_named_with_the_flag_meant(args, meant):
+    done = cli(*args)
+    assert done.returncode == 2
+    assert f"unrecognized arguments: {args[-2]} (did you mean {meant}?)" in done.stderr
+    assert "invalid choice" not in done.stderr

@@ -32,8 +32,9 @@ def official_pick(clip, path, captions, box=None):
         x, y, w, h = box
         rgb = rgb.crop((x, y, x + w, y + h))
     image = F.normalize(clip.model.encode_image(clip.preprocess(rgb)[None]), dim=-1)
-    texts = F.normalize(clip.model.encode_text(clip.tokenizer(captions)), dim=-1)
-    # each caption's own dot product: a matrix product may round two equal captions' scores apart
+    # each caption encoded alone, and its own dot product: in a batch (or a matrix product) the rows of two equal
+    # captions can round apart on some CPUs, and the official tie would then go to whichever rounded up
+    texts = F.normalize(torch.cat([clip.model.encode_text(clip.tokenizer([c])) for c in captions]), dim=-1)
     return int(np.argmax((image * texts).sum(-1).numpy()))
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from concrete_jungle.concreteness import RatingsError, load_ratings
+from concrete_jungle.plant.concreteness import RatingsError, load_ratings
 
 
 def test_the_brysbaert_scale_has_the_published_size_and_values(ratings):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from concrete_jungle.editors import NoEditor, make_editor
+from concrete_jungle.plant.editors import NoEditor, make_editor
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
-"""The evaluation suite on fixtures in the official formats, scored by a tiny random-init open_clip model."""
+"""The evaluation suite on fixtures in the official formats, scored by a tiny random-init open_clip model: the
+scores, the checks of the benchmark files and images, the embedding cache, and comparing results."""
 
 import json
+import shutil
 
 import numpy as np
 import open_clip
@@ -321,3 +323,116 @@ def test_vtab_runs_on_the_cpu_with_our_probe_and_names_missing_tasks(tmp_path, c
     result = json.loads((tmp_path / "r" / "vtab.json").read_text())
     assert set(result["metrics"]) == {"eurosat", "dtd", "M.Avg"} and result["skipped"] == 17
     assert result["n"] == {"eurosat": 8, "dtd": 8} and all(0 <= v <= 1 for v in result["metrics"].values())
+
+
+def copy_root(data_root, tmp_path):
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(data_root, root)
+    return root
+
+
+def test_a_duplicate_key_in_a_sugarcrepe_file_is_an_error_not_a_lost_item(data_root, tmp_path, capsys):
+    root = copy_root(data_root, tmp_path)
+    path = root / "sugarcrepe" / "add_att.json"
+    items = json.loads(path.read_text())
+    key, item = next(iter(items.items()))
+    text = path.read_text().rstrip()[:-1] + f', "{key}": ' + json.dumps(item) + "}"
+    path.write_text(text)
+    assert main(["eval", "--data-root", str(root), "--check"]) == 2
+    assert f"add_att.json: key '{key}' appears twice" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"0": {"filename": "a.jpg", "caption": "x"}}, "item '0' has no text in negative_caption"),
+    ({"0": "not an item"}, "item '0' has no text in filename, caption, negative_caption"),
+    ({}, "holds no items"),
+    ([{"filename": "a.jpg"}], "SugarCrepe files are a dict keyed by item index"),
+])
+def test_malformed_and_empty_subset_files_are_clear_errors(data_root, tmp_path, capsys, content, message):
+    root = copy_root(data_root, tmp_path)
+    (root / "sugarcrepe" / "swap_obj.json").write_text(json.dumps(content))
+    assert main(["eval", "--data-root", str(root), "--check"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "swap_obj.json" in err and message in err and "Traceback" not in err
+
+
+def test_a_subset_whose_every_image_is_missing_is_null_in_json_never_nan(data_root, tmp_path):
+    root = copy_root(data_root, tmp_path)
+    (root / "sugarcrepe" / "mine.json").write_text(json.dumps({"0": {"filename": "gone.jpg", "caption": "a dog",
+                                                                     "negative_caption": "a cat"}}))
+    out = tmp_path / "r"
+    assert main(["eval", "--data-root", str(root), "--model", "cj-tiny", "--pretrained", "none", "--skip-missing",
+                 "--out", str(out), "--no-progress"]) == 0
+    text = (out / "sugarcrepe.json").read_text()
+    assert "NaN" not in text
+    result = json.loads(text)
+    assert result["n"]["mine"] == 0 and result["skipped"]["mine"] == 1 and result["metrics"]["mine"] is None
+    official = [result["metrics"][s] for s in result["n"] if s != "mine"]
+    assert result["metrics"]["M.Avg"] == pytest.approx(sum(official) / len(official))
+
+
+def test_eval_check_decodes_every_image_and_the_run_skips_what_it_counted(data_root, tmp_path, capsys):
+    root = copy_root(data_root, tmp_path)
+    victim = sorted((root / "coco" / "val2017").glob("*.jpg"))[0]
+    victim.write_bytes(victim.read_bytes()[:200])  # a truncated JPEG: its header still reads
+    assert main(["eval", "--data-root", str(root), "--check"]) == 2
+    assert f"image {victim} is unreadable" in " ".join(capsys.readouterr().err.split())
+    assert main(["eval", "--data-root", str(root), "--check", "--skip-missing"]) == 0
+    assert main(["eval", "--data-root", str(root), "--model", "cj-tiny", "--pretrained", "none", "--skip-missing",
+                 "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    result = json.loads((tmp_path / "r" / "sugarcrepe.json").read_text())
+    assert sum(result["skipped"].values()) >= 1
+
+
+def test_eval_in_bf16_on_the_cpu_runs_and_keeps_its_own_cache(data_root, tmp_path):
+    runs = {}
+    for precision in ("bf16", "fp32"):
+        out = tmp_path / precision
+        assert main(["eval", "--data-root", str(data_root), "--model", "cj-tiny", "--pretrained", "none",
+                     "--precision", precision, "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
+                     "--no-progress"]) == 0
+        runs[precision] = json.loads((out / "sugarcrepe.json").read_text())
+    assert runs["bf16"]["model_hash"] != runs["fp32"]["model_hash"]
+    assert len(list((tmp_path / "cache").iterdir())) == 2  # one embedding cache per precision
+
+
+def test_compare_names_columns_by_file_and_lists_model_and_items(run, data_root, tmp_path, capsys):
+    for side in ("a", "b"):
+        assert main(["eval", "--data-root", str(data_root), "--checkpoint", str(run), "--out",
+                     str(tmp_path / side), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert f"written: {tmp_path / 'a' / 'results.md'}" in " ".join(printed.split())
+    result = json.loads((tmp_path / "a" / "sugarcrepe.json").read_text())
+    assert result["items"] == sum(result["n"].values()) > 0
+    from concrete_jungle.evaluation.report import compare, compare_markdown
+
+    table = compare_markdown(compare([tmp_path / "a" / "sugarcrepe.json", tmp_path / "b" / "sugarcrepe.json"],
+                                     resamples=50))
+    header = table.splitlines()[0]
+    assert "a/sugarcrepe.json" in header and "b/sugarcrepe.json" in header and result["model_hash"] not in header
+    assert f"items {result['items']}" in table and str(run / "checkpoints") in table
+
+
+def test_sugarcrepe_evaluates_the_subset_files_that_are_there(data_root, tmp_path, capsys):
+    from concrete_jungle.evaluation import sugarcrepe
+
+    root = tmp_path / "root"
+    shutil.copytree(data_root / "coco", root / "coco")
+    (root / "sugarcrepe").mkdir()
+    for name in ("swap_obj.json", "add_att.json", "replace_rel.json"):
+        shutil.copy(data_root / "sugarcrepe" / name, root / "sugarcrepe" / name)
+    mine = json.loads((data_root / "sugarcrepe" / "add_obj.json").read_text())
+    (root / "sugarcrepe" / "my_subset.json").write_text(json.dumps(mine))
+    assert main(["eval", "--data-root", str(root), "--check", "--skip-missing"]) == 0
+    data = sugarcrepe.load(root / "sugarcrepe", root / "coco" / "val2017")
+    assert list(data["items"]) == ["add_att", "replace_rel", "swap_obj", "my_subset"]  # official order, then others
+    from concrete_jungle.stats import metric_values, series
+
+    accuracy = {"add_att": 5, "replace_rel": 7, "swap_obj": 9, "my_subset": 1}  # of 10
+    answers = {s: series(range(10), range(10), [1] * k + [0] * (10 - k)) for s, k in accuracy.items()}
+    scores = metric_values({"series": answers, "metrics": sugarcrepe.recipes(list(answers))})
+    assert scores["M.Avg"] == pytest.approx(0.55) and "ADD" not in scores  # ADD needs both of its subsets
+    with pytest.raises(ValueError, match="holds no subset files"):
+        sugarcrepe.load(tmp_path / "empty", root / "coco" / "val2017")

@@ -1,16 +1,21 @@
-"""The ConcreteBatch gallery, opened in headless Chromium: cards, filters, highlights, escaping."""
+"""The ConcreteBatch gallery: its page (cards, filters, sorting, labels, thumbnails, escaping), also opened in
+headless Chromium."""
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import require_system_dependency
 from PIL import Image
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import SHARD_PATTERN, ShardWriter, encode_jpeg
-from concrete_jungle.gallery import word_diff
+from concrete_jungle.analysis.gallery import word_diff
+from test_plant import make_dataset
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -114,7 +119,7 @@ def test_thumbnails_shrink_large_images_and_enlarge_tiny_ones_crisply(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from concrete_jungle.gallery import THUMB, thumbnail
+    from concrete_jungle.analysis.gallery import THUMB, thumbnail
 
     def png(size, colour):
         buf = io.BytesIO()
@@ -131,3 +136,41 @@ def test_thumbnails_shrink_large_images_and_enlarge_tiny_ones_crisply(tmp_path):
     out = np.asarray(Image.open(tmp_path / "tiny.jpg").convert("L"), np.float32)
     assert out.shape == (THUMB, THUMB)
     assert out[:, : THUMB // 2 - 4].mean() < 20 and out[:, THUMB // 2 + 4:].mean() > 235  # no blur across the edge
+
+
+def test_gallery_filters_sorts_labels_and_cleans_like_a_user_expects(planted, tmp_path, capsys):
+    from concrete_jungle.analysis.gallery import build_gallery
+
+    with pytest.raises(ValueError, match="no record has category 'relations'; the datasets hold .*object"):
+        build_gallery([planted], tmp_path / "g", filters={"category": "relations"})
+    assert not (tmp_path / "g").exists()
+    stats = tmp_path / "stats.json"
+    ids = [json.loads(line)["id"] for line in (planted / "manifest.jsonl").read_text().splitlines()]
+    stats.write_text(json.dumps({"pairs": {"cb": {i: {"concreteness": 4.5, "clip_l": 0.91, "i2t": True}
+                                                  for i in ids}}}))
+    page = build_gallery([planted], tmp_path / "g", sample=40, stats=stats).read_text()
+    assert "text-text cosine (t, t&#x27;)" in page and "<dd>yes</dd>" in page and "clip_l" not in page
+    assert page.count("<dt>concreteness</dt>") == page.count('class="card"')  # once a card
+    assert page.count('<div class="side">anchor</div>') == page.count('<div class="side">hard negative</div>') > 0
+    row_cs = [float(x.split('"')[0]) for x in page.split('<section class="row" tabindex="0" data-c="')[1:]]
+    assert row_cs == sorted(row_cs, reverse=True)
+    assert len(list((tmp_path / "g" / "thumbs").glob("*.jpg"))) == 2 * len(row_cs)
+    build_gallery([planted], tmp_path / "g", sample=5, stats=stats)
+    assert len(list((tmp_path / "g" / "thumbs").glob("*.jpg"))) == 10  # the larger page's thumbnails are gone
+
+
+def test_gallery_rows_sort_by_the_mean_concreteness_of_their_cards(tmp_path):
+    from concrete_jungle.analysis.gallery import build_gallery
+
+    captions, images = make_dataset(tmp_path, 30, image_size=16)
+    for mode in ("hc", "lc"):
+        assert main(["plant", "--captions", str(captions), "--images", str(images), "--out", str(tmp_path / mode),
+                     "--mode", mode, "--no-progress"]) == 0
+    page = build_gallery([tmp_path / "hc", tmp_path / "lc"], tmp_path / "g").read_text()
+    rows = re.findall(r'<section class="row" tabindex="0" data-c="([\d.]+)"(.*?)</section>', page, re.S)
+    row_c = [float(c) for c, _ in rows]
+    cards = [[float(c) for c in re.findall(r'<article class="card" data-category="\w+" data-c="([\d.]+)"', body)]
+             for _, body in rows]
+    assert row_c == sorted(row_c, reverse=True) and all(len(cs) == 2 for cs in cards)
+    assert all(abs(c - sum(cs) / 2) < 2e-3 for c, cs in zip(row_c, cards))
+    assert any(cs[0] != cs[1] for cs in cards)  # the datasets of one anchor differ: the first alone would not do

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from concrete_jungle.keywords import Candidate, KeywordSampler, SamplerConfig, extract_candidates
+from concrete_jungle.plant.keywords import Candidate, KeywordSampler, SamplerConfig, extract_candidates
 from concrete_jungle.sources import anchor_caption
 
 

@@ -1,4 +1,4 @@
-"""The `concrete-jungle keywords` job: formats, output, resumption, bad input."""
+"""The `concrete-jungle keywords` job: formats, output, resumption, --limit, bad input."""
 
 import json
 import subprocess
@@ -8,6 +8,7 @@ import benchmark_fixtures
 import pytest
 
 from concrete_jungle.cli import main
+from test_plant import make_dataset
 
 
 def run(args):
@@ -221,3 +222,14 @@ def test_resuming_over_other_input_is_refused(tmp_path, capsys):
     assert run(["--captions", captions, "--mode", "hc", "--out", out]) == 2
     assert "the input changed since the run started" in capsys.readouterr().err
     assert out.read_text() == lines_before  # nothing appended to the old run
+
+
+def test_keywords_limit_and_a_one_word_difference_reads_well(tmp_path, capsys):
+    captions, _ = make_dataset(tmp_path, 30, image_size=8)
+    out = tmp_path / "kw.jsonl"
+    assert main(["keywords", "--captions", str(captions), "--mode", "hc", "--out", str(out), "--limit", "7",
+                 "--no-progress"]) == 0
+    assert len(out.read_text().splitlines()) == 7
+    assert main(["keywords", "--captions", str(captions), "--mode", "hc", "--out", str(out), "--limit", "9",
+                 "--no-progress"]) == 2
+    assert "(limit differs, see" in " ".join(capsys.readouterr().err.split())

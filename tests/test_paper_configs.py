@@ -7,7 +7,7 @@ import pytest
 
 from concrete_jungle.configs import ConfigError, from_dict, load_yaml
 from concrete_jungle.plant import PlantConfig
-from concrete_jungle.train_config import load_config
+from concrete_jungle.train.config import load_config
 
 PAPER = Path(__file__).resolve().parents[1] / "configs" / "paper"
 

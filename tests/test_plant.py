@@ -1,4 +1,5 @@
-"""ConcretePlant end to end: ConcreteBatch records, resumption after kill -9, sharding, bad input."""
+"""ConcretePlant end to end: ConcreteBatch records, resumption after kill -9 or Ctrl-C, sharding, bad input, its
+summary."""
 
 import hashlib
 import json
@@ -89,6 +90,15 @@ def digest(path):
 
 def dataset_fingerprint(out):
     return {p.name: digest(p) for p in sorted(out.glob("shard-*.tar"))} | {"manifest": digest(out / "manifest.jsonl")}
+
+
+def wait_for(condition, timeout=120):
+    end = time.time() + timeout
+    while time.time() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def run_until(args, condition, timeout=120):
@@ -260,7 +270,7 @@ def test_benchmark_and_training_files_may_not_name_images_outside_their_folder(t
     from concrete_jungle.evaluation import load_data
     from concrete_jungle.evaluation.encoding import BenchmarkDataError
     from concrete_jungle.sources import UnsafePathError
-    from concrete_jungle.pairs import PairsDataset
+    from concrete_jungle.train.pairs import PairsDataset
 
     root = tmp_path / "data"
     escape = "../../etc/hostname"
@@ -290,3 +300,45 @@ def test_benchmark_and_training_files_may_not_name_images_outside_their_folder(t
     else:
         with pytest.raises(BenchmarkDataError, match="points outside"):
             load_data(kind, root, skip_missing=True)
+
+
+def test_ctrl_c_in_plant_prints_how_to_resume_and_no_traceback(tmp_path):
+    captions, images = make_dataset(tmp_path, 3000, image_size=16)
+    out = tmp_path / "cb"
+    proc = subprocess.Popen([sys.executable, "-m", "concrete_jungle.cli",
+                             *plant_args(captions, images, out, "--samples-per-shard", 50, "--batch-size", 8)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: any(out.glob("shard-*.tar")))
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    assert "interrupted: nothing is lost" in " ".join(stderr.split())
+
+
+def test_plant_summary_is_readable_says_what_it_reused_and_limit_tries_a_few(tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 40, image_size=16)
+    args = plant_args(captions, images, tmp_path / "cb", "--samples-per-shard", 5, "--limit", 12)
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "{" not in printed and "'" not in printed and f"written: {tmp_path / 'cb'}" in printed
+    rows = (tmp_path / "cb" / "manifest.jsonl").read_text().splitlines()
+    assert len(rows) == 12
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "reusing 3 finished shard(s) of an earlier run (12 samples); 0 to make" in " ".join(captured.err.split())
+    assert json.loads((tmp_path / "cb" / "summary.json").read_text())["shards_reused"] == 3
+    assert main(args[:-1] + ["20"]) == 2  # another limit is another dataset
+    assert "limit differs" in capsys.readouterr().err
+
+
+def test_plant_refuses_a_training_run_folder_and_missing_images_before_writing(run, tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 10, image_size=8)
+    before = sorted(p.name for p in run.iterdir())
+    assert main(plant_args(captions, images, run)) == 2
+    assert "holds a training run" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(plant_args(captions, empty, tmp_path / "cb")) == 2
+    assert "none of the first 10 images exist" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "cb").exists()

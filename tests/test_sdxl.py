@@ -2,7 +2,7 @@
 
 import torch
 
-from concrete_jungle.sdxl import config, unet_on_meta, write_clip_tokenizer
+from concrete_jungle.plant.editors.sdxl import config, unet_on_meta, write_clip_tokenizer
 
 
 def test_the_full_size_architecture_has_sdxl_s_parameter_counts():

@@ -21,14 +21,16 @@ SUBSETS = ("add_att", "add_obj", "replace_obj", "swap_obj")
 
 
 def design_section() -> str:
-    text = (DOCS / "toyworld.md").read_text()
+    """The design section of docs/studies/study2.md (formerly a section of docs/toyworld.md)."""
+    text = (DOCS / "studies" / "study2.md").read_text()
     start = text.index("## Study 2: a pre-registered experiment")
     return text[start:text.index("\n## ", start + 1)]
 
 
 def test_the_design_section_is_the_one_committed_before_the_study_ran():
-    """Pre-registration: the section's text is byte for byte what commit 8bd86e4 held, before any part of Study 2
-    existed (`git show 8bd86e4:docs/toyworld.md`); results and notes go in sections of their own."""
+    """Pre-registration: the section's text is byte for byte what commit 8bd86e4 held in docs/toyworld.md, before
+    any part of Study 2 existed (`git show 8bd86e4:docs/toyworld.md`); results and notes go in sections of their
+    own."""
     digest = hashlib.sha256(design_section().encode()).hexdigest()
     assert digest == "01b9ec2fce7103f635b432115472b9020f74562bfa4653a277cb0ee9596267ac"
 

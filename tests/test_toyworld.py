@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from concrete_jungle.captioners import RewriteRequest, make_captioner
-from concrete_jungle.captioners.validation import check_rewrite
+from concrete_jungle.plant.captioners import RewriteRequest, make_captioner
+from concrete_jungle.plant.captioners.validation import check_rewrite
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_records, read_manifest
-from concrete_jungle.editors import make_editor
-from concrete_jungle.keywords import extract_candidates
+from concrete_jungle.plant.editors import make_editor
+from concrete_jungle.plant.keywords import extract_candidates
 from concrete_jungle.toyworld.build import SUBSETS, WorldConfig, build_world
 from concrete_jungle.toyworld.world import (COLOURS, RELATIONS, SHAPES, SIZES, TEXTURES, WORD_VALUE, CaptionError,
                                             Scene, Thing, full_caption, layout_positions, parse_caption, pixel_hash,

@@ -1,9 +1,11 @@
-"""Slipform training on the CPU: a tiny open_clip model on a small ConcreteBatch made here."""
+"""Slipform training on the CPU: a tiny open_clip model on a small ConcreteBatch made here; a used output folder,
+and Ctrl-C then resume."""
 
 import io
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -18,11 +20,12 @@ from concrete_jungle.cli import main
 from concrete_jungle.configs import ConfigError
 from concrete_jungle.models import load_model, uses_quick_gelu
 from concrete_jungle.errors import TrainingError
-from concrete_jungle.train import train
-from concrete_jungle.train_config import load_config
+from concrete_jungle.train.loop import train
+from concrete_jungle.train.config import load_config
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_plant import make_dataset  # noqa: E402
+from conftest import TINY_TRAIN, cli  # noqa: E402
+from test_plant import make_dataset, wait_for  # noqa: E402
 
 FIELDS = {"step", "epoch", "loss", "lr", "logit_scale", "hn_grad_share", "p_pos", "logit_gap", "margin",
           "samples_per_s"}
@@ -208,9 +211,9 @@ def test_the_image_cache_trains_the_same_weights_as_decoding_and_goes_stale_with
                                                                                              concretebatch):
     import shutil
 
-    from concrete_jungle.image_cache import CachedSet, current_cache
-    from concrete_jungle.train_data import training_set
-    from concrete_jungle.train_config import DataConfig
+    from concrete_jungle.train.image_cache import CachedSet, current_cache
+    from concrete_jungle.train.data import training_set
+    from concrete_jungle.train.config import DataConfig
 
     data = tmp_path / "cb"
     shutil.copytree(concretebatch, data)
@@ -248,8 +251,8 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
     pairs, the negatives of the next batch's anchors; no anchor's own negative is beside it, every negative is
     used once an epoch, and InfoNCE on the batch is open_clip's ClipLoss over its 2N pairs."""
     from concrete_jungle.loss import CementLoss
-    from concrete_jungle.train_data import EpochBatches, epoch_batches, training_set
-    from concrete_jungle.train_config import DataConfig
+    from concrete_jungle.train.data import EpochBatches, epoch_batches, training_set
+    from concrete_jungle.train.config import DataConfig
 
     batches = EpochBatches(48, 8, rank=0, world=1, seed=3, epoch=1)
     anchors, partners = list(batches), list(batches.next_batches())
@@ -294,3 +297,36 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
         config(tmp_path, concretebatch, "loss.name=cement", "data.negatives_apart=true")
     with pytest.raises(TrainingError, match="needs at least 2 batches an epoch"):
         EpochBatches(12, 8, 0, 1, 0, 0).next_batches()
+
+
+def test_train_into_a_used_folder_needs_resume_or_overwrite(planted, tmp_path, capsys):
+    out = tmp_path / "run"
+    base = ["train", "--data", str(planted), "--out", str(out), *TINY_TRAIN, "--set", "save_every=1"]
+    assert main(base + ["--steps", "3"]) == 0
+    assert main(base + ["--steps", "2"]) == 2
+    assert "holds a training run (3 checkpoint(s), metrics.jsonl); continue it with --resume latest" in " ".join(
+        capsys.readouterr().err.split())
+    assert len(list((out / "checkpoints").glob("step-*"))) == 3  # nothing touched
+    assert main(base + ["--steps", "2", "--overwrite"]) == 0
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-0000001", "step-0000002"]
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_ctrl_c_in_training_saves_a_checkpoint_of_the_last_step_and_resume_continues(planted, tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--data", planted, "--out", out, "--steps", "2000", "--set", "log_every=1", *TINY_TRAIN]
+    proc = subprocess.Popen([sys.executable, "-m", "concrete_jungle.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    assert wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "--resume latest" in " ".join(stderr.split())
+    latest = json.loads((out / "checkpoints" / "latest.json").read_text())
+    logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert latest["reason"] == "interrupted" and latest["step"] == logged[-1] >= 5  # no step lost
+    assert (out / "checkpoints" / latest["name"] / "trainer_state.json").is_file()
+    resumed = cli(*args[:5], "--steps", latest["step"] + 2, *args[7:], "--resume", "latest")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((out / "checkpoints" / "latest.json").read_text())["step"] == latest["step"] + 2

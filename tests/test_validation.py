@@ -2,8 +2,8 @@
 
 import pytest
 
-from concrete_jungle.captioners.prompt import build_prompt
-from concrete_jungle.captioners.validation import check_rewrite, clean_reply
+from concrete_jungle.plant.captioners.prompt import build_prompt
+from concrete_jungle.plant.captioners.validation import check_rewrite, clean_reply
 
 CAPTION = "A person wearing a red helmet"
 SPAN = (19, 22)  # "red"

@@ -1,8 +1,73 @@
 """concrete-jungle: concreteness-aware hard negatives (ConcretePlant) and Cement loss for compositional CLIP.
 
-Modules: `concreteness` (ratings), `keywords` (candidates and sampling), `captioners`/`editors` and `plant`
-(hard-negative generation), `concretebatch` (the dataset on disk), `loss` (Cement loss), `train`
-(Slipform), `evaluation` (benchmarks), `analysis` (Table 1, Fig. 5-6), `gallery`, `cli`.
+The packages are the pipeline, in its order: `sources` (captions and images in), `plant` (ConcretePlant:
+keywords, rewrite, edit), `concretebatch` (the dataset on disk, `export` to share it), `train` (Slipform),
+`evaluation` (benchmarks), `analysis` (Table 1, Fig. 5-6, the gallery); `toyworld` and `experiments` (the demo
+and the studies) and `cli` (the command) sit on top. The low helpers (`loss`, `models`, `records`, ...) import no
+stage. docs/architecture.md is the map.
 """
 
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
 __version__ = "0.1.0"
+
+# Modules that moved into their stage's package in 0.2: the old names still import, with a DeprecationWarning,
+# until 0.3 (docs/architecture.md, "Moved modules"). A package's old name covers its submodules too.
+MOVED = {
+    "stores": "sources.stores",
+    "keywords": "plant.keywords",
+    "keyword_job": "plant.keyword_job",
+    "concreteness": "plant.concreteness",
+    "captioners": "plant.captioners",
+    "editors": "plant.editors",
+    "sdxl": "plant.editors.sdxl",
+    "train_config": "train.config",
+    "train_data": "train.data",
+    "pairs": "train.pairs",
+    "image_cache": "train.image_cache",
+    "analysis_figures": "analysis.figures",
+    "gallery": "analysis.gallery",
+}
+
+
+def moved_to(name: str) -> str | None:
+    """The current name of a module imported by its name before 0.2, or None."""
+    prefix = __name__ + "."
+    if not name.startswith(prefix):
+        return None
+    rest = name[len(prefix):]
+    for old, new in MOVED.items():
+        if rest == old or rest.startswith(old + "."):
+            return prefix + new + rest[len(old):]
+    return None
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports an old module name as a module whose names are the new module's (the same objects)."""
+
+    def find_spec(self, name, path=None, target=None):
+        new = moved_to(name)
+        if new is None or importlib.util.find_spec(new) is None:
+            return None
+        return importlib.util.spec_from_loader(name, self, is_package=new.rsplit(".", 1)[-1] in MOVED.values()
+                                               or importlib.util.find_spec(new).submodule_search_locations
+                                               is not None)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        new = moved_to(module.__name__)
+        warnings.warn(f"{module.__name__} moved to {new}; the old name goes in 0.3", DeprecationWarning,
+                      stacklevel=2)
+        target = importlib.import_module(new)
+        module.__dict__.update({k: v for k, v in vars(target).items() if not k.startswith("__")})
+        module.__getattr__ = lambda attr: getattr(target, attr)
+        module.__doc__ = target.__doc__
+
+
+sys.meta_path.append(_MovedModules())

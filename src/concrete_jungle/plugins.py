@@ -26,11 +26,11 @@ from importlib.metadata import entry_points
 
 GROUPS = {"captioner": "concrete_jungle.captioners", "editor": "concrete_jungle.editors"}
 BUILTIN = {
-    "captioner": {"rules": "concrete_jungle.captioners.rules:RulesCaptioner",
-                  "openai": "concrete_jungle.captioners.openai_api:OpenAICaptioner",
-                  "transformers": "concrete_jungle.captioners.transformers_lm:TransformersCaptioner"},
-    "editor": {"none": "concrete_jungle.editors:NoEditor",
-               "diffusers": "concrete_jungle.editors.diffusers_img2img:DiffusersEditor"},
+    "captioner": {"rules": "concrete_jungle.plant.captioners.rules:RulesCaptioner",
+                  "openai": "concrete_jungle.plant.captioners.openai_api:OpenAICaptioner",
+                  "transformers": "concrete_jungle.plant.captioners.transformers_lm:TransformersCaptioner"},
+    "editor": {"none": "concrete_jungle.plant.editors:NoEditor",
+               "diffusers": "concrete_jungle.plant.editors.diffusers_img2img:DiffusersEditor"},
 }
 _CLASS_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -86,7 +86,8 @@ def load_class(kind: str, name: str) -> type:
     method = METHODS[kind]
     if not inspect.isclass(cls):
         raise PluginError(f"{kind} {name!r}: {module_name}:{attribute} is a {type(cls).__name__}, not a class; a "
-                          f"{kind} is a class with a name and {method}() (README, 'Your own captioner or editor')")
+                          f"{kind} is a class with a name and {method}() (docs/commands.md, 'Your own captioner or "
+                          "editor')")
     if not callable(getattr(cls, method, None)):
         raise PluginError(f"{kind} {name!r}: {module_name}:{attribute} has no {method}() method")
     return cls

@@ -73,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     args, extras = parser.parse_known_args(argv)
     if extras:
         reject_unknown(parser, args.command, extras)
-    console = Console()  # results on stdout; progress bars and errors on stderr
-    errors = Console(stderr=True)
+    # results on stdout; progress bars and errors on stderr. Piped into a file or a log, a message is not wrapped at 80
+    # columns: a path cut in two could not be copied back
+    console = Console(soft_wrap=not sys.stdout.isatty())
+    errors = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
     try:
         return args.run(args, console)
     except Interrupted as e:  # the job saved what it had before it stopped

@@ -63,14 +63,14 @@ def run(args, console: Console) -> int:
 
 def analyze(args, console: Console) -> int:
     if args.analysis == "datasets":
-        from ..analysis import analyze_datasets
+        from ..analysis.statistics import analyze_datasets
 
         clip, device = load_model_from_args(args)
         stats = analyze_datasets(args.datasets, clip, args.out, device=device, dino_model=args.dino_model,
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
                                  bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir,
                                  partial=args.partial, trim_text=not args.no_trim_text)
-        from ..analysis import text_only_notes
+        from ..analysis.statistics import text_only_notes
 
         for note in text_only_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
             console.print(f"note: {note}", highlight=False)
@@ -79,8 +79,8 @@ def analyze(args, console: Console) -> int:
         return 0
     from rich.table import Table
 
-    from ..analysis import concretebatch_features, gradient_share_samples, means, spread
-    from ..analysis_figures import LABELS, plot_gradient_share
+    from ..analysis.statistics import concretebatch_features, gradient_share_samples, means, spread
+    from ..analysis.figures import LABELS, plot_gradient_share
     from ..records import atomic_write_json
 
     sizes = list(args.batch_sizes)

@@ -72,7 +72,7 @@ def _targets(text: str) -> dict[str, float]:
 
 
 def add_sampler_args(p, required: bool = True) -> None:
-    from ..keywords import MODES, POLICIES, SamplerConfig
+    from ..plant.keywords import MODES, POLICIES, SamplerConfig
 
     default = SamplerConfig()
     p.add_argument("--mode", choices=MODES, required=required, help="hc: high, lc: low, wo: no concreteness preference")
@@ -93,7 +93,7 @@ def add_sampler_args(p, required: bool = True) -> None:
 
 
 def sampler_config(args):
-    from ..keywords import SamplerConfig
+    from ..plant.keywords import SamplerConfig
 
     return SamplerConfig(mode=args.mode, top_k=args.top_k, temperature=args.temperature, policy=args.policy,
                          seed=args.seed, lc_softmax=args.lc_softmax,

@@ -32,13 +32,13 @@ def run(args, console: Console) -> int:
     from pathlib import Path
 
     from ..concretebatch import shard_urls
-    from ..image_cache import is_pairs_store
+    from ..train.image_cache import is_pairs_store
 
     for d in args.datasets:
         if not is_pairs_store(Path(d)):
             shard_urls(d, args.partial)
     check_model_args(args)
-    from ..image_cache import build_cache
+    from ..train.image_cache import build_cache
 
     clip, _ = load_model_from_args(args)
     for d in args.datasets:

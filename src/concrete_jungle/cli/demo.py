@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a smaller world, fewer steps, one seed (run times of each: README, `demo`)")
     p.add_argument("--study", action="store_true",
-                   help="the pre-registered, powered experiment instead (docs/toyworld.md); writes <out>/study.md")
+                   help="the pre-registered, powered experiment instead (docs/studies/study1.md); "
+                        "writes <out>/study.md")
     p.add_argument("--profile", choices=["cpu", "gpu"], default="cpu",
                    help="--study's size: cpu (default) or gpu (a larger world and model, N up to 1024, one GPU)")
     p.add_argument("--out", help="output directory (default runs/demo, or runs/study with --study)")
@@ -54,7 +55,7 @@ def run(args, console: Console) -> int:
 
 def run_study(args, console: Console) -> int:
     if args.quick or args.pretrain_steps or args.finetune_steps:
-        raise ValueError("--study takes its settings from its design (docs/toyworld.md); use --profile, --seeds, "
+        raise ValueError("--study takes its settings from its design (docs/studies/study1.md); use --profile, --seeds, "
                          "--out")
     from .study import run_study as run_named_study
 

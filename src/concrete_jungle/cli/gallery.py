@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
-    from ..gallery import build_gallery
+    from ..analysis.gallery import build_gallery
 
     filters = {}
     for item in args.filter:

@@ -32,14 +32,15 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
-    from ..concreteness import load_ratings
+    from ..plant.concreteness import load_ratings
     from ..sources import expand_paths
 
     config = sampler_config(args)
     expand_paths(args.captions)  # a missing file is reported before spaCy loads
     ratings = load_ratings(args.scale, args.ratings, args.word_column, args.score_column)
 
-    from ..keyword_job import FilterConfig, load_spacy, run_keywords, summary_table
+    from ..nlp import load_spacy
+    from ..plant.keyword_job import FilterConfig, run_keywords, summary_table
 
     from ..locks import locked
 

@@ -93,7 +93,7 @@ def store_images(captions: list[str] | None):
     """The folder of the stores the captions name, when every input is a store in one folder (their images are
     inside them: their locators are relative to that folder); else None."""
     from ..sources import expand_paths
-    from ..stores import store_root
+    from ..sources.stores import store_root
 
     return store_root(expand_paths(captions)) if captions else None
 

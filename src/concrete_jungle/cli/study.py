@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "study",
         help="run a pre-registered toy-world study, or re-check one from its published files",
-        description="`study run study2`: the second pre-registered study (docs/toyworld.md, \"Study 2\"); "
+        description="`study run study2`: the second pre-registered study (docs/studies/study2.md); "
         "`study run study1` is `demo --study`. A stopped run resumes where it stopped, row by row. "
         "`study report DIR`: rebuild every table, interval and verdict of a study from the files it published "
         "(DIR: <study out>/published, or docs/studies/<name>): design.json, world.json, recipes.json, "

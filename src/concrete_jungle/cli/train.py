@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
         description="Train from a YAML config (configs/slipform_vitb32.yaml); flags and --set key.path=value "
         "override it. Under torchrun it runs data parallel. --resume latest continues exactly.",
     )
-    p.add_argument("--config", help="YAML config (keys: see concrete_jungle.train_config.TrainConfig)")
+    p.add_argument("--config", help="YAML config (keys: see concrete_jungle.train.config.TrainConfig)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. optim.lr=1e-5")
     p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--model", help="open_clip model name")
@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
-    from ..train_config import check_config, load_config
+    from ..train.config import check_config, load_config
 
     if not args.config:
         set_keys = [item.split("=", 1)[0] for item in args.set]
@@ -59,7 +59,7 @@ def run(args, console: Console) -> int:
     config = load_config(args.config, overrides + args.set)
     check_config(config)  # before torch is imported
 
-    from ..train import train
+    from ..train.loop import train
 
     last = train(config, resume=args.resume, progress=not args.no_progress, stop_at=args.stop_at,
                  overwrite=args.overwrite)

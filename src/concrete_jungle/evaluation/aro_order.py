@@ -70,7 +70,7 @@ def perturbations(doc, rng: np.random.Generator) -> list[str]:
 
 def load(root: str | Path, skip_missing: bool = False) -> dict:
     """Per split file present: items (key, Crop, the five options with the caption first)."""
-    from ..keyword_job import load_spacy
+    from ..nlp import load_spacy
     from .encoding import BenchmarkDataError
 
     root = Path(root)

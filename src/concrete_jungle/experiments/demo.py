@@ -115,8 +115,8 @@ def dataset_finding(summaries: dict) -> str:
 
 def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analysed: dict, gallery: Path,
            curves: Path, out: Path) -> str:
-    from ..analysis import SCHEDULES, table1_markdown
-    from ..analysis_figures import LABELS
+    from ..analysis.statistics import SCHEDULES, table1_markdown
+    from ..analysis.figures import LABELS
 
     rel = lambda p: Path(p).resolve().relative_to(out.resolve()).as_posix()  # noqa: E731
     seconds = ", ".join(f"{k} {v:.0f} s" for k, v in result["seconds"].items())
@@ -143,7 +143,7 @@ def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analys
         "the same anchors, steps and data order, so D_hc + InfoNCE minus the control is what the hard negatives "
         "add. The world is not tuned to favour any setting; these are the numbers this run produced. A run of "
         "this size cannot separate the losses; `concrete-jungle demo --study` is the experiment powered to "
-        "(docs/toyworld.md).", "",
+        "(docs/studies/study1.md).", "",
         "## The hard negatives (like the paper's Table 1)", "",
         f"Statistics of each ConcreteBatch under the CLIP baseline (first {c.analysis_pairs} pairs; "
         "`concrete-jungle analyze`; BERTScore and DINOScore need real models and are left out here). The paper's "

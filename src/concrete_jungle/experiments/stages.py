@@ -130,7 +130,7 @@ class Stages:
 
     def train(self, name: str, settings: dict, config, label: str) -> Path:
         """Train (or resume, or reuse) a model; the final checkpoint's directory."""
-        from ..train import train
+        from ..train.loop import train
 
         d = stage_dir(self.out, name, settings)
         checkpoints = d / "run" / "checkpoints"
@@ -148,7 +148,7 @@ class Stages:
     def baseline(self, world: Path, save_every: int = 0) -> Path:
         """Pretrain the CLIP baseline on the world's training captions; ``save_every`` keeps intermediate
         checkpoints, for a learning curve."""
-        from ..train_config import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
+        from ..train.config import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
 
         c = self.c
         settings = {"world": str(world), "model": c.model, "batch_size": c.batch_size, "steps": c.pretrain_steps,
@@ -183,7 +183,7 @@ class Stages:
                  steps: int | None = None, save_every: int = 0) -> Path:
         """Fine-tune the baseline on a dataset (the config's batch size and steps unless given); ``save_every``
         keeps intermediate checkpoints, for a learning curve."""
-        from ..train_config import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
+        from ..train.config import DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
 
         c = self.c
         batch_size, steps = batch_size or c.batch_size, steps or c.finetune_steps
@@ -228,8 +228,8 @@ class Stages:
 
     def analyse(self, baseline: Path, datasets: dict[str, Path]) -> dict:
         """Table 1 and Fig. 5 (`analysis.analyze_datasets`) and Fig. 6 (gradient share), under the baseline."""
-        from .. import analysis
-        from ..analysis_figures import plot_gradient_share
+        from ..analysis import statistics as analysis
+        from ..analysis.figures import plot_gradient_share
         from ..models import load_model
 
         c = self.c
@@ -261,7 +261,7 @@ class Stages:
         return done
 
     def gallery(self, datasets: dict[str, Path], analysis_dir: Path) -> Path:
-        from ..gallery import build_gallery
+        from ..analysis.gallery import build_gallery
 
         return build_gallery([datasets["hc"], datasets["lc"]], self.out / "gallery", sample=self.c.gallery_sample,
                              stats=analysis_dir / "stats.json")

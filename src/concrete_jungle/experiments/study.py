@@ -1,4 +1,4 @@
-"""`concrete-jungle demo --study`: the pre-registered experiment on the toy world (design: docs/toyworld.md).
+"""`concrete-jungle demo --study`: the pre-registered experiment on the toy world (design: docs/studies/study1.md).
 
 Question: on a world where the answer is knowable, do hard negatives teach composition beyond what more training
 on the same captions teaches, and does Cement's adaptive margin add to that? Rows: the CLIP baseline; the
@@ -68,12 +68,12 @@ class StudyConfig:
     seeds: tuple[int, ...] = (0, 1, 2)
     bootstrap: int = 2000
     # Study 1 ran with every caption encoded at the full context; text at the captions' length came later and
-    # differs from it by float rounding, which compounds over training (docs/toyworld.md, "Re-checking a study")
+    # differs from it by float rounding, which compounds over training (docs/studies/study1.md, "Re-checking a study")
     trim_text: bool = False
 
 
 PROFILES = {
-    "cpu": {},  # 2 cores: the run time measured is in docs/toyworld.md, "Study results"
+    "cpu": {},  # 2 cores: the run time measured is in docs/studies/study1.md, "Study results"
     # one H200: a 2.5x larger world, a 4x wider model, N up to 1024 (benchmarks/study_gpu.sh)
     "gpu": dict(world=WorldConfig(train=10000, test=2000, val=1000, seed=1), model="cj-study", pretrain_steps=1000,
                 pretrain_batch_size=256, batch_sizes=(128, 256, 512, 1024), share_pairs=8192, max_steps=400),
@@ -94,7 +94,7 @@ class Study:
 
     def choose_batch_size(self, baseline: Path, hc: Path) -> dict:
         """The gradient-share curve of the baseline on D_hc and the N it picks (the design's first rule)."""
-        from ..analysis import concretebatch_features, gradient_share_by_batch_size
+        from ..analysis.statistics import concretebatch_features, gradient_share_by_batch_size
         from ..models import load_model
 
         d = stage_dir(self.out, "batch-size", {"baseline": str(baseline), "data": str(hc),
@@ -247,7 +247,7 @@ def study_report(result: dict, world_info: dict) -> str:
     curve = design["steps_choice"]["curve"]
     lines = [
         "# The study: do hard negatives and Cement teach composition on the toy world?", "",
-        f"Design: docs/toyworld.md, \"The study\" (pre-registered). {world_info['train']} training, "
+        f"Design: docs/studies/study1.md, \"The study\" (pre-registered). {world_info['train']} training, "
         f"{world_info['val']} validation and {world_info['test']} test scenes (test items per subset: "
         + ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + f"); model `{c['model']}` pretrained "
         f"{c['pretrain_steps']} steps; seeds {', '.join(map(str, c['seeds']))}; {result['seconds'] / 60:.0f} minutes.",

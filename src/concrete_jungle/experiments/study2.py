@@ -1,13 +1,13 @@
-"""`concrete-jungle study run study2`: the second pre-registered study on the toy world (design: docs/toyworld.md,
+"""`concrete-jungle study run study2`: the second pre-registered study on the toy world (design: docs/studies/study2.md,
 "Study 2").
 
-Study 1 could not carry its conclusions (its corrections in docs/toyworld.md): held-out scenes leaked into training
-through the negatives, two codecs, a hard-negative contrast that bundled more pairs and half the anchor weight, a
-margin confound in its concreteness contrast, a below-chance relation subset. Study 2 removes each: a world whose
-held-out scenes differ from training in what their captions name, every split in one codec, a captioner that
-refuses a negative describing a held-out scene, test negatives that read false of their picture with relation
-words balanced (`toyworld.viewer`); an augmentation control (the same pairs, no negative beside its anchor); a
-D_lc + InfoNCE row; a baseline pretrained until its validation retrieval flattens, by a fixed rule. Three primary
+Study 1 could not carry its conclusions (its corrections in docs/studies/study1.md): held-out scenes leaked into
+training through the negatives, two codecs, a hard-negative contrast that bundled more pairs and half the anchor
+weight, a margin confound in its concreteness contrast, a below-chance relation subset. Study 2 removes each: a
+world whose held-out scenes differ from training in what their captions name, every split in one codec, a captioner
+that refuses a negative describing a held-out scene, test negatives that read false of their picture with relation
+words balanced (`toyworld.viewer`); an augmentation control (the same pairs, no negative beside its anchor); a D_lc
++ InfoNCE row; a baseline pretrained until its validation retrieval flattens, by a fixed rule. Three primary
 contrasts are tested as a Holm family; the secondary ones are reported with intervals, uncorrected.
 
 Three settings are chosen by rules on training and validation data before any compared row runs, and recorded
@@ -88,7 +88,7 @@ class Study2Config:
 
 
 PROFILES = {
-    "cpu": {},  # 2 cores: about 2.8 hours (docs/toyworld.md, "Study 2 results"; the design said 90 minutes)
+    "cpu": {},  # 2 cores: about 2.8 hours (docs/studies/study2.md, "Study 2 results"; the design said 90 minutes)
     # one H200: the same design on a 2.5x larger world and the wider cj-study model (benchmarks/study_gpu.sh study2)
     "gpu": dict(world=WorldConfig(train=10000, test=2000, val=1000, seed=2, held_out="named", image_format="jpeg",
                                   test_negatives="viewer"), model="cj-study", pretrain_batch_size=256,
@@ -206,7 +206,7 @@ def study_report(result: dict, world_info: dict) -> str:
     base = design["baseline_choice"]
     lines = [
         "# Study 2: what hard negatives and Cement do on the toy world, on a test that cannot leak", "",
-        f"Design: docs/toyworld.md, \"Study 2\" (pre-registered). {world_info['train']} training, "
+        f"Design: docs/studies/study2.md, \"Study 2\" (pre-registered). {world_info['train']} training, "
         f"{world_info['val']} validation and {world_info['test']} test scenes (test items per subset: "
         + ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + f"); model `{c['model']}`; seeds "
         f"{', '.join(map(str, c['seeds']))}; {result['seconds'] / 60:.0f} minutes.", "",

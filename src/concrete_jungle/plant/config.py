@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..configs import ConfigError
 from ..errors import PlantError
-from ..keywords import SamplerConfig
+from .keywords import SamplerConfig
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class PlantConfig:
         import itertools
 
         from ..sources import UnsafePathError, join_under, read_samples
-        from ..stores import SEP
+        from ..sources.stores import SEP
 
         def exists(name: str) -> bool:  # a file, or the store a locator names (stores.py)
             try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ..captioners import make_captioner
-from ..editors import make_editor
+from .captioners import make_captioner
+from .editors import make_editor
 
 
 def extractor(config) -> None:

@@ -64,13 +64,13 @@ class _Candidates:
     """An actor that keeps the spaCy pipeline and ratings loaded and extracts candidates of a batch of texts."""
 
     def __init__(self, spacy_model, scale):
-        from ..concreteness import load_ratings
-        from ..keyword_job import load_spacy
+        from .concreteness import load_ratings
+        from ..nlp import load_spacy
 
         self.nlp, self.ratings = load_spacy(spacy_model), load_ratings(scale)
 
     def __call__(self, batch):
-        from ..keyword_job import candidates_of
+        from .keyword_job import candidates_of
 
         texts = json.loads(batch["texts"][0])
         found = candidates_of(texts, self.nlp, self.ratings)
@@ -104,7 +104,7 @@ class RayCandidates:
             yield pickle.loads(row["samples"])
 
     def map(self, batches: list[list[str]]):
-        from ..keywords import Candidate
+        from .keywords import Candidate
 
         if not batches:
             return
@@ -123,7 +123,7 @@ def _plant(config: dict):
 
 class _Rewriter:
     def __init__(self, config: dict):
-        from ..captioners import make_captioner
+        from .captioners import make_captioner
 
         self.plant = _plant(config)
         c = self.plant.config
@@ -141,7 +141,7 @@ class _Editor:
 
         import torch
 
-        from ..editors import make_editor
+        from .editors import make_editor
 
         self.plant = _plant(config)
         c = self.plant.config

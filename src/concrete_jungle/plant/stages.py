@@ -24,21 +24,22 @@ from pathlib import Path
 
 from PIL import Image
 
-from ..captioners import Captioner, RewriteRequest
-from ..captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
-from ..captioners.validation import check_rewrite, clean_reply
+from .captioners import Captioner, RewriteRequest
+from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
+from .captioners.validation import check_rewrite, clean_reply
 from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, read_shard_manifests, sample_key,
                              shard_files, shard_problem, write_shard_manifest)
-from ..concreteness import load_ratings
-from ..editors import Editor
+from .concreteness import load_ratings
+from .editors import Editor
 from ..errors import JobError, PlantError
-from ..keyword_job import load_spacy, run_keywords
+from ..nlp import load_spacy
+from .keyword_job import run_keywords
 from ..images import ImageRejected
-from ..keywords import sample_rng
+from .keywords import sample_rng
 from ..locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, mean_median
 from ..sources import UnsafePathError
-from ..stores import StoreError, read_named
+from ..sources.stores import StoreError, read_named
 from .config import PlantConfig
 
 
@@ -303,7 +304,7 @@ def call_plugin(kind: str, plugin, method: str, *args):
 def checked_replies(captioner, requests: list, replies) -> list:
     """What a captioner returned, held to its contract: one `Reply` per request, in order. Anything else would
     lose samples silently (too few: rejected as never asked; too many: answers shifted onto other samples)."""
-    from ..captioners import Reply
+    from .captioners import Reply
 
     replies = list(replies) if isinstance(replies, (list, tuple)) else replies
     if not isinstance(replies, list) or len(replies) != len(requests):
@@ -313,7 +314,7 @@ def checked_replies(captioner, requests: list, replies) -> list:
     wrong = next((r for r in replies if not isinstance(r, Reply)), None)
     if wrong is not None:
         raise PlantError(f"captioner {captioner.name!r} returned a {type(wrong).__name__} where a Reply belongs; "
-                         "return concrete_jungle.captioners.Reply(text) (or Reply('', error=...) for a failure)")
+                         "return concrete_jungle.plant.captioners.Reply(text) (or Reply('', error=...) for a failure)")
     return replies
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import stores
+from . import stores
 from . import coco, csv_table, hf, jsonl, karpathy, parquet, sugarcrepe, webdataset
 from .base import (CaptionSample, ReadOptions, SourceError, SourceFile, UnsafePathError, anchor_caption,
                    join_under)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..stores import CAPTION_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, saved_dataset
+from .stores import CAPTION_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, saved_dataset
 from .base import CaptionSample, ReadOptions, SourceFile
 from .parquet import pick_column, row_samples
 

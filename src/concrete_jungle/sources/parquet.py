@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..stores import CAPTION_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, row_locator
+from .stores import CAPTION_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, row_locator
 from .base import CaptionSample, ReadOptions, SourceError, SourceFile
 
 

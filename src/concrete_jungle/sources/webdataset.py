@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..stores import IMAGE_EXTENSIONS, locator, scan_tar
+from .stores import IMAGE_EXTENSIONS, locator, scan_tar
 from .base import CaptionSample, ReadOptions, SourceFile
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from ..captioners import Reply, RewriteRequest
-from ..captioners.validation import replaced_span
-from ..keywords import sample_rng
+from ..plant.captioners import Reply, RewriteRequest
+from ..plant.captioners.validation import replaced_span
+from ..plant.keywords import sample_rng
 from ..records import read_jsonl
 from .world import COLOURS, LIGHTS, MOODS, RELATION_OF_PHRASE, RELATIONS, SHAPES, SIZES, SYNONYMS, TEXTURES, \
     WORD_VALUE, parse_caption, pixel_hash, render

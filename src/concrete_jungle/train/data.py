@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from .errors import TrainingError
+from ..errors import TrainingError
 from .pairs import PairsDataset
-from .train_config import DataConfig
+from .config import DataConfig
 
 # one batch: images, negative images, tokens, negative tokens, concreteness, has_negative
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -115,7 +115,7 @@ def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path |
     current one (pairs: a store folder cached with `concrete-jungle cache`), else preloaded into memory when it fits
     ``data.preload_mib``, else decoded per step. ``skip_log``: where pairs skipped at their step are recorded
     (`PairsDataset`)."""
-    from .concretebatch import IndexedConcreteBatch, shard_urls
+    from ..concretebatch import IndexedConcreteBatch, shard_urls
     from .image_cache import CachedSet, current_cache, is_pairs_store
 
     for root in data.concretebatch:  # damaged, unfinished or unmerged: refused before a cache is used too

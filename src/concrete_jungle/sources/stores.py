@@ -47,8 +47,8 @@ def read_named(root: str | Path, name: str):
     """(image, its bytes): the image a data file names under ``root``, a file (read by the safe opener,
     `images.read_image`) or an image inside a store; `images.ImageRejected`, `StoreError` or
     `sources.UnsafePathError` with the reason otherwise."""
-    from .images import image_from_bytes, read_image
-    from .sources.base import join_under
+    from ..images import image_from_bytes, read_image
+    from .base import join_under
 
     if is_located(name):
         data = read_located(root, name)
@@ -58,7 +58,7 @@ def read_named(root: str | Path, name: str):
 
 def split_locator(root: str | Path, name: str) -> tuple[Path, str]:
     """(the store's path under ``root``, the place in it); the store must be a name inside ``root``."""
-    from .sources.base import join_under
+    from .base import join_under
 
     store, _, where = name.partition(SEP)
     return join_under(root, store), where

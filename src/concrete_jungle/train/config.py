@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .configs import apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
-from .sources import SourceError, expand_paths
+from ..configs import apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
+from ..sources import SourceError, expand_paths
 
 LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
 PRECISIONS = ("fp32", "amp_bf16")  # what training does: fp32, or bf16 autocast on CUDA
@@ -173,7 +173,7 @@ def load_config(path: str | None, overrides: list[str]) -> TrainConfig:
 
 def pairs_are_stores(paths: list[str]) -> bool:
     """Every input of ``data.pairs`` is a store in one folder, which holds the images too."""
-    from .stores import store_root
+    from ..sources.stores import store_root
 
     try:
         return store_root(expand_paths(paths)) is not None
@@ -195,7 +195,7 @@ def check_config(config: TrainConfig) -> None:
         elif not m.name.startswith("hf-hub:") and m.name not in open_clip_model_names():
             problems.append(f"model.name {m.name!r} is not an open_clip model (see open_clip.list_models())")
     else:
-        from .checkpoints import CheckpointError, resolve_checkpoint
+        from ..checkpoints import CheckpointError, resolve_checkpoint
 
         try:
             resolve_checkpoint(m.checkpoint)
@@ -219,7 +219,7 @@ def check_config(config: TrainConfig) -> None:
     elif d.pairs_images and not Path(d.pairs_images).is_dir():
         problems.append(f"data.pairs_images {d.pairs_images} is not a directory")
     if config.eval.every:
-        from .evaluation.names import BENCHMARKS
+        from ..evaluation.names import BENCHMARKS
 
         if not config.eval.benchmarks or not config.eval.data_root:
             problems.append("eval.every needs eval.benchmarks and eval.data_root")
@@ -237,7 +237,7 @@ def check_config(config: TrainConfig) -> None:
 def count_records(config: TrainConfig) -> int:
     """Dataset size from the manifests (metadata only), to check the batch size before reading data;
     -1 when a dataset has no manifest yet (unknown until its shards are indexed)."""
-    from .concretebatch import read_manifest
+    from ..concretebatch import read_manifest
 
     n = 0
     for d in config.data.concretebatch:

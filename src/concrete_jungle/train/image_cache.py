@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .concretebatch import IndexedConcreteBatch, dataset_digest
-from .errors import DatasetError
-from .locks import locked
-from .records import atomic_write_json
+from ..concretebatch import IndexedConcreteBatch, dataset_digest
+from ..errors import DatasetError
+from ..locks import locked
+from ..records import atomic_write_json
 
 FILES = ("images.u8", "tokens.i32", "values.f32")
 CHUNK = 64 * 2**20
@@ -108,8 +108,8 @@ class _Geometric(torch.utils.data.Dataset):
 
 def is_pairs_store(root: Path) -> bool:
     """Whether ``root`` is a folder of plain pairs in stores (not a ConcreteBatch)."""
-    from .sources import expand_paths
-    from .stores import store_root
+    from ..sources import expand_paths
+    from ..sources.stores import store_root
 
     if not root.is_dir() or (root / "manifest.jsonl").is_file() or any(root.glob("shard-*.tar")):
         return False

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import CaptionerError  # noqa: F401  (raised by every captioner)
+from ...errors import CaptionerError  # noqa: F401  (raised by every captioner)
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,6 @@ class Captioner(Protocol):
 
 def make_captioner(name: str, **options) -> Captioner:
     """A captioner by name (built-in, registered plugin, or ``package.module:Class``; see `plugins`)."""
-    from ..plugins import create
+    from ...plugins import create
 
     return create("captioner", name, **options)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .loss import hard_negative_diagnostics
+from ..loss import hard_negative_diagnostics
 
 SCHEDULES = ("none", "static", "adaptive", "inverse")
 
@@ -77,7 +77,7 @@ def feature_cache_path(clip, source, limit: int | None, dino, cache_dir: str | P
     again and a moved one is not."""
     import hashlib
 
-    from .concretebatch import dataset_digest
+    from ..concretebatch import dataset_digest
 
     digest = hashlib.sha1(dataset_digest(source).encode())
     digest.update(f"{limit}|{getattr(dino, 'name', None)}".encode() + (b"" if trim_text else b"|full-context"))
@@ -97,7 +97,7 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
 
     from safetensors.torch import load_file
 
-    from .records import atomic_write_safetensors, atomic_write_text
+    from ..records import atomic_write_safetensors, atomic_write_text
 
     path = feature_cache_path(clip, source, limit, dino, cache_dir, trim_text)
     if (path / "metas.json").is_file():
@@ -117,8 +117,8 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
 @torch.no_grad()
 def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int | None, dino, progress: bool,
                           partial: bool = False, trim_text: bool = True):
-    from .concretebatch import iter_records
-    from .text_encoding import encode_text
+    from ..concretebatch import iter_records
+    from ..text_encoding import encode_text
 
     dino_scores: list[float] = []
     anchors_i, negs_i, anchors_t, negs_t, cs, metas = [], [], [], [], [], []
@@ -240,7 +240,7 @@ def pair_rows(image: torch.Tensor, text: torch.Tensor, metas: list[dict], scale:
 
 
 def summarize_rows(rows: list[dict]) -> dict:
-    from .records import mean_median
+    from ..records import mean_median
 
     def mean(k):  # over the pairs where the statistic applies (image-side ones: not for text-only negatives)
         values = [float(r[k]) for r in rows if r[k] is not None]
@@ -269,7 +269,7 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
     """Table 1 statistics, Fig. 5 and per-pair scores for each dataset; writes stats.json and report.md.
     Embeddings are cached in ``cache_dir`` (default ``<out>/embeddings``) by model and dataset. ``trim_text``: as
     in `concretebatch_features`."""
-    from .records import atomic_write_json, atomic_write_text
+    from ..records import atomic_write_json, atomic_write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -294,9 +294,9 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
              "pairs": {n: {r["id"]: {k: v for k, v in r.items() if k not in ("id", "category", "keyword")}
                            for r in rows} for n, rows in per_dataset.items()}}
     atomic_write_json(out / "stats.json", stats)
-    from .models import describe_model
+    from ..models import describe_model
 
-    from .analysis_figures import plot_dataset_figures
+    from .figures import plot_dataset_figures
 
     figures = plot_dataset_figures(per_dataset, out, describe_model(clip.identity))
     atomic_write_text(out / "report.md", report_markdown(summaries, modes, scorers, figures))
@@ -355,13 +355,13 @@ def describe_scorers(scorers: dict) -> str:
     bert = (f"{bert['model']}" + (f", layer {bert['layers']}" if bert["layers"] else "") +
             (", baseline-rescaled" if bert["rescaled"] else ", not rescaled")) if bert else \
         "not computed (pass --bertscore-model)"
-    from .models import describe_model
+    from ..models import describe_model
 
     return f"Reference CLIP: {describe_model(scorers['reference_clip'])}. DINOv2: {dino}. BERTScore: {bert}."
 
 
 def report_markdown(summaries: dict[str, dict], modes: dict[str, str | None], scorers: dict, figures) -> str:
-    from .models import describe_model
+    from ..models import describe_model
 
     lines = ["# Dataset analysis (paper Table 1, Fig. 5)", "",
              describe_scorers(scorers) + " A dash: no scorer given, or no paper value.", "",

@@ -184,7 +184,8 @@ def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """How a keyword is picked; defaults measured against the paper's Table 1 (see README)."""
+    """How a keyword is picked; defaults measured against the paper's Table 1 (docs/commands.md, "Default sampler
+    settings")."""
 
     mode: str = "hc"
     top_k: int = 3

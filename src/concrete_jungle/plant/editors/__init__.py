@@ -34,6 +34,6 @@ class NoEditor:
 
 def make_editor(name: str, **options) -> Editor:
     """An editor by name (built-in, registered plugin, or ``package.module:Class``; see `plugins`)."""
-    from ..plugins import create
+    from ...plugins import create
 
     return create("editor", name, **options)

@@ -14,7 +14,7 @@ import gzip
 import json
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).parent / "model_configs" / "sdxl-turbo"
+CONFIG_DIR = Path(__file__).parents[2] / "model_configs" / "sdxl-turbo"
 
 
 def config(name: str) -> dict:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import TrainingError
+from ..errors import TrainingError
 
 
 class PairsDataset:
@@ -25,9 +25,9 @@ class PairsDataset:
 
     def __init__(self, caption_files: list[str], images: str | None, split: str | None = None,
                  skip_log: Path | None = None):
-        from .images import header_problem
-        from .sources import anchor_caption, expand_paths, join_under, read_samples
-        from .stores import is_located, store_root
+        from ..images import header_problem
+        from ..sources import anchor_caption, expand_paths, join_under, read_samples
+        from ..sources.stores import is_located, store_root
 
         self.root = Path(images) if images else store_root(expand_paths(caption_files))
         if self.root is None:
@@ -51,8 +51,8 @@ class PairsDataset:
         return len(self.items)
 
     def __getitem__(self, i):
-        from .images import ImageRejected
-        from .stores import StoreError, read_named
+        from ..images import ImageRejected
+        from ..sources.stores import StoreError, read_named
 
         for k in range(len(self.items)):
             name, caption = self.items[(i + k) % len(self.items)]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from .concretebatch import index_shards, read_member, shard_urls
-from .records import atomic_write_text, mean_median
+from ..concretebatch import index_shards, read_member, shard_urls
+from ..records import atomic_write_text, mean_median
 
 THUMB = 256
 
@@ -46,13 +46,13 @@ def adaptive_margin(c: float) -> float:
     """What Cement's default adaptive schedule gives a keyword of concreteness c (docs/method.md §5)."""
     import torch
 
-    from .loss import AdaptiveMargin
+    from ..loss import AdaptiveMargin
 
     return float(AdaptiveMargin()(torch.tensor([c]))[0])
 
 
 def thumbnail(data: bytes, where: str, path: Path) -> None:
-    from .concretebatch import picture
+    from ..concretebatch import picture
 
     with picture(data, where) as im:
         if max(im.size) * 2 <= THUMB:  # tiny images (the toy world's 64 px): enlarge with crisp pixels

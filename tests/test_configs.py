@@ -1,0 +1,74 @@
+"""Training configs as YAML, flags and --set give them (configs.py, train/config.py): numbers read as numbers, ranges
+checked where they are read, duplicate keys and alias bombs refused, unknown keys named."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from concrete_jungle.cli import main
+from concrete_jungle.configs import ConfigError
+from concrete_jungle.train.config import load_config
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import TINY_TRAIN  # noqa: E402
+
+
+def test_numbers_in_flags_and_yaml_are_numbers(tmp_path, planted):
+    config = tmp_path / "c.yaml"
+    config.write_text("out: x\noptim:\n  lr: 1e-5\n  eps: 1E-8\n")
+    assert load_config(str(config), []).optim.lr == 1e-5
+    assert load_config(None, ["out=x", "optim.lr=1e-05"]).optim.lr == 1e-5  # what `--lr 1e-5` becomes
+    assert main(["train", "--data", str(planted), "--out", str(tmp_path / "run"), "--lr", "1e-5", "--steps", "1",
+                 *TINY_TRAIN]) == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["optim"]["lr"] == 1e-5
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["optim.grad_clip=-1"], "optim.grad_clip must be > 0, or null for no clipping, got -1.0"),
+    (["optim.weight_decay=-0.1"], "optim.weight_decay must be >= 0"),
+    (["loss.m_min=3"], "loss.m_min 3.0 is above loss.m_max 2.0"),
+    (["optim.warmup=-5"], "optim.warmup must be >= 0"),
+    (["model.precision=fp64"], "model.precision 'fp64' is not one of fp32, amp_bf16"),
+    (["out=''"], "out is empty"),
+    (["eval.subset=-1"], "eval.subset must be >= 0"),
+    (["loss.center=.nan"], "loss.center must be a finite number, got nan"),
+    (["optim.lr=.inf"], "optim.lr must be a finite number, got inf"),
+    (["optim.beta2=1.5"], "optim.beta2 must be in [0, 1)"),
+])
+def test_numbers_out_of_range_are_refused_where_they_are_read(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, ["out=x", *overrides])
+
+
+def test_yaml_twice_given_keys_and_alias_bombs_are_refused_with_short_messages(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("out: x\nsteps: 10\nsteps: 20\n")
+    with pytest.raises(ConfigError, match=r"key 'steps' is given twice \(line 3\)"):
+        load_config(str(twice), [])
+    bomb = tmp_path / "bomb.yaml"  # 414 bytes that expand to 9^7 strings
+    lines = ["out: x", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdef", "bcdefg"):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    bomb.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(bomb), [])
+    assert "expands to more than 100,000 values" in str(e.value) and len(str(e.value)) < 300
+    long = tmp_path / "long.yaml"
+    long.write_text("out: x\nbatch_size: [" + ",".join(["1"] * 10000) + "]\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(long), [])
+    assert "batch_size: expected int, got [1, 1," in str(e.value) and "(30,000 characters)" in str(e.value)
+    assert len(str(e.value)) < 300
+
+
+def test_a_set_key_that_does_not_exist_is_blamed_on_set(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("model:\n  name: cj-tiny\n")
+    assert main(["train", "--config", str(config), "--set", "optim.lrr=1e-3", "--data", str(tmp_path),
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--set optim.lrr=1e-3: 'lrr' is not a key of optim (did you mean lr?)" in " ".join(err.split())
+    assert "c.yaml" not in err

@@ -1,0 +1,62 @@
+"""The training image cache (train/image_cache.py): a key that covers the tokenizer, and a torn or overwritten
+cache found, named and rebuilt to the same bytes."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from concrete_jungle.cli import main
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import TINY_TRAIN  # noqa: E402
+
+
+def test_the_image_cache_key_covers_the_tokenizer_s_options():
+    from open_clip.tokenizer import SimpleTokenizer
+
+    from concrete_jungle.train.image_cache import cache_key
+    from concrete_jungle.models import ClipModel, load_model
+
+    clip = load_model("cj-tiny", "none")
+    other = SimpleTokenizer(context_length=77, clean="whitespace")  # same class and context: "A" -> 288, not 320
+    assert other(["A"])[0, 1] != clip.tokenizer(["A"])[0, 1]
+    assert cache_key(ClipModel(clip.model, clip.preprocess, other, clip.config)) != cache_key(clip)
+    assert cache_key(load_model("cj-tiny", "none", seed=1)) == cache_key(clip)  # weights do not change the bytes
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("truncate images.u8", "images.u8 has {size} bytes where its build wrote {full} (truncated or overwritten)"),
+    ("zero tokens.i32", "the content of {path} is not what its build wrote"),
+    ("remove values.f32", "{path} is missing"),
+])
+def test_a_torn_or_overwritten_image_cache_is_an_error_naming_the_file_and_cache_rebuilds_it(
+        planted, tmp_path, capsys, damage, message):
+    import shutil
+
+    data = tmp_path / "cb"
+    shutil.copytree(planted, data, ignore=shutil.ignore_patterns("cache", ".*.lock"))
+    cache = ["cache", str(data), "--model", "cj-tiny", "--pretrained", "none", "--workers", "0", "--no-progress"]
+    assert main(cache) == 0
+    folder = next((data / "cache").iterdir())
+    originals = {name: (folder / name).read_bytes() for name in ("images.u8", "tokens.i32", "values.f32")}
+    action, name = damage.split()
+    path = folder / name
+    if action == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(len(originals[name]) // 2)
+    elif action == "zero":  # same size, every token id 0: only the digest can tell
+        path.write_bytes(bytes(len(originals[name])))
+    else:
+        path.unlink()
+    train = ["train", "--data", str(data), "--out", str(tmp_path / "run"), *TINY_TRAIN, "--steps", "2"]
+    capsys.readouterr()
+    assert main(train) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message.format(size=len(originals[name]) // 2, full=len(originals[name]), path=path) in err
+    assert f"rebuild it with `concrete-jungle cache {data}`" in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no step read the damaged cache
+    assert main(cache) == 0  # rebuilt, with a note, to the same bytes
+    assert "note: rebuilding a damaged cache" in capsys.readouterr().err
+    assert {n: (folder / n).read_bytes() for n in originals} == originals
+    assert main(train) == 0

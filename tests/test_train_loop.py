@@ -1,0 +1,75 @@
+"""The training run's named steps (`train.loop.Run`): called one by one, they train what the loop trains."""
+
+import itertools
+import json
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from concrete_jungle.errors import TrainingError
+from concrete_jungle.train.config import load_config
+from concrete_jungle.train.data import EpochBatches, epoch_batches
+from concrete_jungle.train.loop import Run, train
+
+
+def config(out, data, *overrides):
+    return load_config(None, [f"out={out}", "model.name=cj-tiny", "model.pretrained=none", "model.precision=fp32",
+                              f"data.concretebatch=['{data}']", "data.workers=0", "optim.lr=0.002",
+                              "optim.warmup=2", "batch_size=8", "steps=6", "save_every=0", *overrides])
+
+
+def weights(out, step):
+    return load_file(out / "checkpoints" / f"step-{step:07d}" / "open_clip_model.safetensors")
+
+
+def started(cfg, resume=None) -> Run:
+    steps = Run(cfg, progress=False)
+    steps.set_up()
+    steps.resume(resume)
+    steps.prepare()
+    steps.open_logs()
+    return steps
+
+
+def test_steps_called_by_hand_then_resumed_by_the_loop_train_the_loop_s_weights(tmp_path, planted):
+    train(config(tmp_path / "a", planted), progress=False)
+
+    cfg = config(tmp_path / "b", planted)
+    steps = started(cfg)
+    assert (steps.total, steps.steps_per_epoch, steps.step_count) == (6, 6, 0)
+    loader = epoch_batches(steps.dataset, EpochBatches(len(steps.dataset), 8, 0, 1, cfg.seed, 0, 0), 0,
+                           pin_memory=False)
+    for batch in itertools.islice(loader, 3):
+        row = steps.step(batch, time.perf_counter())
+        steps.log(row)
+    assert (row["step"], steps.step_count, steps.step_in_epoch) == (3, 3, 3)
+    steps.save("stopped")
+    assert json.loads((tmp_path / "b" / "checkpoints" / "latest.json").read_text()) == {
+        "name": "step-0000003", "step": 3, "reason": "stopped"}
+
+    rest = started(cfg, resume="latest")
+    assert (rest.step_count, rest.epoch, rest.step_in_epoch) == (3, 0, 3)
+    assert rest.loop()["step"] == 6
+    a, b = weights(tmp_path / "a", 6), weights(tmp_path / "b", 6)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    logged = [json.loads(line)["step"] for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_step_whose_loss_is_not_finite_stops_before_the_update(tmp_path, planted):
+    steps = started(config(tmp_path, planted))
+    before = {k: v.clone() for k, v in steps.model.state_dict().items()}
+    with torch.no_grad():
+        steps.model.logit_scale.fill_(float("nan"))
+    batch = next(iter(epoch_batches(steps.dataset, EpochBatches(len(steps.dataset), 8, 0, 1, 0, 0, 0), 0,
+                                    pin_memory=False)))
+    with pytest.raises(TrainingError, match="loss is nan at step 1"):
+        steps.step(batch, time.perf_counter())
+    assert steps.step_count == 0
+    after = steps.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if k != "logit_scale")
+    with pytest.raises(TrainingError, match="no longer finite after step 0"):
+        steps.save("periodic")  # non-finite weights are never written
+    assert not (tmp_path / "checkpoints").exists()
