@@ -155,3 +155,30 @@ def test_the_layering_rule_finds_a_planted_upward_import(tmp_path):
     (pkg / "evaluation.py").write_text("run = None\n")
     assert layering_violations(import_graph(pkg)) == ["concrete_jungle.plant -> concrete_jungle.evaluation",
                                                       "concrete_jungle.records -> concrete_jungle.train.loop"]
+
+
+def test_modules_moved_in_0_2_still_import_by_their_old_names_with_a_warning():
+    code = """
+import warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    from concrete_jungle.train_config import TrainConfig
+    from concrete_jungle.captioners import Captioner
+    from concrete_jungle.captioners.rules import RulesCaptioner
+    import concrete_jungle.editors as editors
+from concrete_jungle.train.config import TrainConfig as now
+from concrete_jungle.plant.captioners import Captioner as captioner_now
+from concrete_jungle.plant.captioners.rules import RulesCaptioner as rules_now
+from concrete_jungle.plant.editors import Editor
+assert TrainConfig is now and Captioner is captioner_now and RulesCaptioner is rules_now and editors.Editor is Editor
+print(sorted(str(w.message) for w in caught if w.category is DeprecationWarning))
+"""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == str(sorted(
+        f"concrete_jungle.{old} moved to concrete_jungle.{new}; the old name goes in 0.3"
+        for old, new in [("captioners", "plant.captioners"), ("captioners.rules", "plant.captioners.rules"),
+                         ("editors", "plant.editors"), ("train_config", "train.config")]))

@@ -13,7 +13,7 @@ import importlib.util
 import sys
 import warnings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Modules that moved into their stage's package in 0.2: the old names still import, with a DeprecationWarning,
 # until 0.3 (docs/architecture.md, "Moved modules"). A package's old name covers its submodules too.
@@ -51,11 +51,10 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, name, path=None, target=None):
         new = moved_to(name)
-        if new is None or importlib.util.find_spec(new) is None:
+        spec = importlib.util.find_spec(new) if new else None
+        if spec is None:
             return None
-        return importlib.util.spec_from_loader(name, self, is_package=new.rsplit(".", 1)[-1] in MOVED.values()
-                                               or importlib.util.find_spec(new).submodule_search_locations
-                                               is not None)
+        return importlib.util.spec_from_loader(name, self, is_package=spec.submodule_search_locations is not None)
 
     def create_module(self, spec):
         return None
