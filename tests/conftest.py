@@ -36,7 +36,7 @@ def require_system_dependency(available: bool, what: str, install: str) -> None:
     CJ_REQUIRE_SYSTEM_DEPS=1) fail it instead, so CI cannot pass without running what it claims to test."""
     if available:
         return
-    message = f"{what} is not installed ({install})"
+    message = f"{what} {'are' if ' and ' in what else 'is'} not installed ({install})"
     if os.environ.get("CJ_REQUIRE_SYSTEM_DEPS") == "1":
         pytest.fail(message + "; CI requires it")
     pytest.skip(message)

@@ -234,3 +234,194 @@ def test_the_gradient_share_plot_names_data_and_model_and_has_error_bars(planted
     assert "on cb under cj-tiny (random init, seed 0)" in printed and "±" in printed
     saved = json.loads((out / "gradient_share.json").read_text())
     assert saved["batches"] == 3 and set(saved["sd"]) == set(saved["curves"])
+
+
+# a checkpoint as the demo's analysis loads it: a path deep enough to run off any axis
+CHECKPOINT = {"checkpoint": "bbe8f09340eb88205bba975545a289b4dd7bf4fc",
+              "path": "/tmp/demo_figs/baseline-1e4cfe73/run/checkpoints/step-0000120"}
+
+
+def pair_rows_for_figures(names=("D_hc", "D_lc", "D_wo"), n=200, seed=0):
+    """Per dataset, pairs shaped like the demo's: concreteness over a dataset's own range, logit gaps mostly near 0
+    with a few large ones at middling concreteness, cosines near 1."""
+    import random
+
+    rng = random.Random(seed)
+    per = {}
+    for k, name in enumerate(names):
+        rows = []
+        for _ in range(n):
+            c = rng.uniform(2.2 + 0.8 * (k == 0), 5.1)
+            large = 3.8 <= c <= 4.5 and rng.random() < 0.6
+            rows.append({"concreteness": c, "logit_gap": rng.uniform(4, 12) if large else abs(rng.gauss(0, 0.2)),
+                         "clip_l": rng.uniform(0.8, 1.0), "clip_v": rng.uniform(0.7, 1.0),
+                         "edit_distance": rng.randint(1, 3)})
+        per[name] = rows
+    return per
+
+
+def texts_inside_the_figure(fig) -> list[str]:
+    """The titles and axis labels that reach past the figure's edges (empty: every one is inside)."""
+    fig.canvas.draw()
+    renderer, bounds = fig.canvas.get_renderer(), fig.bbox
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        texts += [ax.title, ax.xaxis.label, ax.yaxis.label]
+    outside = []
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        if text.get_text() and (box.x0 < bounds.x0 - 1 or box.y0 < bounds.y0 - 1 or box.x1 > bounds.x1 + 1
+                                or box.y1 > bounds.y1 + 1):
+            outside.append(text.get_text())
+    return outside
+
+
+def test_a_checkpoint_is_named_by_its_run_and_step_in_figures_and_the_report():
+    from concrete_jungle.analysis.statistics import model_label
+
+    assert model_label(CHECKPOINT) == "checkpoint step-0000120 of run (sha1 bbe8f093)"
+    assert model_label({"name": "cj-tiny", "pretrained": "none", "seed": 0}) == "cj-tiny (random init, seed 0)"
+
+
+def test_the_correlation_figure_tells_clip_l_from_clip_v_and_keeps_the_model_on_the_figure():
+    import matplotlib.pyplot as plt
+
+    from concrete_jungle.analysis.figures import correlation_figure
+    from concrete_jungle.analysis.statistics import model_label
+
+    fig = correlation_figure(pair_rows_for_figures(), model_label(CHECKPOINT))
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "CLIP-L: text-text cosine (t, t')"
+    assert ax.get_ylabel() == "CLIP-V: image-image cosine (v, v')"
+    title = " ".join(ax.get_title().split("\n"))
+    assert "under checkpoint step-0000120 of run (sha1 bbe8f093)" in title and CHECKPOINT["path"] not in title
+    assert texts_inside_the_figure(fig) == []
+    # hollow markers, each in its legend entry's colour: no blend of two datasets' colours anywhere
+    legend = ax.get_legend()
+    listed = {t.get_text(): tuple(h.get_edgecolor()[0]) for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    for points in ax.collections:
+        assert len(points.get_facecolor()) == 0 and tuple(points.get_edgecolor()[0]) == listed[points.get_label()]
+    assert set(listed) == {"D_hc", "D_lc", "D_wo"}
+    plt.close(fig)
+
+
+def test_the_gradient_share_title_names_the_model_without_a_path_and_wraps_between_words():
+    import matplotlib.pyplot as plt
+
+    from concrete_jungle.analysis.figures import gradient_share_figure, gradient_share_title
+    from concrete_jungle.analysis.statistics import model_label
+
+    title = gradient_share_title("D_hc", 256, model_label(CHECKPOINT), 15.0)
+    curves = {"none": {8: 0.4, 16: 0.3}, "adaptive": {8: 0.6, 16: 0.5}}
+    fig = gradient_share_figure(curves, title, {s: {8: 0.01, 16: 0.01} for s in curves}, 8)
+    shown = fig.axes[0].get_title()
+    assert " ".join(shown.split("\n")) == title and "/" not in title  # broken only between words
+    assert texts_inside_the_figure(fig) == []
+    plt.close(fig)
+
+
+def test_the_concreteness_histograms_show_only_colours_their_legend_has():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from concrete_jungle.analysis.figures import concreteness_figure
+
+    fig = concreteness_figure(pair_rows_for_figures())
+    ax = fig.axes[0]
+    assert ax.patches and not any(p.get_fill() for p in ax.patches)  # outlines: nothing to blend
+    drawn = {to_hex(p.get_edgecolor()) for p in ax.patches}
+    legend = ax.get_legend()
+    listed = {t.get_text(): to_hex(h.get_edgecolor()) for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    assert set(listed) == {"D_hc", "D_lc", "D_wo"} and drawn == set(listed.values())
+    plt.close(fig)
+
+
+def test_every_line_of_the_logit_gap_figure_stays_within_its_bins_interval():
+    """A smoother's line left the binned means' 95 % intervals (9.5 where the bin's mean was 5.2, 3-7.5): every
+    point of every line drawn must lie within the interval of the bin it is drawn in."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    from concrete_jungle.analysis.figures import binned_means, logit_gap_figure
+
+    per = pair_rows_for_figures()
+    fig = logit_gap_figure(per, "the CLIP baseline (cj-demo)")
+    assert "under the CLIP baseline (cj-demo)" in fig._suptitle.get_text()
+    for ax, (name, rows) in zip(fig.axes, per.items()):
+        bins = {round(b[0] / 0.25 - 0.5): b for b in binned_means([r["concreteness"] for r in rows],
+                                                                   [r["logit_gap"] for r in rows])}
+        assert ax.get_lines(), name
+        for line in ax.get_lines():
+            for x, y in zip(line.get_xdata(), line.get_ydata()):
+                if math.isnan(x):
+                    continue  # the break between bins that are not adjacent
+                centre, mean, half, _ = bins[int(x // 0.25)]
+                assert abs(y - mean) <= half + 1e-9, (name, line.get_label(), x, y, mean, half)
+    plt.close(fig)
+
+
+def test_the_analysis_report_names_a_checkpoint_as_its_figures_do(planted, tmp_path):
+    from concrete_jungle.models import load_model, save_checkpoint
+
+    clip = load_model("cj-tiny", "none", seed=0)
+    checkpoint = save_checkpoint(tmp_path / "cement_hc" / "checkpoints" / "step-0000007", clip.model, clip.config)
+    out = tmp_path / "analysis"
+    assert main(["analyze", "datasets", str(planted), "--checkpoint", str(checkpoint), "--limit", "16",
+                 "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    label = next(line for line in report.splitlines() if line.startswith("Reference CLIP: ")).split(": ")[1]
+    assert label.startswith("checkpoint step-0000007 of cement_hc (sha1 ")
+    assert f"{label}: {checkpoint}" in report  # the full path once, beside the label, in the text
+    assert f"the cosines are under {label}; the paper's under PE-Core-L" in report
+
+
+def test_a_rating_at_the_top_of_the_scale_is_binned_within_it():
+    from concrete_jungle.analysis.figures import binned_means
+
+    bins = binned_means([5.0] * 6 + [4.8] * 4, [1.0] * 6 + [3.0] * 4)
+    assert [(centre, n) for centre, _, _, n in bins] == [(4.875, 10)]  # not a bin at 5.125, off the axis
+
+
+def test_lines_through_binned_means_break_where_a_bin_is_left_out():
+    """A line drawn across a bin with too few pairs would claim a mean there: the lines break (NaN) instead."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    from concrete_jungle.analysis.figures import logit_gap_figure, text_shift_figure
+
+    # 10 pairs in each of the bins at c = 2.1 and 2.6, 2 pairs (left out) in the bin at 2.35 between them
+    rows = [{"concreteness": c, "logit_gap": 1.0 + k % 3, "edit_distance": 1 + k % 2}
+            for k, c in enumerate([2.1] * 10 + [2.35] * 2 + [2.6] * 10)]
+    for fig in (logit_gap_figure({"D_hc": rows}), text_shift_figure({"D_hc": rows})):
+        means = fig.axes[0].containers[0].lines[0]
+        xs = list(means.get_xdata())
+        assert len(xs) == 3 and math.isnan(xs[1]), xs
+        assert xs[0] == pytest.approx(2.125) and xs[2] == pytest.approx(2.625)
+        plt.close(fig)
+
+
+def test_the_encoding_progress_bar_counts_to_the_ok_records_of_the_manifest(planted, tmp_path, capsys):
+    import shutil
+
+    from concrete_jungle.analysis.statistics import concretebatch_features
+    from concrete_jungle.models import load_model
+    from concrete_jungle.records import read_jsonl
+
+    clip = load_model("cj-tiny", "none", seed=0)
+    ok = sum(r["status"] == "ok" for r in read_jsonl(planted / "manifest.jsonl"))
+    capsys.readouterr()
+    concretebatch = concretebatch_features(clip, planted)[2]
+    assert len(concretebatch) == ok and f"encode cb:   0%|          | 0/{ok} " in capsys.readouterr().err
+    concretebatch_features(clip, planted, limit=5)
+    assert "| 0/5 " in capsys.readouterr().err
+    # an unfinished dataset of one finished shard: that shard's manifest tells
+    unfinished = tmp_path / "cb"
+    shutil.copytree(planted, unfinished)
+    for path in [unfinished / "manifest.jsonl", unfinished / "summary.json", *unfinished.glob("shard-00000[12].tar"),
+                 *(unfinished / "manifests").glob("shard-00000[12].*")]:
+        path.unlink()
+    first = sum(r["status"] == "ok" for r in read_jsonl(unfinished / "manifests" / "shard-000000.jsonl"))
+    assert len(concretebatch_features(clip, unfinished, partial=True)[2]) == first < ok
+    assert f"| 0/{first} " in capsys.readouterr().err

@@ -291,3 +291,47 @@ def test_offline_rewrites_stay_in_the_keyword_s_group_and_a_time_is_no_place(nlp
     found = {c.text: c.category for c in
              extract_candidates(nlp("A man sitting on the table and watching TV."), ratings)}
     assert found.get("watching") == "relation" and found.get("on") == "relation"
+
+
+@pytest.mark.parametrize("caption, keyword, rewrites", [
+    # worn, not a place: `on a hoodie` read as nonsense; the wearer holds or carries it instead
+    ("A man in a florescent green hoodie", "in", {"A man holding a florescent green hoodie",
+                                                  "A man carrying a florescent green hoodie"}),
+    ("Two women in dresses dance", "in", {"Two women holding dresses dance", "Two women carrying dresses dance"}),
+    ("A man wearing a red tie", "wearing", {"A man holding a red tie", "A man carrying a red tie"}),
+    # what is in an enclosed place is outside it, not `on a kitchen`
+    ("A woman standing in a kitchen", "in", {"A woman standing outside a kitchen"}),
+    ("A dog lying on a bed", "on", {"A dog lying under a bed"}),
+])
+def test_offline_relation_rewrites_keep_a_worn_thing_worn_and_a_room_a_room(caption, keyword, rewrites):
+    start = caption.index(f" {keyword} ") + 1
+    for wordnet in (False, True):
+        replies = make_captioner("rules", wordnet=wordnet).rewrite(
+            [RewriteRequest(f"s{i}", caption, keyword, (start, start + len(keyword)), "relation", "hc")
+             for i in range(8)])  # eight samples: eight seeded choices
+        for reply in replies:
+            assert reply.error is None and reply.text in rewrites, reply
+            assert check_rewrite(caption, (start, start + len(keyword)), "relation", reply.text) is None
+
+
+@pytest.mark.parametrize("caption, phrase", [
+    ("Two peanut butter sandwiches sliced in half", "in half"),
+    ("A lighthouse in the far distance", "in the far distance"),
+    ("A plane high in the clear blue sky", "in the clear blue sky"),
+    ("A cake covered in sprinkles", "covered in"),
+    ("Motorcycles on display at a museum", "on display"),
+])
+def test_a_preposition_of_a_fixed_phrase_is_a_reject_naming_the_phrase(caption, phrase):
+    keyword = phrase.split()[-1] if phrase.endswith(" in") else phrase.split()[0]
+    start = caption.index(f" {keyword} ") + 1
+    reply = make_captioner("rules").rewrite(
+        [RewriteRequest("x", caption, keyword, (start, start + len(keyword)), "relation", "hc")])[0]
+    assert reply.text == "" and reply.error == f"a fixed phrase, not a place: {phrase!r} (relation)"
+
+
+def test_a_missing_system_dependency_is_named_in_a_sentence(monkeypatch):
+    monkeypatch.delenv("CJ_REQUIRE_SYSTEM_DEPS", raising=False)
+    for what, verb in (("WordNet 3.0", "is"), ("Chromium and chromedriver", "are")):
+        with pytest.raises(pytest.skip.Exception) as skipped:
+            require_system_dependency(False, what, "apt-get install it")
+        assert str(skipped.value) == f"{what} {verb} not installed (apt-get install it)"

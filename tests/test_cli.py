@@ -2,8 +2,11 @@
 help, file modes."""
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -12,7 +15,7 @@ import pytest
 
 from concrete_jungle import __version__
 from concrete_jungle.cli import build_parser, main
-from conftest import cli
+from conftest import TINY_TRAIN, cli
 
 # runs the CLI in a fresh interpreter and reports which heavy packages the failed command imported
 PROBE = """import sys
@@ -69,8 +72,8 @@ def test_a_config_with_several_errors_reports_every_one(tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text("out: run\nbatch_size: 0\noptim: {lr: -1, lerning_rate: 2}\ncolour: red\n")
     assert main(["train", "--config", str(tmp_path / "bad.yaml")]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    for problem in ("4 problems", "bad.yaml: unknown key(s) ['colour']", "bad.yaml.optim: unknown key(s) "
-                    "['lerning_rate']", "optim.lr must be > 0, got -1.0 (flag --lr)",
+    for problem in ("4 problems", "bad.yaml: unknown key(s) 'colour'", "bad.yaml.optim: unknown key(s) "
+                    "'lerning_rate'", "optim.lr must be > 0, got -1.0 (flag --lr)",
                     "batch_size must be >= 1, got 0 (flag --batch-size)"):
         assert problem in err, err
     # keys and values right, what they point at wrong: every such problem at once too
@@ -141,3 +144,125 @@ def test_a_misspelled_flag_is_named_with_the_flag_meant(args, meant):
     assert done.returncode == 2
     assert f"unrecognized arguments: {args[-2]} (did you mean {meant}?)" in done.stderr
     assert "invalid choice" not in done.stderr
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def capabilities(effective=None):
+    """This thread's capability sets (Linux, version 3 of the interface); with ``effective``, that set put first."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = CapHeader(0x20080522, 0), (CapData * 2)()
+    assert libc.capget(ctypes.byref(header), data) == 0, os.strerror(ctypes.get_errno())
+    if effective is not None:
+        data[0].effective = effective
+        assert libc.capset(ctypes.byref(header), data) == 0, os.strerror(ctypes.get_errno())
+    return data[0].effective
+
+
+@contextlib.contextmanager
+def read_only(folder):
+    """``folder`` read-only (mode 555) for the commands run in this thread. Root writes into any folder: when the
+    tests run as root, this thread also gives up CAP_DAC_OVERRIDE (capability 1) until the block ends."""
+    mode = folder.stat().st_mode
+    folder.chmod(0o555)
+    saved = capabilities() if os.geteuid() == 0 else None
+    if saved is not None:
+        capabilities(saved & ~(1 << 1))
+    try:
+        yield
+    finally:
+        if saved is not None:
+            capabilities(saved)
+        folder.chmod(mode)
+
+
+COMMANDS_THAT_WRITE = ["keywords", "plant", "train", "cache", "eval", "gallery", "analyze", "export"]
+
+
+@pytest.mark.parametrize("command", COMMANDS_THAT_WRITE)
+def test_a_read_only_output_folder_is_one_line_naming_it(command, planted, data_root, tmp_path, capsys):
+    from test_plant import make_dataset, plant_args
+
+    if sys.platform != "linux" and os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders; dropping that right needs Linux")
+    captions, images = make_dataset(tmp_path, 4, image_size=8)
+    folder = tmp_path / "read-only"
+    model = ["--model", "cj-tiny", "--pretrained", "none"]
+    if command == "cache":  # the cache is written into the dataset's folder
+        shutil.copytree(planted, folder)
+    else:
+        folder.mkdir()
+    args = {"keywords": ["keywords", "--captions", captions, "--mode", "hc", "--out", folder / "kw.jsonl",
+                         "--no-progress"],
+            "plant": plant_args(captions, images, folder / "cb"),
+            "train": ["train", "--data", planted, "--out", folder / "run", "--steps", "1", *TINY_TRAIN],
+            "cache": ["cache", folder, *model, "--workers", "0", "--no-progress"],
+            "eval": ["eval", "--data-root", data_root, *model, "--out", folder / "results", "--no-progress"],
+            "gallery": ["gallery", planted, "--out", folder / "gallery"],
+            "analyze": ["analyze", planted, *model, "--out", folder / "report"],
+            "export": ["export", planted, folder / "export", "--no-progress"]}[command]
+    before = tree(folder)
+    capsys.readouterr()
+    with read_only(folder):
+        assert main(list(map(str, args))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"error: cannot write into {folder}: Permission denied; choose an output folder you can write to" in err
+    assert tree(folder) == before
+
+
+def test_plant_without_a_mode_names_the_mode_alone(tmp_path, capsys):
+    (tmp_path / "caps.jsonl").write_text(json.dumps({"id": "a", "caption": "A red ball", "image": "a.jpg"}) + "\n")
+    assert main(["plant", "--captions", str(tmp_path / "caps.jsonl"), "--images", str(tmp_path),
+                 "--out", str(tmp_path / "cb")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err == "error: concrete-jungle plant needs --mode (hc, lc or wo) (or --config FILE)"  # nothing on --images
+
+
+def test_plant_merge_help_is_merge_s_own_and_keywords_help_says_what_workers_do(capsys):
+    with pytest.raises(SystemExit):
+        main(["plant", "merge", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: concrete-jungle plant merge [-h] DIR")
+    assert "join the parts' manifests" in out and "--captions" not in out and "--editor" not in out
+    with pytest.raises(SystemExit):
+        main(["plant", "--help"])
+    assert "--captions" in capsys.readouterr().out  # plant's own help is whole
+    with pytest.raises(SystemExit):
+        main(["keywords", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "processes that parse captions and extract their candidates (default 1: this process); sampling stays " \
+           "in this process" in out
+
+
+def test_print_config_prints_the_resolved_config_of_train_and_plant_and_writes_nothing(tmp_path):
+    """There was no way to see the config a `train` or `plant` would run with (file, flags and --set merged)."""
+    import yaml
+
+    from concrete_jungle.train.config import load_config
+
+    (tmp_path / "c.yaml").write_text("out: run\noptim: {lr: 1e-4}\nsteps: 5\n")
+    before = tree(tmp_path)
+    result = run_probe(["train", "--config", "c.yaml", "--steps", "7", "--set", "optim.warmup=3", "--print-config"],
+                       tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout and tree(tmp_path) == before
+    printed = yaml.safe_load(result.stdout.split("HEAVY")[0])
+    assert printed["steps"] == 7 and printed["optim"]["lr"] == 1e-4 and printed["optim"]["warmup"] == 3
+    (tmp_path / "printed.yaml").write_text(result.stdout.split("HEAVY")[0])
+    assert load_config(str(tmp_path / "printed.yaml"), []) == load_config(
+        str(tmp_path / "c.yaml"), ["steps=7", "optim.warmup=3"])  # what it prints is a config file of the same run
+    (tmp_path / "caps.jsonl").write_text(json.dumps({"id": "a", "caption": "A red ball", "image": "a.jpg"}) + "\n")
+    before = tree(tmp_path)
+    result = run_probe(["plant", "--captions", "caps.jsonl", "--images", ".", "--out", "cb", "--mode", "hc",
+                        "--samples-per-shard", "16", "--print-config"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout and tree(tmp_path) == before
+    printed = yaml.safe_load(result.stdout.split("HEAVY")[0])
+    assert printed["out"] == "cb" and printed["samples_per_shard"] == 16

@@ -2,6 +2,9 @@
 average, the filtered items) against the straightforward per-item loop of the official code."""
 
 import json
+import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +14,8 @@ from PIL import Image
 
 from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import aro, valse, whatsup
-from concrete_jungle.evaluation.encoding import Encoder
+from concrete_jungle.evaluation import aro, load_data, valse, whatsup
+from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 from concrete_jungle.models import load_model
 from concrete_jungle.stats import metric_values
 
@@ -92,6 +95,28 @@ def test_aro_follows_the_official_crops_order_ties_and_macro_averages(tmp_path, 
     assert "VG-Relation (all relations)" not in official
 
 
+def test_aro_scores_a_box_outside_its_image_on_black_as_the_official_code_and_counts_it(tmp_path, clip):
+    from concrete_jungle import evaluation
+
+    relation, _ = write_aro(tmp_path / "aro")
+    relation[1].update(bbox_x=500)  # the images are 80 x 60: right of the picture
+    relation[2].update(bbox_y=-100, bbox_h=30)  # above it
+    relation[3].update(bbox_x=70, bbox_w=40)  # half outside: a crop with pixels, not counted
+    (tmp_path / "aro" / "visual_genome_relation.json").write_text(json.dumps(relation))
+    data = load_data("aro", tmp_path, skip_missing=False)
+    assert data["boxes_outside_image"] == {"vg_relation": 2, "vg_attribution": 0}
+    result = evaluation.run(Encoder(clip, progress=False), ["aro"], {"aro": data}, out=tmp_path / "out")["aro"]
+    right = [official_pick(clip, tmp_path / "aro" / "images" / it["image_path"], [it["false_caption"],
+                           it["true_caption"]], (it["bbox_x"], it["bbox_y"], it["bbox_w"], it["bbox_h"])) == 1
+             for it in relation[:4]]
+    assert result["outcomes"]["series"]["vg_relation"]["values"][:4] == [float(x) for x in right]  # the same rule
+    written = json.loads((tmp_path / "out" / "aro.json").read_text())
+    assert written["boxes_outside_image"] == {"vg_relation": 2, "vg_attribution": 0}
+    note = "vg_relation: 2 item(s) have a box wholly outside their image (items 1, 2); each is scored on an " \
+           "all-black crop"
+    assert note in written["notes"][0] and note in (tmp_path / "out" / "results.md").read_text()
+
+
 # ------------------------------------------------------------------------------------------------ What'sUp
 
 
@@ -136,6 +161,20 @@ def test_whatsup_counts_ties_right_and_scores_pairs_and_sets_as_the_official_cod
     # the four images of an object pair are one unit of resampling
     assert set(result["outcomes"]["series"]["controlled_a"]["units"]) == {"controlled_a/mug/plate",
                                                                           "controlled_a/book/chair"}
+
+
+@pytest.mark.parametrize("image_id", [1.7, "1.7", True])
+def test_whatsup_question_ids_must_name_one_image_exactly(tmp_path, image_id):
+    _, qa = write_whatsup(tmp_path / "whatsup", tmp_path / "coco" / "val2017")
+    qa[3][0] = image_id  # int(1.7) and int(True) would read image 1
+    (tmp_path / "whatsup" / "coco_qa_two_obj.json").write_text(json.dumps(qa))
+    with pytest.raises(BenchmarkDataError, match=r"coco_qa_two_obj.json: item 3 has the image id "
+                                                 + re.escape(json.dumps(image_id)) + ", which names no COCO image"):
+        whatsup.load(tmp_path / "whatsup", tmp_path / "coco" / "val2017")
+    qa[3][0] = "2"  # the id as text, digits only: image 2 exactly
+    (tmp_path / "whatsup" / "coco_qa_two_obj.json").write_text(json.dumps(qa))
+    data = whatsup.load(tmp_path / "whatsup", tmp_path / "coco" / "val2017")
+    assert data["items"]["coco_qa_two"][3][1].path.name == "000000000002.jpg"
 
 
 # ------------------------------------------------------------------------------------------------ VALSE
@@ -330,3 +369,167 @@ def test_training_evaluates_the_new_benchmarks_as_it_goes(planted, tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     scores = next(r for r in rows if "eval/aro/VG-Attribution (micro)" in r)
     assert scores["step"] == 2 and 0 <= scores["eval/whatsup/controlled_a"] <= 1
+
+
+# ------------------------------------------------------------------------------------------------ zero-shot names
+
+
+def write_zeroshot(folder, names=("dog", "cat", "red car"), templates=("a photo of a {c}.", "{c}")):
+    for c in range(len(names)):
+        (folder / "test" / f"class_{c}").mkdir(parents=True)
+        noise_image(folder / "test" / f"class_{c}" / "0.jpg", 600 + c)
+    (folder / "classnames.txt").write_text("\n".join(names))
+    (folder / "templates.txt").write_text("\n".join(templates))
+
+
+def test_a_zeroshot_class_name_given_twice_is_an_error_naming_the_file_the_name_and_both_lines(tmp_path, capsys):
+    write_zeroshot(tmp_path / "zeroshot" / "mine", names=("dog", "cat", "tree", "cat"))
+    (tmp_path / "zeroshot" / "mine" / "classnames.txt").write_text("dog\ncat\n\ntree\ncat\n")  # line 3 is blank
+    assert main(["eval", "--benchmarks", "zeroshot", "--data-root", str(tmp_path), "--check"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path / 'zeroshot' / 'mine' / 'classnames.txt'}: class name 'cat' is given twice (line 2 and " \
+           "line 5); each class needs a name of its own, or the second can never be predicted" in err
+    (tmp_path / "zeroshot" / "mine" / "classnames.txt").unlink()  # the folders' names, two of them alike
+    (tmp_path / "zeroshot" / "mine" / "test" / "class_3").rename(tmp_path / "zeroshot" / "mine" / "test" / "class 0")
+    with pytest.raises(BenchmarkDataError, match="class name 'class 0' is given twice .folder class 0 and folder "
+                                                 "class_0."):
+        load_data("zeroshot", tmp_path, skip_missing=False)
+
+
+def test_clip_benchmark_s_own_repeated_class_names_are_kept_as_its_rule_and_noted(tmp_path):
+    from clip_benchmark.datasets import builder
+
+    known = json.loads((Path(builder.__file__).parent / "en_classnames.json").read_text())["imagenet1k"]
+    folder = tmp_path / "zeroshot" / "imagenet1k"
+    for c in range(len(known)):  # ImageNet-1k's val split by class index: clip_benchmark's names for it
+        (folder / "test" / f"n{c:04d}").mkdir(parents=True)
+        noise_image(folder / "test" / f"n{c:04d}" / "0.png", c, size=(8, 8))
+    data = load_data("zeroshot", tmp_path, skip_missing=False)
+    assert data["datasets"]["imagenet1k"]["classes"] == known
+    at = {name: [i for i, known_name in enumerate(known) if known_name == name] for name in ("missile", "sunglasses")}
+    assert data["notes"] == [f"imagenet1k: clip_benchmark's class names give {name!r} to two classes (entries "
+                             f"{a} and {b}); kept as clip_benchmark scores them, so the second can never be predicted"
+                             for name, (a, b) in at.items()]
+
+
+# ------------------------------------------------------------------------------------------------ the digest
+
+
+def swap_aro_captions(root):
+    path = root / "aro" / "visual_genome_relation.json"
+    items = json.loads(path.read_text())
+    for it in items[:3]:
+        it["true_caption"], it["false_caption"] = it["false_caption"], it["true_caption"]
+    path.write_text(json.dumps(items))
+
+
+def reorder_class_names(root):
+    path = root / "zeroshot" / "mine" / "classnames.txt"
+    path.write_text("\n".join(reversed(path.read_text().splitlines())))
+
+
+@pytest.mark.parametrize("name, write, change", [
+    ("aro", lambda root: write_aro(root / "aro"), swap_aro_captions),
+    ("zeroshot", lambda root: write_zeroshot(root / "zeroshot" / "mine"), reorder_class_names),
+])
+def test_the_benchmark_digest_follows_the_files_content_not_their_place(tmp_path, name, write, change):
+    write(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "elsewhere" / "b")
+    first = load_data(name, tmp_path / "a", skip_missing=False)
+    same = load_data(name, tmp_path / "elsewhere" / "b", skip_missing=False)
+    assert len(first["benchmark_files_sha256"]) == 64
+    assert same["benchmark_files_sha256"] == first["benchmark_files_sha256"]  # another data root, the same files
+    change(tmp_path / "elsewhere" / "b")
+    other = load_data(name, tmp_path / "elsewhere" / "b", skip_missing=False)
+    keys = {side: [[it[0].name if isinstance(it[0], Path) else it[0] for it in rows] for rows in data["items"].values()]
+            for side, data in (("first", first), ("other", other))}
+    assert keys["first"] == keys["other"]  # the same item keys and images: only the digest tells them apart
+    assert other["benchmark_files_sha256"] != first["benchmark_files_sha256"]
+
+
+# ------------------------------------------------------------------------------------------------ malformed files
+
+
+def write_valse(root):
+    (root / "images").mkdir(parents=True)
+    noise_image(root / "images" / "a.jpg", 1)
+    items = {f"r{n}": {"image_file": "a.jpg", "caption": f"a cup on a table {n}", "foil": f"a table on a cup {n}",
+                       "linguistic_phenomena": "relations", "mturk": {"caption": 3}} for n in range(3)}
+    (root / "relations.json").write_text(json.dumps(items))
+
+
+def edit_json(path, change):
+    data = json.loads(path.read_text())
+    changed = change(data)  # a new value, or None where the value was changed in place
+    path.write_text(json.dumps(data if changed is None else changed))
+
+
+def set_item(key, **fields):
+    def change(items):
+        items[key].update(fields)
+    return change
+
+
+def replace_item(key, value):
+    def change(items):
+        items[key] = value
+    return change
+
+
+ARO_FILE = "aro/visual_genome_relation.json"
+CONTROLLED_FILE = "whatsup/controlled_images_dataset.json"
+WRITERS = {"aro": lambda root: write_aro(root / "aro"),
+           "valse": lambda root: write_valse(root / "valse"),
+           "whatsup": lambda root: write_whatsup(root / "whatsup", root / "coco" / "val2017"),
+           "zeroshot": lambda root: write_zeroshot(root / "zeroshot" / "mine")}
+# benchmark, file, how it is broken, what the error says after the file's name
+MALFORMED = [
+    ("aro", ARO_FILE, set_item(3, true_caption=None), "item 3 has true_caption null, not text"),
+    ("aro", ARO_FILE, set_item(4, bbox_w=0), "item 4 has a box of zero or negative size"),
+    ("aro", ARO_FILE, set_item(4, bbox_h=-5), "item 4 has a box of zero or negative size"),
+    ("aro", ARO_FILE, set_item(4, bbox_w=0.4), "item 4 has a box of zero or negative size"),
+    ("aro", ARO_FILE, set_item(5, bbox_x="ten"), 'item 5 has bbox_x "ten", not a number'),
+    ("aro", ARO_FILE, replace_item(2, 7), "item 2 is 7, not an object"),
+    ("aro", ARO_FILE, lambda items: [], "holds no items"),
+    ("valse", "valse/relations.json", set_item("r1", foil=None), "item 'r1' has foil null, not text"),
+    ("valse", "valse/relations.json", set_item("r1", mturk="yes"), "item 'r1' has mturk \"yes\""),
+    ("valse", "valse/relations.json", lambda items: {}, "holds no items"),
+    ("whatsup", CONTROLLED_FILE, lambda items: items[2]["caption_options"].__setitem__(1, None),
+     "item 2 has caption_options[1] null, not text"),
+    ("whatsup", CONTROLLED_FILE, set_item(1, image_path="data/controlled_images/mug.jpeg"),
+     "item 1's image 'mug.jpeg' is not named <object>_<preposition>_<object>"),
+    ("whatsup", CONTROLLED_FILE, lambda items: [], "holds no items"),
+    ("whatsup", "whatsup/coco_qa_two_obj.json", lambda items: items[1].__setitem__(2, None),
+     "item 1 has wrong caption [2] null, not text"),
+    ("zeroshot", "zeroshot/mine/templates.txt", "a {style} photo of a {c}.\n{c}",
+     "line 1: prompt 'a {style} photo of a {c}.' has the placeholder(s) {style}"),
+    ("zeroshot", "zeroshot/mine/templates.txt", "{c}\na {c} with a brace {", "line 2: prompt 'a {c} with a brace {' "
+     "is not a format string"),
+    ("zeroshot", "zeroshot/mine/templates.txt", "\n\n", "holds no prompt"),
+    ("zeroshot", "zeroshot/mine/test", "no test split", "put its test split in"),
+    ("zeroshot", "zeroshot/mine/test", "no class folder", "holds no class folder"),
+]
+
+
+@pytest.mark.parametrize("name, file, change, message", MALFORMED,
+                         ids=[f"{b}-{m.split(',')[0][:40]}" for b, _, _, m in MALFORMED])
+def test_malformed_benchmark_files_fail_the_check_before_any_model_naming_file_and_item(tmp_path, capsys, name, file,
+                                                                                       change, message):
+    WRITERS[name](tmp_path)
+    path = tmp_path / file
+    if change == "no test split":
+        path.rename(path.parent / "train")
+    elif change == "no class folder":
+        shutil.rmtree(path)
+        path.mkdir()
+    elif isinstance(change, str):
+        path.write_text(change)
+    else:
+        edit_json(path, change)
+    # the model named does not exist: the data's error comes first, and no model is needed to find it
+    assert main(["eval", "--benchmarks", name, "--data-root", str(tmp_path), "--check", "--checkpoint",
+                 str(tmp_path / "no-such-run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(path) in err and message in err and "Traceback" not in err
+    with pytest.raises(BenchmarkDataError, match=re.escape(message)):  # load(...) alone finds it too
+        load_data(name, tmp_path, skip_missing=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from concrete_jungle.cli import main
-from concrete_jungle.configs import ConfigError
+from concrete_jungle.configs import ConfigError, load_yaml
 from concrete_jungle.train.config import load_config
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -72,3 +72,34 @@ def test_a_set_key_that_does_not_exist_is_blamed_on_set(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--set optim.lrr=1e-3: 'lrr' is not a key of optim (did you mean lr?)" in " ".join(err.split())
     assert "c.yaml" not in err
+
+
+def test_a_plant_config_giving_the_mode_twice_is_an_error_naming_both_keys(tmp_path, capsys):
+    paper = Path(__file__).resolve().parents[1] / "configs" / "paper"
+    for path in sorted(paper.glob("plant_*.yaml")):  # the shipped configs give it once: editing it changes it
+        data = load_yaml(path)
+        assert data["mode"] == path.stem.split("_")[1] and "mode" not in data["sampler"], path.name
+    twice = tmp_path / "plant.yaml"
+    twice.write_text((paper / "plant_lc.yaml").read_text().replace("sampler:\n", "sampler:\n  mode: hc\n"))
+    assert main(["plant", "--config", str(twice)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{twice}: the mode is given twice, as mode (lc) and sampler.mode (hc); give it once, as mode" in err
+    assert main(["plant", "--config", str(paper / "plant_hc.yaml"), "--set", "sampler.mode=lc"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "plant_hc.yaml with --set: the mode is given twice, as mode (hc) and sampler.mode (lc)" in err
+
+
+def test_a_bad_set_value_names_the_set_an_unknown_yaml_key_gets_a_suggestion_and_a_missing_out_names_the_flag(
+        tmp_path, capsys):
+    """`--set optim.lr=abc` was blamed on the YAML file (``c.yaml.optim.lr: expected float``), a misspelt key in the
+    file got no suggestion, and a config without ``out:`` did not say that ``--out`` gives it."""
+    config = tmp_path / "c.yaml"
+    config.write_text("out: run\noptim:\n  warmpu: 2\n")
+    assert main(["train", "--config", str(config), "--set", "optim.lr=abc"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--set optim.lr=abc: expected float, got 'abc'" in err and f"{config}.optim.lr" not in err
+    assert f"{config}.optim: unknown key(s) 'warmpu' (did you mean warmup?)" in err
+    config.write_text("steps: 2\n")
+    assert main(["train", "--config", str(config)]) == 2
+    assert f"error: {config}: missing required key(s) out (flag --out DIR)" in " ".join(capsys.readouterr().err.split())
+

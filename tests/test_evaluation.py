@@ -1,7 +1,10 @@
 """The evaluation suite on fixtures in the official formats, scored by a tiny random-init open_clip model: the
 scores, the checks of the benchmark files and images, the embedding cache, and comparing results."""
 
+import hashlib
+import itertools
 import json
+import re
 import shutil
 
 import numpy as np
@@ -13,9 +16,9 @@ from PIL import Image
 
 from benchmark_fixtures import noise_image, write_winoground
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, winoground
+from concrete_jungle.evaluation import linear_probe, load_data, retrieval, sugarcrepe, sugarcrepe_pp, winoground
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
-from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
+from concrete_jungle.models import ClipModel, load_model, save_checkpoint, uses_quick_gelu
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +226,35 @@ def test_eval_command_writes_json_markdown_and_compares(data_root, tmp_path, cap
     assert "M.Avg" in capsys.readouterr().out
     assert main(["eval", "--data-root", str(data_root), "--model", "ViT-B-32", "--pretrained", "nope"]) == 2
     assert "pretrained tag 'nope' does not exist" in capsys.readouterr().err
+
+
+def test_eval_out_of_another_model_is_refused_naming_it_and_cleared_with_overwrite(data_root, tmp_path, capsys):
+    root = tmp_path / "root"  # one subset of each benchmark: a few items, encoded in well under a second
+    shutil.copytree(data_root / "coco", root / "coco")
+    for benchmark in ("sugarcrepe", "sugarcrepe_pp"):
+        (root / benchmark).mkdir()
+        shutil.copy(data_root / benchmark / "swap_obj.json", root / benchmark / "swap_obj.json")
+    out = tmp_path / "results"
+    args = ["eval", "--data-root", str(root), "--model", "cj-tiny", "--pretrained", "none", "--no-progress",
+            "--out", str(out)]
+    assert main([*args, "--benchmarks", "sugarcrepe,sugarcrepe_pp"]) == 0
+    first = (out / "sugarcrepe.json").read_text()
+    capsys.readouterr()
+    assert main([*args, "--benchmarks", "sugarcrepe", "--seed", "1"]) == 2  # another model
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"--out {out} holds the results of another model, cj-tiny (random init, seed 0) (sugarcrepe.json, "
+            "sugarcrepe_pp.json); pass --overwrite") in err
+    assert (out / "sugarcrepe.json").read_text() == first and (out / "sugarcrepe_pp.json").is_file()
+    assert main([*args, "--benchmarks", "sugarcrepe", "--seed", "1", "--overwrite"]) == 0
+    assert sorted(p.name for p in out.glob("*.json")) == ["sugarcrepe.json", "summary.json"]  # seed 0's are gone
+    assert json.loads((out / "sugarcrepe.json").read_text())["model"]["seed"] == 1
+    # the same model again, on another benchmark: its first result stays, and the report gives both
+    assert main([*args, "--benchmarks", "sugarcrepe_pp", "--seed", "1"]) == 0
+    assert sorted(p.name for p in out.glob("*.json")) == ["sugarcrepe.json", "sugarcrepe_pp.json", "summary.json"]
+    report = (out / "results.md").read_text()
+    assert "## sugarcrepe\n" in report and "## sugarcrepe_pp\n" in report and "seed 0" not in report
+    assert set(json.loads((out / "summary.json").read_text())["compositional"]["parts"]) == {
+        "sugarcrepe", "sugarcrepe_pp"}
 
 
 def test_palette_rgba_and_cmyk_images_are_preprocessed_as_the_official_loop_does(tmp_path, clip):
@@ -436,3 +468,379 @@ def test_sugarcrepe_evaluates_the_subset_files_that_are_there(data_root, tmp_pat
     assert scores["M.Avg"] == pytest.approx(0.55) and "ADD" not in scores  # ADD needs both of its subsets
     with pytest.raises(ValueError, match="holds no subset files"):
         sugarcrepe.load(tmp_path / "empty", root / "coco" / "val2017")
+
+
+def test_compare_refuses_results_computed_on_other_benchmark_files(data_root, tmp_path, capsys):
+    root = copy_root(data_root, tmp_path)
+    shutil.copytree(root, tmp_path / "elsewhere" / "root")
+    other = tmp_path / "other"
+    shutil.copytree(root, other)
+    path = other / "sugarcrepe" / "add_att.json"
+    items = json.loads(path.read_text())
+    for item in items.values():  # other negatives: the same keys, the same images
+        item["negative_caption"] = "a purple " + item["negative_caption"]
+    path.write_text(json.dumps(items))
+    for side, data in (("a", root), ("same", tmp_path / "elsewhere" / "root"), ("b", other)):
+        assert main(["eval", "--data-root", str(data), "--model", "cj-tiny", "--pretrained", "none", "--no-progress",
+                     "--out", str(tmp_path / side)]) == 0
+    result = {side: json.loads((tmp_path / side / "sugarcrepe.json").read_text()) for side in ("a", "same", "b")}
+    digest = {side: r["benchmark_files_sha256"] for side, r in result.items()}
+    assert digest["a"] == digest["same"] != digest["b"]  # the files, not the data root's place
+    assert result["a"]["outcomes"]["series"]["add_att"]["keys"] == result["b"]["outcomes"]["series"]["add_att"]["keys"]
+    assert f"`{digest['a']}`" in (tmp_path / "a" / "results.md").read_text()
+    capsys.readouterr()
+    assert main(["eval", "--compare", str(tmp_path / "a" / "sugarcrepe.json"), str(tmp_path / "b" / "sugarcrepe.json"),
+                 "--resamples", "20"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"b/sugarcrepe.json and a/sugarcrepe.json were computed on different sugarcrepe files (benchmark files " \
+           f"sha256 {digest['b']} against {digest['a']})" in err
+    assert main(["eval", "--compare", str(tmp_path / "a" / "sugarcrepe.json"),
+                 str(tmp_path / "same" / "sugarcrepe.json"), "--resamples", "20"]) == 0
+    # a result written before results carried the digest: compared on its keys and images, with a note
+    old = result["b"]
+    del old["benchmark_files_sha256"]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "sugarcrepe.json").write_text(json.dumps(old))
+    capsys.readouterr()
+    assert main(["eval", "--compare", str(tmp_path / "a" / "sugarcrepe.json"),
+                 str(tmp_path / "old" / "sugarcrepe.json"), "--resamples", "20"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Not confirmed on the same benchmark files: old/sugarcrepe.json (written before results carried the " \
+           "digest of their benchmark files)" in out
+
+
+def write_karpathy(path, images):
+    path.write_text(json.dumps({"images": images}))
+
+
+def test_an_image_listed_twice_in_a_retrieval_split_is_one_image_with_the_captions_of_both(tmp_path, clip, capsys):
+    (tmp_path / "flickr30k" / "images").mkdir(parents=True)
+    images = []
+    for i in range(5):
+        noise_image(tmp_path / "flickr30k" / "images" / f"{i}.jpg", 700 + i)
+        images.append({"filename": f"{i}.jpg", "split": "test",
+                       "sentences": [{"raw": f"a photo number {i}"}, {"raw": f"picture {i} of things"}]})
+    merged = json.loads(json.dumps(images))
+    merged[2]["sentences"].append({"raw": "the third picture again"})
+    twice = images + [{"filename": "2.jpg", "split": "test", "sentences": [{"raw": "the third picture again"}]}]
+    write_karpathy(tmp_path / "flickr30k" / "dataset_flickr30k.json", twice)
+    write_karpathy(tmp_path / "merged.json", merged)
+    data = retrieval.load(tmp_path / "flickr30k" / "dataset_flickr30k.json", tmp_path / "flickr30k" / "images")
+    assert [p.name for p, _ in data["items"]] == [f"{i}.jpg" for i in range(5)]
+    assert data["notes"] == ["images/2.jpg is listed 2 times in the test split of dataset_flickr30k.json (images[2], "
+                             "images[5]): one image with the captions of each listing, as clip_benchmark reads a split"]
+    encoder = Encoder(clip, progress=False)
+    result = retrieval.evaluate(encoder, data)
+    expected = retrieval.evaluate(encoder, retrieval.load(tmp_path / "merged.json", tmp_path / "flickr30k" / "images"))
+    assert result["n"] == {"images": 5, "texts": 11} and result["metrics"] == expected["metrics"]
+    assert result["outcomes"] == expected["outcomes"]  # not a tied distractor of itself
+    assert main(["eval", "--benchmarks", "retrieval", "--data-root", str(tmp_path), "--check"]) == 0
+    assert "images/2.jpg is listed 2 times" in " ".join(capsys.readouterr().out.split())
+
+
+def write_retrieval(root):
+    (root / "flickr30k" / "images").mkdir(parents=True)
+    images = []
+    for i in range(3):
+        noise_image(root / "flickr30k" / "images" / f"{i}.jpg", 800 + i)
+        images.append({"filename": f"{i}.jpg", "split": "test", "sentences": [{"raw": f"a photo {i}"}]})
+    write_karpathy(root / "flickr30k" / "dataset_flickr30k.json", images)
+
+
+def write_image_folders(root, splits=("train", "val"), classes=("red", "blue")):
+    for split in splits:
+        for c, name in enumerate(classes):
+            (root / split / name).mkdir(parents=True)
+            noise_image(root / split / name / "0.png", 900 + c)
+
+
+def write_coco_probe(root):
+    for split in ("train", "val"):
+        (root / "coco" / f"{split}2017").mkdir(parents=True)
+        noise_image(root / "coco" / f"{split}2017" / "0.jpg", 950)
+        (root / "coco" / "annotations").mkdir(exist_ok=True)
+        (root / "coco" / "annotations" / f"instances_{split}2017.json").write_text(json.dumps({
+            "images": [{"id": 1, "file_name": "0.jpg"}], "categories": [{"id": 3}],
+            "annotations": [{"id": 0, "image_id": 1, "category_id": 3}]}))
+
+
+WRITERS = {"winoground": lambda root: write_winoground(root / "winoground", "a dog {} on a cat", "a cat {} on a dog",
+                                                       n=3),
+           "retrieval": write_retrieval,
+           "linear_probe": lambda root: write_image_folders(root / "imagenet"),
+           "coco_probe": write_coco_probe,
+           "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train",))}
+
+
+def edit_lines(path, change):
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    change(rows)
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+
+
+def edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+FLICKR = "flickr30k/dataset_flickr30k.json"
+VAL_ANNOTATIONS = "coco/annotations/instances_val2017.json"
+# benchmark, file, how it is broken, what the error says after the file's name
+MALFORMED = [
+    ("winoground", "winoground/examples.jsonl", lambda rows: rows[1].update(caption_0=None),
+     "line 2 has caption_0 null, not text"),
+    ("winoground", "winoground/examples.jsonl", lambda rows: rows.__setitem__(1, [1, 2]),
+     "line 2: [1, 2] is not an object"),
+    ("winoground", "winoground/examples.jsonl", lambda rows: rows[2].update(id=0), "id 0 is on lines 1 and 3"),
+    ("winoground", "winoground/examples.jsonl", lambda rows: rows[0].pop("image_1"), "line 1 has image_1 null"),
+    ("winoground", "winoground/examples.jsonl", lambda rows: rows.clear(), "holds no examples"),
+    ("retrieval", FLICKR, lambda d: d["images"][1]["sentences"][0].update(raw=None),
+     "images[1] has sentences[0].raw null, not text"),
+    ("retrieval", FLICKR, lambda d: d["images"][1].update(sentences=[]), "images[1] (1.jpg) has no sentences"),
+    ("retrieval", FLICKR, lambda d: [im.update(split="train") for im in d["images"]],
+     "has no image in the 'test' split"),
+    ("retrieval", FLICKR, lambda d: d["images"].__setitem__(0, "0.jpg"), 'images[0] is "0.jpg", not an object'),
+    ("retrieval", "flickr30k/images", lambda path: [p.unlink() for p in path.glob("*.jpg")],
+     "every image of the 'test' split was skipped"),
+    ("linear_probe", "imagenet/val", lambda path: write_image_folders(path.parent, ("val",), ("green",)),
+     "has the class folder(s) ['green'] with images"),
+    ("linear_probe", "imagenet/val", lambda path: [p.unlink() for p in path.rglob("*.png")],
+     "holds no image in a class folder"),
+    ("coco_probe", VAL_ANNOTATIONS, lambda d: d["annotations"][0].update(category_id=99),
+     "annotations[0] has the category_id 99, which no entry of categories has"),
+    ("coco_probe", VAL_ANNOTATIONS, lambda d: d["images"][0].pop("file_name"), "images[0] has no file_name"),
+    ("vtab", "vtab/dtd", None, "has train/ but no test/"),
+]
+
+
+@pytest.mark.parametrize("name, file, change, message", MALFORMED,
+                         ids=[f"{b}-{m.split(',')[0][:40]}" for b, _, _, m in MALFORMED])
+def test_malformed_benchmark_files_fail_the_check_naming_file_and_item(tmp_path, capsys, name, file, change, message):
+    WRITERS[name](tmp_path)
+    path = tmp_path / file
+    if path.suffix == ".jsonl":
+        edit_lines(path, change)
+    elif path.suffix == ".json":
+        edit_json(path, change)
+    elif change is not None:
+        change(path)
+    # the checkpoint named does not exist: the data's error comes first, and no model is needed to find it
+    assert main(["eval", "--benchmarks", name, "--data-root", str(tmp_path), "--check", "--skip-missing",
+                 "--checkpoint", str(tmp_path / "no-such-run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(path) in err and message in err and "Traceback" not in err
+    with pytest.raises(BenchmarkDataError, match=re.escape(message)):  # load(...) alone finds it too
+        load_data(name, tmp_path, skip_missing=True)
+
+
+def test_a_malformed_benchmark_file_stops_the_run_before_the_model_loads(tmp_path, capsys):
+    WRITERS["winoground"](tmp_path)
+    edit_lines(tmp_path / "winoground" / "examples.jsonl", lambda rows: rows[1].update(caption_1=None))
+    assert main(["eval", "--benchmarks", "winoground", "--data-root", str(tmp_path), "--model", "cj-tiny",
+                 "--pretrained", "none", "--no-progress", "--out", str(tmp_path / "r")]) == 2
+    assert "line 2 has caption_1 null, not text" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "r").exists()  # stopped before the model: its output folder is made after it loads
+
+
+# ------------------------------------------------------------------------------------------------ chance levels
+
+
+class RandomFeatures(torch.nn.Module):
+    """A model that scores every option at random: each distinct picture (its pixels) and each distinct text (its
+    tokens) gets a random vector of its own, drawn from the seed, as a model's features are a function of them."""
+
+    def __init__(self, seed: int, dim: int = 8):
+        super().__init__()
+        self.visual = torch.nn.Linear(1, 1)  # the Encoder takes its pictures in the dtype of this tower
+        self.seed, self.dim = seed, dim
+
+    def vector(self, kind: str, x: torch.Tensor) -> torch.Tensor:
+        digest = hashlib.sha1(f"{self.seed}|{kind}|".encode() + x.numpy().tobytes()).digest()
+        return torch.randn(self.dim, generator=torch.Generator().manual_seed(int.from_bytes(digest[:7], "little")))
+
+    def encode_image(self, pixels):
+        return torch.stack([self.vector("image", p) for p in pixels])
+
+    def encode_text(self, tokens, normalize=False):
+        return torch.stack([self.vector("text", t) for t in tokens])
+
+
+class KeptTokens:
+    """open_clip's CLIP tokenizer, each text tokenized once (many seeds read the same captions)."""
+
+    def __init__(self):
+        self.tokenizer, self.rows = open_clip.get_tokenizer("ViT-B-32"), {}
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        new = list(dict.fromkeys(t for t in texts if t not in self.rows))
+        self.rows |= dict(zip(new, self.tokenizer(new))) if new else {}
+        return torch.stack([self.rows[t] for t in texts])
+
+
+CLIP_TOKENS = KeptTokens()
+
+
+def random_features(seed: int) -> ClipModel:
+    def preprocess(im):
+        return torch.from_numpy(np.asarray(im.convert("RGB").resize((6, 6)), dtype=np.float32))
+
+    return ClipModel(RandomFeatures(seed), preprocess, CLIP_TOKENS, {},
+                     {"name": "random features", "pretrained": "none", "seed": seed})
+
+
+@pytest.fixture(scope="module")
+def compositional(data_root, tmp_path_factory):
+    """Five compositional benchmarks on fixtures, loaded: SugarCrepe and SugarCrepe++ (every caption differs from
+    its negative), Winoground, ARO (with a tie) and What'sUp (with a four-way tie of the right caption)."""
+    from test_compositional_benchmarks import write_aro, write_whatsup
+
+    root, other = tmp_path_factory.mktemp("compositional"), tmp_path_factory.mktemp("whatsup")
+    shutil.copytree(data_root, root, dirs_exist_ok=True)
+    write_winoground(root / "winoground", "a dog {} on a cat", "a cat {} on a dog")
+    write_aro(root / "aro")
+    write_whatsup(other / "whatsup", other / "coco" / "val2017")  # its own COCO pictures
+    return {n: load_data(n, other if n == "whatsup" else root, False)
+            for n in ("sugarcrepe", "sugarcrepe_pp", "winoground", "aro", "whatsup")}
+
+
+def test_chance_levels_follow_each_benchmarks_items_and_tie_rule(compositional, tmp_path):
+    from concrete_jungle import evaluation
+    from concrete_jungle.evaluation import aro_order, chance
+
+    # a pick among k distinct options is right 1 time in k; options that read alike to a CLIP tokenizer (case and
+    # the spaces around punctuation aside) are one option, and a tie goes to the option listed first
+    assert chance.pick_chance(["a cup", "a mug", "a bowl"], 1) == pytest.approx(1 / 3)
+    assert chance.pick_chance(["A dog, running", "a dog , running", "a cat"], 0) == 0.5
+    assert chance.pick_chance(["A dog, running", "a dog , running", "a cat"], 1) == 0
+    assert chance.below_chance(["a red car", "a car that is red"], "a blue car") == pytest.approx(1 / 3)
+    assert chance.below_chance(["a red car", "A red car"], "a blue car") == 0.5  # the two positives read alike
+    results = evaluation.run(Encoder(random_features(0), progress=False), list(compositional), compositional)
+    levels = {name: r["chance"] for name, r in results.items()}
+    assert levels["sugarcrepe"] == {"M.Avg": 0.5}  # the caption or its negative: one in two
+    assert levels["sugarcrepe_pp"] == {"M.Avg/ITT": pytest.approx(1 / 3)}  # the negative last of three
+    assert levels["winoground"] == {"group": pytest.approx(1 / 6)}  # s00 and s11 the largest two of four
+    # ARO: item 0 of "on" is a tie, and a tie is wrong (the true caption is listed second); the 6 items of the
+    # second attribute pair are below the official 25 and left out, as the metric leaves them out
+    assert levels["aro"] == {"VG-Relation": None, "VG-Relation (all relations)": pytest.approx((7 / 8 * 0.5 + 1) / 3),
+                             "VG-Attribution": 0.5}
+    # What'sUp: item 0's four captions are one, and a tie goes to the right caption, listed first
+    assert levels["whatsup"]["controlled_a"] == pytest.approx((1 + 7 / 4) / 8)
+    assert levels["whatsup"]["coco_qa_two"] == 0.5 and levels["whatsup"]["vg_qa_one"] is None
+    # ARO's order tasks: five options, but a one-word caption's four scrambles are the caption itself
+    (tmp_path / "coco" / "val2014").mkdir(parents=True)
+    noise_image(tmp_path / "coco" / "val2014" / "c0.jpg", 400)
+    write_karpathy(tmp_path / "coco" / "dataset_coco.json", [{"filepath": "val2014", "filename": "c0.jpg",
+                                                              "split": "test", "sentences": [
+        {"raw": "A small red dog sits on a wooden bench near the old tree."}, {"raw": "dog"}]}])
+    data = aro_order.load(tmp_path)
+    result = aro_order.evaluate(Encoder(random_features(0), progress=False), data)
+    assert len(set(data["items"]["coco_order"][0][2])) == 5
+    assert chance.levels("aro_order", data, result, ["coco_order"]) == {"coco_order": pytest.approx((1 / 5 + 1) / 2)}
+
+
+def test_recognition_chance_levels_are_a_uniform_guess_and_a_random_ranking(tmp_path):
+    from concrete_jungle import evaluation
+    from concrete_jungle.evaluation import chance
+
+    root = tmp_path / "root"
+    write_image_folders(root / "imagenet", classes=("red", "blue", "green"))
+    (root / "flickr30k" / "images").mkdir(parents=True)
+    images = []
+    for i in range(4):  # 4 images, 1 + 1 + 1 + 3 captions
+        noise_image(root / "flickr30k" / "images" / f"{i}.jpg", 800 + i)
+        images.append({"filename": f"{i}.jpg", "split": "test",
+                       "sentences": [{"raw": f"a photo {i} {k}"} for k in range(3 if i == 3 else 1)]})
+    write_karpathy(root / "flickr30k" / "dataset_flickr30k.json", images)
+    loaded = {n: load_data(n, root, False) for n in ("linear_probe", "retrieval")}
+    results = evaluation.run(Encoder(random_features(0), progress=False), list(loaded), loaded)
+    assert results["linear_probe"]["chance"] == {"top1": pytest.approx(1 / 3)}
+    # a caption finds its one image of 4 first 1 time in 4; an image finds one of its c captions first of 6 c / 6
+    assert results["retrieval"]["chance"] == {"image_retrieval_recall@1": 0.25,
+                                              "text_retrieval_recall@1": pytest.approx((1 + 1 + 1 + 3) / 6 / 4)}
+    # COCO's mAP: the expected average precision of a random ranking, exact against every ranking of a few images
+    labels = torch.tensor([[1, 0, 1], [0, 0, 1], [1, 0, 0], [0, 0, 1], [0, 0, 1]], dtype=torch.float)
+    exact = []
+    for c in (0, 2):  # class 1 has no positive: it has no AP, in the metric as here
+        aps = [linear_probe.average_precision(torch.tensor(order, dtype=torch.float), labels[:, c])
+               for order in itertools.permutations(range(5))]
+        exact.append(np.mean(aps))
+    level = chance.levels("coco_probe", {"splits": {"val": ([], labels)}}, {"metrics": {"mAP": 0.5}}, ["mAP"])
+    assert level == {"mAP": pytest.approx(np.mean(exact))}
+
+
+def test_a_model_scoring_at_random_has_a_chance_normalised_mean_near_zero(compositional):
+    from concrete_jungle import evaluation
+    from concrete_jungle.evaluation.report import markdown, summary
+
+    raw, normalised = [], []
+    for seed in range(30):  # the normalised mean of one seed has a spread of about 0.1 on these few items
+        results = evaluation.run(Encoder(random_features(seed), progress=False), list(compositional), compositional)
+        part = summary(results)["compositional"]
+        raw.append(part["mean"])
+        normalised.append(part["normalised_mean"])
+    # the raw mean of a random model is the mean of the chance levels (50, 33, 17, 49 and 42 here), not 0
+    assert np.mean(raw) == pytest.approx(np.mean(list(part["chance"].values())), abs=0.04) and np.mean(raw) > 0.35
+    assert abs(np.mean(normalised)) < 0.06
+    line = markdown(results).splitlines()[2]
+    assert line.startswith(f"**Compositional: raw mean {100 * part['mean']:.2f}, chance-normalised mean "
+                           f"{100 * part['normalised_mean']:.2f}**")
+    assert "sugarcrepe_pp " + f"{100 * part['parts']['sugarcrepe_pp']:.2f} (chance 33.33)" in line
+    assert "(score - chance) / (100 - chance) × 100" in line
+    # a result written before results carried their chance level leaves the normalised mean unset, and says so
+    del results["aro"]["chance"]
+    part = summary(results)["compositional"]
+    assert part["normalised_mean"] is None and part["without_chance"] == ["aro"]
+    assert "chance-normalised mean -**" in markdown(results) and "No chance level for aro" in markdown(results)
+
+
+# ------------------------------------------------------------------------------------------------ the command's flags
+
+
+def test_eval_compare_needs_two_files_and_names_one_it_cannot_read(tmp_path, capsys):
+    out = tmp_path / "a"  # what `eval` writes, in short
+    out.mkdir()
+    result = out / "sugarcrepe.json"
+    result.write_text(json.dumps({"benchmark": "sugarcrepe", "metrics": {"M.Avg": 0.5}}))
+    (out / "summary.json").write_text(json.dumps({"compositional": {"parts": {"sugarcrepe": 0.5}, "mean": 0.5}}))
+    (out / "results.md").write_text("**Compositional: raw mean 50.00**\n")
+    assert main(["eval", "--compare", str(result)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no one-column table
+    assert " ".join(captured.err.split()) == (f"error: --compare needs two or more result files, it got one "
+                                              f"({result}): concrete-jungle eval --compare A.json B.json [C.json "
+                                              "...], or --compare A.json --vs B.json")
+    missing = tmp_path / "b" / "sugarcrepe.json"
+    for other, why in ((missing, "does not exist"), (out, "is a folder"),
+                       (out / "results.md", "cannot be read as JSON"),
+                       (out / "summary.json", "holds no metrics, so it is no result of `concrete-jungle eval`")):
+        assert main(["eval", "--compare", str(result), str(other)]) == 2
+        err = capsys.readouterr().err
+        assert " ".join(err.split()).startswith(f"error: --compare: {other} {why}") and "Errno" not in err
+    assert main(["eval", "--compare", str(result), "--vs", str(missing)]) == 2
+    assert f"--compare: {missing} does not exist" in " ".join(capsys.readouterr().err.split())
+
+
+def test_eval_benchmarks_all_takes_the_data_root_s_benchmarks_and_names_the_others(data_root, tmp_path, capsys):
+    from concrete_jungle.cli import build_parser
+
+    help_text = " ".join(build_parser()._subparsers._group_actions[0].choices["eval"].format_help().split())
+    assert "or all: every benchmark whose data is under --data-root" in help_text
+    assert "(default sugarcrepe)" in help_text
+    root = copy_root(data_root, tmp_path)
+    write_winoground(root / "winoground", "a dog {} on a cat", "a cat {} on a dog", n=3)
+    assert main(["eval", "--benchmarks", "all", "--data-root", str(root), "--check"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"--benchmarks all: found under {root}: sugarcrepe, sugarcrepe_pp, winoground; not found: aro (no " \
+           "aro/visual_genome_relation.json or aro/visual_genome_attribution.json), aro_order (no" in out
+    assert out.count(" (no ") == 10 and "vtab (no vtab/*/)" in out and "winoground 3 0" in out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    capsys.readouterr()
+    assert main(["eval", "--benchmarks", "all", "--data-root", str(empty), "--check"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith(f"error: --benchmarks all: no benchmark's data is under --data-root {empty} (none of "
+                          "sugarcrepe/*.json;")
+    assert main(["eval", "--benchmarks", "sugarcrepe,everything", "--data-root", str(root), "--check"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "unknown benchmark(s) ['everything']" in err and "or all (alone: every benchmark whose data is under" in err

@@ -56,6 +56,37 @@ def test_word_diff_escapes_and_marks_only_the_change():
     assert right == 'A <mark class="ins">blue</mark> &lt;b&gt;car&lt;/b&gt;'
 
 
+def test_word_diff_marks_the_changed_word_and_not_the_punctuation_beside_it():
+    left, right = word_diff("A man holding a cup; a dog's bowl.", "A man holding a mug; a cat's bowl.")
+    assert left == 'A man holding a <mark class="del">cup</mark>; a <mark class="del">dog&#x27;s</mark> bowl.'
+    assert right == 'A man holding a <mark class="ins">mug</mark>; a <mark class="ins">cat&#x27;s</mark> bowl.'
+    # punctuation that changes is marked, alone; a phrase that changes is one mark, the space before it outside
+    assert word_diff("A cat (sleeping).", "A cat (sleeping)!") == ('A cat (sleeping)<mark class="del">.</mark>',
+                                                                   'A cat (sleeping)<mark class="ins">!</mark>')
+    assert word_diff("A red car,  parked", "A small blue car, parked")[1] == \
+        'A <mark class="ins">small blue</mark> car, parked'
+
+
+def sort_box(page: str) -> list[tuple[str, str, str]]:
+    """The options of the page's sort box: (value, selected or "", label)."""
+    box = re.search(r'<select id="sort">(.*?)</select>', page, re.S).group(1)
+    return re.findall(r'<option value="([^"]*)"( selected)?>([^<]*)</option>', box)
+
+
+@pytest.mark.parametrize("sort, written", [("concreteness", "concreteness ↓"),
+                                           ("category", "category, then concreteness ↓"),
+                                           ("random", "random (seed 3)")])
+def test_the_sort_box_shows_the_order_the_page_was_written_in(tmp_path, sort, written):
+    data = make_concretebatch(tmp_path, "D_hc")
+    assert main(["gallery", str(data), "--out", str(tmp_path / "g"), "--sort", sort, "--seed", "3"]) == 0
+    options = sort_box((tmp_path / "g" / "index.html").read_text())
+    # selected: the order of the rows as written (value "" restores it); then the orders the script can sort into
+    assert options[0] == ("", " selected", written)
+    assert [label for _, _, label in options[1:]] == [label for label in ("concreteness ↓", "concreteness ↑")
+                                                      if label != written]
+    assert all(not selected for _, selected, _ in options[1:]) and "as written" not in str(options)
+
+
 def test_gallery_files_and_escaping(tmp_path):
     data = make_concretebatch(tmp_path, "D_hc")
     assert main(["gallery", str(data), "--out", str(tmp_path / "g")]) == 0
@@ -91,6 +122,7 @@ def test_gallery_in_headless_chromium(tmp_path):
         driver.get((tmp_path / "g" / "index.html").as_uri())
         visible = lambda: [r for r in driver.find_elements(By.CSS_SELECTOR, ".row") if r.is_displayed()]  # noqa: E731
         assert len(visible()) == 5
+        assert Select(driver.find_element(By.ID, "sort")).first_selected_option.text == "concreteness ↓"
         assert len(driver.find_elements(By.CSS_SELECTOR, ".card")) == 10  # two datasets side by side
         assert driver.find_elements(By.CSS_SELECTOR, "mark.ins") and driver.find_elements(By.CSS_SELECTOR, "mark.del")
         assert all(img.get_property("naturalWidth") > 0 for img in driver.find_elements(By.TAG_NAME, "img"))
@@ -155,7 +187,7 @@ def test_gallery_filters_sorts_labels_and_cleans_like_a_user_expects(planted, tm
     row_cs = [float(x.split('"')[0]) for x in page.split('<section class="row" tabindex="0" data-c="')[1:]]
     assert row_cs == sorted(row_cs, reverse=True)
     assert len(list((tmp_path / "g" / "thumbs").glob("*.jpg"))) == 2 * len(row_cs)
-    build_gallery([planted], tmp_path / "g", sample=5, stats=stats)
+    build_gallery([planted], tmp_path / "g", sample=5, stats=stats, overwrite=True)
     assert len(list((tmp_path / "g" / "thumbs").glob("*.jpg"))) == 10  # the larger page's thumbnails are gone
 
 
@@ -174,3 +206,29 @@ def test_gallery_rows_sort_by_the_mean_concreteness_of_their_cards(tmp_path):
     assert row_c == sorted(row_c, reverse=True) and all(len(cs) == 2 for cs in cards)
     assert all(abs(c - sum(cs) / 2) < 2e-3 for c, cs in zip(row_c, cards))
     assert any(cs[0] != cs[1] for cs in cards)  # the datasets of one anchor differ: the first alone would not do
+
+
+def test_gallery_refuses_a_folder_of_other_files_and_replaces_its_own_page_only_when_told(tmp_path, capsys):
+    data = make_concretebatch(tmp_path, "D_hc")
+    site = tmp_path / "site"  # a web site's folder, say
+    site.mkdir()
+    (site / "index.html").write_text("<h1>my home page</h1>\n")
+    for extra in ([], ["--overwrite"]):  # --overwrite replaces a gallery page, never a file of someone else's
+        assert main(["gallery", str(data), "--out", str(site), *extra]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"--out {site} holds {site / 'index.html'}, which `concrete-jungle gallery` did not write" in err
+        assert sorted(p.name for p in site.iterdir()) == ["index.html"]
+        assert (site / "index.html").read_text() == "<h1>my home page</h1>\n"
+
+    out = tmp_path / "g"
+    assert main(["gallery", str(data), "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert main(["gallery", str(data), "--out", str(out), "--sample", "2"]) == 2
+    assert f"--out {out} holds a gallery page already" in " ".join(capsys.readouterr().err.split())
+    assert (out / "index.html").read_text() == page
+    (out / "thumbs" / "notes.txt").write_text("mine\n")
+    assert main(["gallery", str(data), "--out", str(out), "--sample", "2", "--overwrite"]) == 2
+    assert f"holds {out / 'thumbs' / 'notes.txt'}" in " ".join(capsys.readouterr().err.split())
+    (out / "thumbs" / "notes.txt").unlink()
+    assert main(["gallery", str(data), "--out", str(out), "--sample", "2", "--overwrite"]) == 0
+    assert (out / "index.html").read_text().count('class="row"') == 2

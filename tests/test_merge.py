@@ -54,17 +54,20 @@ def test_merge_refuses_foreign_damaged_unfinished_and_mismatched_parts(two_parts
     refused("the parts were made with different settings (sampler differs")
 
 
-def test_train_cache_and_analyze_refuse_an_unmerged_dataset_unless_partial(two_parts, tmp_path, capsys):
+def test_train_cache_analyze_and_gallery_refuse_an_unmerged_dataset_unless_partial(two_parts, tmp_path, capsys):
     _, _, out = two_parts
     train = ["train", "--data", str(out), "--out", str(tmp_path / "run"), "--steps", "1", *TINY_TRAIN]
     for command in (train, ["cache", str(out), "--model", "cj-tiny", "--pretrained", "none", "--workers", "0"],
                     ["analyze", "datasets", str(out), "--model", "cj-tiny", "--pretrained", "none",
-                     "--out", str(tmp_path / "a")]):
+                     "--out", str(tmp_path / "a")],
+                    ["gallery", str(out), "--out", str(tmp_path / "g")]):
         assert main(command) == 2
         err = " ".join(capsys.readouterr().err.split())
         assert f"{out} is a split run whose parts are not merged" in err and "plant merge" in err, command[0]
+        assert "--partial" in err, command[0]  # advice each of these commands takes
     assert main(train + ["--set", "data.partial=true"]) == 0
     assert main(["analyze", "datasets", str(out), "--model", "cj-tiny", "--pretrained", "none", "--partial",
                  "--out", str(tmp_path / "a")]) == 0
+    assert main(["gallery", str(out), "--partial", "--out", str(tmp_path / "g")]) == 0
     assert main(["plant", "merge", str(out)]) == 0
     assert main(train[:4] + [str(tmp_path / "run2")] + train[5:]) == 0  # merged: a dataset like any other

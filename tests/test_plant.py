@@ -8,10 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+from plugin_example import PurpleCaptioner
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_quintuples, iter_records, read_manifest, read_member
@@ -178,7 +181,7 @@ def test_bad_images_and_captions_become_rejects_with_reasons(tmp_path):
     assert {r["id"] for r in rejects} >= {"img00003", "img00005", "abstract"}
 
 
-def test_wrong_image_folder_and_unreachable_server_stop_before_any_shard(tmp_path, capsys):
+def test_wrong_image_folder_and_unreachable_server_stop_before_any_file(tmp_path, capsys):
     captions, images = make_dataset(tmp_path, 8)
     out = tmp_path / "cb"
     assert main(plant_args(captions, tmp_path / "nope", out)) == 2
@@ -188,7 +191,7 @@ def test_wrong_image_folder_and_unreachable_server_stop_before_any_shard(tmp_pat
     assert main(plant_args(captions, images, out, "--captioner", "openai", "--model", "Qwen/Qwen3-32B",
                            "--base-url", "http://127.0.0.1:9/v1")) == 2
     assert "cannot reach the OpenAI-compatible server" in capsys.readouterr().err
-    assert not list(out.glob("shard-*.tar"))
+    assert not out.exists()  # checked before the keyword stage writes its files, as docs/commands.md says
 
 
 def test_resume_with_other_settings_is_refused(tmp_path, capsys):
@@ -342,3 +345,90 @@ def test_plant_refuses_a_training_run_folder_and_missing_images_before_writing(r
     assert main(plant_args(captions, empty, tmp_path / "cb")) == 2
     assert "none of the first 10 images exist" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "cb").exists()
+
+
+def test_plant_refuses_a_folder_of_other_files_naming_one_and_resumes_its_own(tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 8, image_size=8)
+    results = tmp_path / "results"  # an evaluation's folder: its summary.json has the name of plant's
+    results.mkdir()
+    (results / "summary.json").write_text('{"compositional": {"mean": 0.61}}\n')
+    assert main(plant_args(captions, images, results)) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--out {results} holds {results / 'summary.json'}, which is not a file of a dataset `plant` made" in err
+    (results / "results.md").write_text("# results\n")
+    assert main(plant_args(captions, images, results)) == 2
+    assert f"holds {results / 'results.md'}" in " ".join(capsys.readouterr().err.split())
+    assert sorted(p.name for p in results.iterdir()) == ["results.md", "summary.json"]
+    assert (results / "summary.json").read_text() == '{"compositional": {"mean": 0.61}}\n'
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out)) == 0
+    assert main(plant_args(captions, images, out)) == 0  # its own dataset: resumed, as always
+    assert "reusing 1 finished shard(s) of an earlier run" in " ".join(capsys.readouterr().err.split())
+
+
+class GatedCaptioner(PurpleCaptioner):
+    """A captioner that starts only once the file ``gate`` exists: a run held after its keywords, as a slow model
+    load holds one."""
+
+    def __init__(self, gate: str):
+        super().__init__()
+        if not wait_for(Path(gate).exists):
+            raise TimeoutError(f"{gate} did not appear")
+
+
+def test_a_second_plant_job_that_splits_the_folder_otherwise_is_refused_naming_the_first_ones_parts(tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 12, image_size=8)
+    out, gate = tmp_path / "cb", tmp_path / "gate"
+    first = plant_args(captions, images, out, "--num-shards", 2, "--shard-index", 0,
+                       "--captioner", "test_plant:GatedCaptioner", "--captioner-option", f"gate={gate}")
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(main, first)
+        try:  # the first job is past its keywords, before its config.yaml: the second sees only its part files
+            assert wait_for(lambda: (out / "keywords-00000-of-00002.summary.json").exists() or job.done())
+            assert not job.done() and not (out / "config.yaml").exists()
+            assert main(plant_args(captions, images, out, "--num-shards", 3, "--shard-index", 1)) == 2
+        finally:
+            gate.touch()
+        assert job.result(timeout=120) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{out} is split into 2 part(s) by another run" in err and "--num-shards 2 too" in err
+    assert not list(out.glob("*of-00003*"))
+    assert (out / "manifest-00000-of-00002.jsonl").is_file()
+
+
+def test_the_rules_captioner_without_wordnet_says_what_it_costs_once_at_the_start(tmp_path, capsys, monkeypatch):
+    from concrete_jungle.plant.captioners import rules
+
+    monkeypatch.setattr(rules, "WORDNET_ROOT", tmp_path / "no-wordnet")  # as where wordnet-base is not installed
+    rules.load_wordnet.cache_clear()
+    captions, images = make_dataset(tmp_path, 6, image_size=8)
+    try:
+        assert main(plant_args(captions, images, tmp_path / "cb")) == 0
+    finally:
+        rules.load_wordnet.cache_clear()  # the next test finds the installed WordNet again
+    lines = [line for line in capsys.readouterr().err.splitlines() if "WordNet" in line]
+    assert len(lines) == 1 and lines[0].startswith("plant: WordNet 3.0 is not installed"), lines
+    assert "about 45 % of hc, 38 % of lc and 40 % of wo samples become rejects" in lines[0]
+    assert lines[0].endswith("install it: apt-get install wordnet-base")
+    assert main(plant_args(captions, images, tmp_path / "cb-lexicon", "--captioner-option", "wordnet=false")) == 0
+    assert "WordNet" not in capsys.readouterr().err  # asked for no WordNet: nothing to say
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--editor", "diffusers", "--editor-model", "nobody/no-such-img2img-model"],
+     "--editor-model nobody/no-such-img2img-model is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"),
+    (["--captioner", "transformers", "--model", "nobody/no-such-causal-lm"],
+     "--model nobody/no-such-causal-lm is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"),
+])
+def test_a_model_that_cannot_be_had_offline_is_one_line_before_any_file(tmp_path, flags, message):
+    captions, images = make_dataset(tmp_path, 4, image_size=8)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {
+        "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HOME": str(tmp_path)}  # an empty cache
+    out = tmp_path / "cb"
+    done = subprocess.run([sys.executable, "-m", "concrete_jungle.cli", *plant_args(captions, images, out, *flags)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, nothing before it
+    err = " ".join(done.stderr.split())
+    assert message in err and "download it once with the network" in err and "or pass a local folder" in err
+    assert not out.exists()

@@ -150,3 +150,24 @@ def test_two_packages_registering_one_name_is_an_error_naming_both(tmp_path, sma
     err = " ".join(done.stderr.split())
     assert "captioner 'mine' is registered by more than one installed package" in err
     assert "(package cj-one)" in err and "(package cj-two)" in err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--editor", "toyworld"], "editor 'toyworld' needs the option(s) world: pass --editor-option world=PATH"),
+    (["--editor", "toyworld", "--editor-option", "world=nowhere"],
+     "nowhere/scenes.jsonl not found; --editor-option world=DIR must name a toy world's folder (concrete-jungle demo "
+     "--out OUT writes one as OUT/world-<hash>)"),
+    (["--captioner", "toyworld", "--captioner-option", "world=nowhere"],
+     "nowhere/scenes.jsonl not found; --captioner-option world=DIR must name a toy world's folder"),
+    (["--captioner", "plugin_example:PurpleCaptioner", "--captioner-option", "colour=red"],
+     "captioner 'plugin_example:PurpleCaptioner' does not take the option(s) colour; it takes object_word "
+     "(--captioner-option KEY=VALUE)"),
+])
+def test_a_plugin_s_missing_or_wrong_option_is_the_flag_to_pass_before_any_file(small, tmp_path, capsys, flags,
+                                                                                 message):
+    captions, images = small
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out, *flags)) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message in err and "Traceback" not in err, err
+    assert not out.exists()  # checked before the keyword stage writes anything

@@ -128,7 +128,7 @@ def test_a_damaged_shard_and_keys_repeated_across_shards(stores, tmp_path):
     ids = [s.id for s in samples if s.error is None]
     assert "00002/000000000" in ids and "000000000" in ids  # a repeated key gets its shard's name
     damaged = [s for s in samples if s.id == "00001.tar#damaged"]
-    assert damaged and "the shard is damaged: the archive ends inside '000000026.jpg'" in damaged[0].error
+    assert damaged and "the shard 00001.tar is damaged: it ends inside '000000026.jpg'" in damaged[0].error
     out = tmp_path / "out"
     assert plant([wds], out) == 0  # the run goes on: what the damaged shard held before the damage is planted
     manifest = read_manifest(out)
@@ -274,3 +274,222 @@ def test_an_image_column_named_by_the_user_is_the_one_read(stores, tmp_path, cap
     assert main(["keywords", "--captions", str(tmp_path / "named.parquet"), "--columns", "caption=text,image=nope",
                  "--mode", "hc", "--out", str(tmp_path / "kw.jsonl")]) == 2
     assert "has no column 'nope' (--columns image=...)" in " ".join(capsys.readouterr().err.split())
+
+
+def img2dataset_shard(path, keys, captions=None, failed=(), shift=0):
+    """A shard as img2dataset writes it (`webdataset.TarWriter`: a pax header before each member), with its metadata
+    Parquet and ``<stem>_stats.json`` beside it listing ``keys`` as downloaded, except those in ``failed``. Key ``k``
+    holds picture and caption number ``k + shift``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import webdataset
+
+    with webdataset.TarWriter(str(path)) as sink:
+        for k, key in enumerate(keys):
+            text = captions[k] if captions else caption(int(key) + shift)
+            sink.write({"__key__": key, "jpg": jpeg(int(key) + shift), "txt": text,
+                        "json": json.dumps({"key": key, "status": "success"}).encode()})
+    listed = list(keys) + [key for key in failed if key not in keys]
+    status = ["failed_to_download" if key in failed else "success" for key in listed]
+    pq.write_table(pa.table({"key": listed, "status": status,
+                             "error_message": [None if s == "success" else "HTTP 404" for s in status]}),
+                   path.with_suffix(".parquet"))
+    path.with_name(f"{path.stem}_stats.json").write_text(json.dumps(
+        {"count": len(listed), "successes": status.count("success"), "failed_to_download": len(failed)}))
+    return path
+
+
+def hf_dataset(n: int, image: str = "image"):
+    """A Hugging Face dataset of ``n`` captions and pictures, its pictures in the column ``image``."""
+    import datasets
+
+    return datasets.Dataset.from_dict({"text": [caption(i) for i in range(n)],
+                                       image: [{"bytes": jpeg(i), "path": None} for i in range(n)]},
+                                      features=datasets.Features({"text": datasets.Value("string"),
+                                                                  image: datasets.Image()}))
+
+
+def plain_tar(path, keys, mode="w", first=()):
+    """A tar with ustar headers: the members ``first`` ((name, bytes) pairs), then ``KEY.jpg``, ``KEY.txt`` per key."""
+    with tarfile.open(path, mode, format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in [*first, *((f"{k}.{e}", jpeg(int(k)) if e == "jpg" else caption(int(k)).encode())
+                                     for k in keys for e in ("jpg", "txt"))]:
+            add(tar, name, data)
+    return path
+
+
+def header_offsets(path) -> dict[str, int]:
+    """Member name -> where its headers begin (its pax header, when it has one)."""
+    with tarfile.open(path) as tar:
+        return {m.name: m.offset for m in tar}
+
+
+def exact_or_named(samples, shard, keys, root):
+    """Every ok sample is the shard's exact caption and image bytes; every key is there, ok or rejected; and the
+    rejects and damage reports name the shard. The ok keys are returned."""
+    from concrete_jungle.sources.stores import read_located
+
+    ok = {s.id: s for s in samples if s.error is None}
+    for key, s in ok.items():
+        assert s.captions == [caption(int(key))] and read_located(root, s.image) == jpeg(int(key))
+    errors = [s for s in samples if s.error]
+    assert all(shard.name in s.error or shard.name in s.id for s in errors), [s.error for s in errors]
+    assert set(keys) <= set(ok) | {s.id for s in errors}
+    return set(ok), errors
+
+
+TEN = [f"{i:09d}" for i in range(10)]
+
+
+@pytest.mark.parametrize("damage", ["cut_where_a_sample_begins", "flipped_header_byte", "plain_tar_cut_at_a_member",
+                                    "empty_file"])
+def test_a_shard_that_ends_early_is_never_read_as_complete(tmp_path, damage):
+    """img2dataset's shard cut where its sixth sample begins read as five samples and no reject (tarfile ends the
+    archive at the first header it cannot read); so did a flipped header byte, a plain tar cut between two members
+    and a 0-byte .tar."""
+    shard = img2dataset_shard(tmp_path / "00000.tar", TEN)
+    offsets = header_offsets(shard)
+    data = bytearray(shard.read_bytes())
+    if damage == "cut_where_a_sample_begins":
+        data = data[: offsets[f"{TEN[5]}.jpg"]]
+    elif damage == "flipped_header_byte":
+        data[offsets[f"{TEN[5]}.jpg"] + 1024 + 10] ^= 0x20  # a byte of the member's own header, past its pax header
+    elif damage == "plain_tar_cut_at_a_member":
+        data = plain_tar(shard, TEN).read_bytes()[: header_offsets(shard)[f"{TEN[5]}.jpg"]]
+    else:
+        data = b""
+    shard.write_bytes(bytes(data))
+    samples = list(read_samples([shard]))
+    ok, errors = exact_or_named(samples, shard, [] if damage == "empty_file" else TEN, tmp_path)
+    assert len(ok) <= 5
+    assert any(s.id == "00000.tar#damaged" and "the shard 00000.tar is damaged" in s.error for s in samples), \
+        [(s.id, s.error) for s in errors]
+
+
+def test_a_shard_cut_inside_a_caption_rejects_that_sample_naming_the_member(tmp_path):
+    shard = img2dataset_shard(tmp_path / "00000.tar", TEN)
+    offsets = header_offsets(shard)
+    cut = offsets[f"{TEN[9]}.txt"] + 1536 + 12  # the last caption, "A small tree near the 9th house", 12 bytes in
+    shard.write_bytes(shard.read_bytes()[:cut])
+    samples = list(read_samples([shard]))
+    ok, errors = exact_or_named(samples, shard, TEN, tmp_path)
+    assert ok == set(TEN[:9])
+    last = next(s for s in samples if s.id == TEN[9])
+    assert f"00000.tar is cut inside its member '{TEN[9]}.txt'" in last.error
+
+
+def test_a_caption_that_is_not_utf8_is_a_reject_naming_the_file_and_byte_offset(tmp_path):
+    """Latin-1 and cp1252 captions became U+FFFD in a WebDataset .txt, in JSONL and in CSV."""
+    latin = "A café by the old bridge".encode("latin-1")
+    img2dataset_shard(tmp_path / "00000.tar", ["000000001", "000000002"], [caption(1).encode(), latin])
+    (tmp_path / "c.jsonl").write_bytes(b'{"id": "a", "caption": "fine"}\n{"id": "b", "caption": "' + latin + b'"}\n')
+    (tmp_path / "c.csv").write_bytes(b"id,caption\nx,fine\ny," + "a \u201cquoted\u201d dog".encode("cp1252") + b"\n")
+    samples = {s.id: s for s in read_samples([tmp_path / "00000.tar", tmp_path / "c.jsonl", tmp_path / "c.csv"])}
+    assert samples["000000001"].error is None and samples["a"].error is None and samples["x"].error is None
+    bad = [s for s in samples.values() if s.error]
+    assert sorted(s.id for s in bad) == ["000000002", "c.csv:3", "c.jsonl:2"]
+    assert "000000002.txt in 00000.tar is not UTF-8" in samples["000000002"].error
+    for sid, byte in (("c.jsonl:2", b"\xe9"), ("c.csv:3", b"\x93")):
+        name, line = sid.split(":")
+        offset = (tmp_path / name).read_bytes().index(byte)
+        assert f"{name} is not UTF-8 text on line {line} (byte 0x{byte.hex()} at byte {offset} " in samples[sid].error
+
+
+@pytest.mark.parametrize("how", ["appended", "concatenated"])
+def test_a_member_twice_in_one_shard_is_a_reject_naming_both_copies(tmp_path, how):
+    """An appended tar's second copy of a member won and the first was lost; a concatenated tar lost its second
+    archive."""
+    shard = plain_tar(tmp_path / "00000.tar", TEN[:3])
+    again = [(f"{TEN[1]}.txt", b"another caption for the same picture")]
+    if how == "appended":
+        plain_tar(shard, [], "a", again)
+    else:
+        shard.write_bytes(shard.read_bytes() + plain_tar(tmp_path / "more.tar", [TEN[3]], first=again).read_bytes())
+    samples = {s.id: s for s in read_samples([shard])}
+    expected_ok = {TEN[0], TEN[2]} | ({TEN[3]} if how == "concatenated" else set())
+    assert {i for i, s in samples.items() if s.error is None} == expected_ok
+    assert samples[TEN[0]].captions == [caption(0)]
+    with tarfile.open(shard, ignore_zeros=True) as tar:
+        first, second = [m.offset for m in tar if m.name == f"{TEN[1]}.txt"]
+    assert f"00000.tar holds its member '{TEN[1]}.txt' 2 times (headers at bytes {first} and {second})" in \
+        samples[TEN[1]].error
+
+
+def test_a_key_the_shard_holds_and_its_metadata_marks_failed_is_one_reject_naming_both(tmp_path):
+    shard = img2dataset_shard(tmp_path / "00000.tar", TEN[:3], failed=[TEN[1]])
+    samples = list(read_samples([shard]))
+    assert sorted(s.id for s in samples) == TEN[:3]  # one sample per key
+    conflict = next(s for s in samples if s.id == TEN[1])
+    assert "00000.tar holds it" in conflict.error and "00000.parquet" in conflict.error
+    assert [s.error for s in samples if s.id != TEN[1]] == [None, None]
+
+
+def test_same_named_shards_in_two_folders_keep_their_own_images(tmp_path):
+    """Same-named shards in two folders (two img2dataset runs: the same keys) needed --images; given one folder, the
+    other folder's captions were paired with this folder's pictures."""
+    img2dataset_shard((tmp_path / "a").mkdir() or tmp_path / "a" / "00000.tar", TEN[:4])
+    img2dataset_shard((tmp_path / "b").mkdir() or tmp_path / "b" / "00000.tar", TEN[:4], shift=10)
+    out = tmp_path / "out"
+    assert plant([tmp_path / "a", tmp_path / "b"], out) == 0
+    rows = [r for r in read_manifest(out) if r["status"] == "ok"]
+    assert len(rows) == 8
+    by_caption = {caption(i): jpeg(i) for i in [*range(4), *range(10, 14)]}
+    for r in iter_records(out):
+        assert r["image"].tobytes() == Image.open(io.BytesIO(by_caption[r["caption"]])).tobytes()
+    assert plant([tmp_path / "a", tmp_path / "b"], tmp_path / "wrong", "--images", tmp_path / "a") == 2
+
+
+def test_a_folder_and_a_shard_in_it_read_each_shard_once(stores):
+    once = [s.id for s in read_samples([stores / "wds"])]
+    assert [s.id for s in read_samples([stores / "wds", stores / "wds" / "00000.tar"])] == once
+    assert [s.id for s in read_samples([stores / "wds" / "00001.tar", stores / "wds"])] == \
+        [s.id for s in read_samples([stores / "wds" / "00001.tar", stores / "wds" / "00000.tar"])]
+
+
+def test_a_damaged_image_column_chunk_is_one_reject_per_row_and_the_run_goes_on(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"key": TEN, "caption": [caption(i) for i in range(10)],
+                             "image": [{"bytes": jpeg(i), "path": None} for i in range(10)]}), path, row_group_size=5)
+    chunk = pq.ParquetFile(path).metadata.row_group(1).column(2)  # the image column of rows 5-9
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset: chunk.data_page_offset + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    assert plant([path], out) == 0
+    rows = {r["id"]: r for r in read_manifest(out)}
+    assert [rows[k]["status"] for k in TEN] == ["ok"] * 5 + ["rejected"] * 5
+    assert all("train.parquet: row group 1 of column 'image' cannot be read" in rows[k]["reason"] for k in TEN[5:])
+
+
+@pytest.mark.parametrize("store", ["parquet_image_column_renamed", "hf_image_column_renamed", "dataset_dict",
+                                   "truncated_arrow"])
+def test_a_store_that_cannot_be_read_as_given_is_an_error_naming_it_and_the_fix(tmp_path, capsys, store):
+    """An image column under another name gave every row "no image file named" and exit 0; a DatasetDict folder
+    was told "needs --images"; a truncated .arrow file was a traceback."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "store"
+    if store == "parquet_image_column_renamed":
+        path = tmp_path / "p.parquet"
+        pq.write_table(pa.table({"key": TEN[:3], "caption": [caption(i) for i in range(3)],
+                                 "picture": [{"bytes": jpeg(i), "path": None} for i in range(3)]}), path)
+        expected = [f"{path} has no image column named image, jpg or img", "--columns image=picture"]
+    elif store == "hf_image_column_renamed":
+        hf_dataset(1, image="photo").save_to_disk(path)
+        expected = [f"{path} has no image column named image, jpg or img", "--columns image=photo"]
+    elif store == "dataset_dict":
+        datasets.DatasetDict({"train": hf_dataset(1), "test": hf_dataset(1)}).save_to_disk(path)
+        expected = [f"{path} holds a DatasetDict (splits train, test)", f"pass one split's folder: {path}/train"]
+    else:
+        hf_dataset(4).save_to_disk(path)
+        arrow = next(path.glob("*.arrow"))
+        arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
+        expected = [f"{path}: its file {arrow.name} is truncated or damaged", "save_to_disk"]
+    assert plant([path], tmp_path / "out") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert all(part in err for part in expected), err

@@ -175,7 +175,7 @@ def test_plant_from_a_config_file_equals_plant_from_flags(world, tmp_path):
     config = tmp_path / "plant.yaml"
     config.write_text(yaml.safe_dump({
         "captions": [str(world / "captions.jsonl")], "images": str(world / "images"), "out": "unused", "mode": "lc",
-        "sampler": {"mode": "lc"}, "captioner": "toyworld", "editor": "toyworld",
+        "captioner": "toyworld", "editor": "toyworld",
         "editor_options": {"world": str(world)}}))
     from_file = tmp_path / "file"
     assert main(["plant", "--config", str(config), "--set", f"out={from_file}", "--no-progress"]) == 0

@@ -1,6 +1,7 @@
 """Slipform training on the CPU: a tiny open_clip model on a small ConcreteBatch made here; a used output folder,
 and Ctrl-C then resume."""
 
+import importlib.util
 import io
 import json
 import os
@@ -143,8 +144,8 @@ def test_memory_and_speed_options_take_effect_and_train_the_same_weights(tmp_pat
 @pytest.mark.parametrize("overrides, match", [
     (["colour=red"], r"--set colour=red: 'colour' is not a key of the config; valid keys are \['batch_size'"),
     (["optim.learning_rate=1"], r"--set optim.learning_rate=1: 'learning_rate' is not a key of optim"),
-    (["batch_size=many"], "config.batch_size: expected int"),
-    (["data.concretebatch=['/no/such/dir']"], "data.concretebatch /no/such/dir is not a ConcreteBatch directory"),
+    (["batch_size=many"], "--set batch_size=many: expected int"),
+    (["data.concretebatch=['/no/such/dir']"], "data.concretebatch /no/such/dir does not exist"),
     (["batch_size=4096"], r"batch_size 4096 is larger than the dataset \(48 records\)"),
     (["model.name=ViT-B-32", "model.pretrained=not-a-tag"], "model.pretrained 'not-a-tag' does not exist for ViT-B-32"),
     (["loss.name=triplet"], "loss.name 'triplet' is not one of"),
@@ -155,15 +156,67 @@ def test_config_errors_are_clear_and_come_before_any_data(tmp_path, concretebatc
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory, concretebatch):
+    """A run stopped after step 2 of 20 (lr 0.002, cement, batch 8, seed 0), to be resumed."""
+    root = tmp_path_factory.mktemp("stopped")
+    train(config(root, concretebatch), progress=False, stop_at=2)
+    return root
+
+
+@pytest.mark.parametrize("override, setting, before, after", [
+    ("loss.name=infonce", "loss.name", '"cement"', '"infonce"'),
+    ("optim.lr=0.01", "optim.lr", "0.002", "0.01"),
+    ("batch_size=16", "batch_size", "8", "16"),
+    ("seed=1", "seed", "0", "1"),
+    ("loss.tau=0.3", "loss.tau", "0.15", "0.3"),
+    ("data.concretebatch=['{other}']", "data.concretebatch", '["{data}"]', '["{other}"]'),
+])
+def test_a_resume_with_other_settings_is_refused_naming_each_and_config_json_keeps_the_run_s(
+        stopped_run, concretebatch, planted, override, setting, before, after):
+    run = stopped_run / "run"
+    recorded = (run / "config.json").read_bytes()
+    names = {"data": concretebatch, "other": planted}
+    changed = f"{setting} {before.format(**names)} -> {after.format(**names)}"
+    with pytest.raises(ConfigError, match=re.escape(f"--resume latest continues a run made with other settings: "
+                                                    f"{changed} (recorded in {run / 'config.json'})")):
+        train(config(stopped_run, concretebatch, override.format(**names)), progress=False, resume="latest")
+    assert (run / "config.json").read_bytes() == recorded
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["step"] == 2
+
+
+def test_a_resume_may_change_how_long_the_run_goes_and_what_it_logs(tmp_path, concretebatch):
+    train(config(tmp_path, concretebatch, "steps=4"), progress=False, stop_at=2)
+    train(config(tmp_path, concretebatch, "steps=6", "log_every=2", "save_every=3"), progress=False, resume="latest")
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (recorded["steps"], recorded["optim"]["lr"], recorded["loss"]["name"]) == (6, 0.002, "cement")
+    assert json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())["step"] == 6
+
+
+@pytest.mark.parametrize("damaged", ["trainer_state.json", "trainer_state.safetensors",
+                                     "open_clip_model.safetensors"])
+def test_a_checkpoint_cut_short_is_refused_on_resume_naming_the_file(stopped_run, concretebatch, damaged, tmp_path):
+    import shutil
+
+    shutil.copytree(stopped_run / "run", tmp_path / "run")
+    path = tmp_path / "run" / "checkpoints" / "step-0000002" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(TrainingError, match=re.escape(str(path)) + r"[: ].*resume from an earlier checkpoint of the "
+                       "run .* or start over with --overwrite") as refused:
+        train(config(tmp_path, concretebatch), progress=False, resume="latest")
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "run" / "checkpoints" / "step-0000003").exists()
+
+
 def test_non_finite_training_stops_and_keeps_the_last_good_checkpoint(tmp_path, concretebatch):
-    train(config(tmp_path, concretebatch, "save_every=1"), progress=False, stop_at=2)
+    # the first update leaves weights near 1e30, still finite (saved); the next step's loss is not
     exploding = config(tmp_path, concretebatch, "optim.lr=1.0e+30", "save_every=1", "optim.grad_clip=null")
     with pytest.raises(TrainingError, match="no longer finite|loss is nan|loss is inf") as failure:
-        train(exploding, progress=False, resume="latest")
+        train(exploding, progress=False)
     failed_at = int(re.search(r"(?:at|after) step (\d+)", str(failure.value)).group(1))
     ckpts = tmp_path / "run" / "checkpoints"
     latest = json.loads((ckpts / "latest.json").read_text())
-    assert 2 <= latest["step"] < failed_at  # the last checkpoint is from before the failure
+    assert 1 <= latest["step"] < failed_at  # the last checkpoint is from before the failure
     weights = load_file(ckpts / latest["name"] / "open_clip_model.safetensors")
     assert all(torch.isfinite(v).all() for v in weights.values())
 
@@ -304,9 +357,19 @@ def test_train_into_a_used_folder_needs_resume_or_overwrite(planted, tmp_path, c
     base = ["train", "--data", str(planted), "--out", str(out), *TINY_TRAIN, "--set", "save_every=1"]
     assert main(base + ["--steps", "3"]) == 0
     assert main(base + ["--steps", "2"]) == 2
-    assert "holds a training run (3 checkpoint(s), metrics.jsonl); continue it with --resume latest" in " ".join(
-        capsys.readouterr().err.split())
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds a training run (3 checkpoint(s), metrics.jsonl); the run is complete (step-0000003 holds its final " \
+           "weights, without the optimizer state a resume needs); to train further, start a new run from its weights " \
+           f"(--checkpoint {out / 'checkpoints' / 'step-0000003'} and another --out), resume an earlier checkpoint " \
+           f"with a larger --steps (--resume {out / 'checkpoints' / 'step-0000002'}), or run it again with " \
+           "keep_final_state: true" in err
+    # following the advice of a finished run works; `--resume latest` is refused with the same advice
+    assert main(base + ["--steps", "5", "--resume", "latest"]) == 2
+    assert "no trainer_state.json there; the run is complete (step-0000003" in " ".join(capsys.readouterr().err.split())
     assert len(list((out / "checkpoints").glob("step-*"))) == 3  # nothing touched
+    further = tmp_path / "further"
+    assert main(base[:4] + [str(further)] + base[5:] + ["--steps", "1", "--checkpoint",
+                                                        str(out / "checkpoints" / "step-0000003")]) == 0
     assert main(base + ["--steps", "2", "--overwrite"]) == 0
     assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-0000001", "step-0000002"]
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
@@ -330,3 +393,131 @@ def test_ctrl_c_in_training_saves_a_checkpoint_of_the_last_step_and_resume_conti
     resumed = cli(*args[:5], "--steps", latest["step"] + 2, *args[7:], "--resume", "latest")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((out / "checkpoints" / "latest.json").read_text())["step"] == latest["step"] + 2
+
+
+def test_ctrl_c_before_the_first_step_says_to_run_the_same_command_again(planted, tmp_path):
+    """`train` interrupted while it set up (the lock is taken, the model and data not yet loaded) told its user to
+    `--resume latest`, which then failed: no checkpoint was there to resume."""
+    out = tmp_path / "run"
+    args = ["train", "--data", planted, "--out", out, "--steps", "1", *TINY_TRAIN]
+    proc = subprocess.Popen([sys.executable, "-m", "concrete_jungle.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: (out / ".train.lock").exists(), timeout=60)  # open_clip is imported after it
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    # 130, or killed by SIGINT when the interrupt landed in an import that runs code through CPython's own runner
+    # (it then ends the process by the signal after our message)
+    assert proc.returncode in (130, -signal.SIGINT), stderr[-2000:]
+    assert " ".join(stderr.split()) == ("interrupted: stopped before the first step: no step was taken, so nothing "
+                                        "needs resuming; run the same command again")
+    assert not (out / "checkpoints").exists()
+    assert main([str(a) for a in args]) == 0  # the same command again
+
+
+def test_a_run_says_its_data_path_warns_of_a_warmup_longer_than_the_run_and_uses_no_more_workers_than_cores(
+        planted, tmp_path, capsys):
+    """`train --steps 6` kept the default warmup 50 (the learning rate never passed 1.2e-6 of 1e-5) in silence,
+    started 4 DataLoader workers on 2 cores (torch warned of it at every run), and said nothing of whether its batches
+    came from the image cache, memory or decoding."""
+    cores = len(os.sched_getaffinity(0))
+    assert load_config(None, ["out=x"]).data.workers == min(4, cores)
+    out = tmp_path / "run"
+    args = ["train", "--data", str(planted), "--out", str(out), "--steps", "6", "--set", "model.name=cj-tiny",
+            "--set", "model.pretrained=none", "--batch-size", "8", "--no-progress"]
+    assert main(args) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: the run has 6 steps, fewer than optim.warmup 50: the learning rate only climbs, to 1.2e-06 of " \
+           "optim.lr 1e-05; set optim.warmup below 6 (--set optim.warmup=0)" in err
+    assert "data: decoded once into memory (it fits data.preload_mib)" in err and "worker processes" not in err
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["data_path"] == "preload" and recorded["data"]["workers"] == min(4, cores)
+    assert [r["lr"] for r in metrics(out)][-1] == pytest.approx(1.2e-6)
+    assert main(["train", "--data", str(planted), "--out", str(tmp_path / "decoded"), "--steps", "1", *TINY_TRAIN,
+                 "--set", "data.preload_mib=0", "--set", "optim.warmup=0"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "data: decoded every step by the main process (data.workers 0) (larger than data.preload_mib" in err
+    assert "warning" not in err
+
+
+def test_a_missing_data_path_says_it_does_not_exist_and_what_it_was_resolved_against(tmp_path, monkeypatch, capsys):
+    """A relative path in a config that did not exist was "not a ConcreteBatch directory (no shard-*.tar in it)",
+    with no word that it resolves against the current directory rather than the config file's."""
+    (tmp_path / "configs").mkdir()
+    config = tmp_path / "configs" / "c.yaml"
+    config.write_text("out: run\ndata: {concretebatch: [runs/D_hc]}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", str(config)]) == 2
+    assert (f"data.concretebatch runs/D_hc does not exist (relative to the current directory {tmp_path}: paths in a "
+            "config file resolve against the directory the command runs in, not the file's)") in " ".join(
+        capsys.readouterr().err.split())
+    assert main(["train", "--out", "run", "--data", "cb"]) == 2
+    assert f"data.concretebatch cb does not exist (relative to the current directory {tmp_path}" in " ".join(
+        capsys.readouterr().err.split())
+
+
+def test_seeds_train_one_resumable_run_per_seed_in_seed_folders(planted, tmp_path, capsys):
+    """A config over several seeds took one command per seed, each with its own --out and --seed."""
+    out = tmp_path / "cement"
+    base = ["train", "--data", str(planted), "--out", str(out), "--steps", "1", *TINY_TRAIN]
+    assert main(base + ["--seeds", "0"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--seeds", "0", "1", "--resume", "latest"]) == 0  # the complete seed kept, a new one runs
+    assert f"seed 0: {out / 'seed-0'} holds a complete run; kept" in " ".join(capsys.readouterr().out.split())
+    assert [json.loads((out / f"seed-{s}" / "config.json").read_text())["seed"] for s in (0, 1)] == [0, 1]
+    weights = [load_file(str(out / f"seed-{s}" / "checkpoints" / "step-0000001" / "open_clip_model.safetensors"))
+               for s in (0, 1)]
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # two seeds, two models
+    assert main(base + ["--seeds", "0", "--seed", "3"]) == 2
+    assert "--seeds runs one seed per folder: leave out --seed" in capsys.readouterr().err
+
+
+def test_training_pairs_from_stores_print_count_and_log_every_sample_skipped_when_read(tmp_path, capsys):
+    """`train` with data.pairs dropped a store's skips (a damaged shard's report, its cut sample, a failed download)
+    without printing or counting them."""
+    from test_stores import TEN, header_offsets, img2dataset_shard
+
+    wds = tmp_path / "wds"
+    wds.mkdir()
+    img2dataset_shard(wds / "00000.tar", TEN, failed=["000000099"])
+    cut = img2dataset_shard(wds / "00001.tar", [f"{i:09d}" for i in range(10, 20)])
+    cut.write_bytes(cut.read_bytes()[: header_offsets(cut)["000000017.jpg"] + 1536 + 100])  # inside a picture
+    out = tmp_path / "run"
+    assert main(["train", "--set", f"data.pairs=['{wds / '00000.tar'}', '{cut}']", "--out", str(out), "--steps", "1",
+                 "--batch-size", "4", "--set", "model.name=cj-tiny", "--set", "model.pretrained=none", "--set",
+                 "data.workers=0", "--no-progress"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "data.pairs: skipped 00001.tar#damaged: the shard 00001.tar is damaged" in err
+    assert "data.pairs: skipped 000000017: the shard 00001.tar is cut inside its member '000000017.jpg'" in err
+    assert "data.pairs: skipped 000000099: no image: img2dataset could not download it (HTTP 404)" in err
+    logged = [json.loads(line) for line in (out / "skipped_pairs.jsonl").read_text().splitlines()]
+    skipped = {"000000017", "000000018", "000000019", "00001.tar#damaged", "000000099"}
+    assert {r["id"] for r in logged} == skipped and all(r["reason"] for r in logged)
+    assert "data.pairs: 5 of 22 samples skipped when read" in err  # 20 keys, a failed download, the damage report
+
+
+@pytest.mark.parametrize("flags, hidden, message", [
+    (["--wandb", "cj-runs"], "wandb",
+     "wandb.project cj-runs needs the wandb package: pip install 'concrete-jungle[wandb]' (or turn it off)"),
+    (["--set", "tensorboard=true"], "tensorboard",
+     "tensorboard: true needs the tensorboard package: pip install 'concrete-jungle[tensorboard]' (or turn it off)"),
+])
+def test_a_logger_whose_package_is_missing_is_one_line_naming_its_extra(planted, tmp_path, flags, hidden, message):
+    """TensorBoard came only with the dev extras, and a config asking for it failed inside the run with an
+    ImportError; Weights & Biases could not be asked for at all."""
+    probe = (f"import sys; sys.modules[{hidden!r}] = None  # the package is not installed\n"
+             "from concrete_jungle.cli import main; sys.exit(main(sys.argv[1:]))")
+    args = ["train", "--data", str(planted), "--out", str(tmp_path / "run"), "--steps", "1", *TINY_TRAIN, *flags]
+    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and " ".join(result.stderr.split()) == f"error: {message}", result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # ~25 s: wandb starts its own service process
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (the wandb extra)")
+def test_wandb_offline_logs_the_rows_of_metrics_jsonl(planted, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(planted), "--out", str(out), "--steps", "2", *TINY_TRAIN, "--wandb",
+                 "cj-test"]) == 0
+    run_id = json.loads((out / "wandb_run.json").read_text())["id"]
+    assert list((out / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))

@@ -1,17 +1,22 @@
 """Where a checkpoint is, from what a user names (torch-free, so commands check it before anything loads).
 
-A checkpoint is a folder with ``open_clip_config.json`` and ``open_clip_model.safetensors``; a training run keeps
+A checkpoint is a folder with ``open_clip_config.json`` and ``open_clip_model.safetensors`` (and, saved by this
+version, ``architecture.json``: the digest of the config it was saved with, `config_digest`); a training run keeps
 them in ``<run>/checkpoints/step-NNNNNNN`` and names its newest in ``<run>/checkpoints/latest.json``. Every command
 that takes a checkpoint accepts the folder itself, ``<run>/checkpoints/latest``, ``<run>/checkpoints`` or ``<run>``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 CONFIG_FILE = "open_clip_config.json"
 WEIGHTS_FILE = "open_clip_model.safetensors"
+# the digest of the config a checkpoint was saved with: attention heads and the activation leave no trace in the
+# weights' shapes, so only this tells a config edited (or copied from another model) from the one that trained them
+ARCHITECTURE_FILE = "architecture.json"
 
 
 class CheckpointError(ValueError):
@@ -42,3 +47,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     what = "does not exist" if not path.exists() and path.name != "latest" else "is not a checkpoint"
     raise CheckpointError(f"{path} {what}: name a checkpoint folder (holding {CONFIG_FILE} and {WEIGHTS_FILE}), "
                           "<run>/checkpoints/latest, or a training run's folder")
+
+
+def config_digest(config: dict) -> str:
+    """The sha256 of an open_clip config as canonical JSON: key order and spacing do not count, any value does."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -83,7 +83,11 @@ def _build(cls, data, where: str, problems: list[str]):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        problems.append(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
+        import difflib
+
+        hints = [f"{k!r} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(str(k), fields, 1, 0.7))
+                 else repr(k) for k in unknown]
+        problems.append(f"{where}: unknown key(s) {', '.join(hints)}; valid keys are {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     values = {}
     for name, value in data.items():
@@ -95,8 +99,9 @@ def _build(cls, data, where: str, problems: list[str]):
     required = [n for n, f in fields.items() if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING]
     missing = [n for n in required if n not in data]
-    if missing:
-        problems.append(f"{where}: missing required key(s) {missing}")
+    if missing:  # with the flag that gives each, where a command has one (`field(metadata={"flag": ...})`)
+        named = [n + (f" (flag {fields[n].metadata['flag']})" if "flag" in fields[n].metadata else "") for n in missing]
+        problems.append(f"{where}: missing required key(s) {', '.join(named)}")
     if any(n not in values for n in required):
         return None
     try:
@@ -107,13 +112,25 @@ def _build(cls, data, where: str, problems: list[str]):
     return None if len(problems) > before else built
 
 
-def from_dict(cls, data, where: str = "config"):
+def from_dict(cls, data, where: str = "config", overrides: list[str] = ()):
     """``cls(**data)`` with nested dataclasses and type checks; every unknown key, wrong type, missing key and
-    invalid value is reported in one `ConfigError`."""
+    invalid value is reported in one `ConfigError`. A problem with a value that ``overrides`` (``key.path=value``,
+    applied to ``data`` by `apply_overrides`) set names that ``--set``, not the file ``where``."""
     problems: list[str] = []
     built = _build(cls, data, where, problems)
-    raise_problems(problems)
+    raise_problems([blame_override(p, where, overrides) for p in problems])
     return built
+
+
+def blame_override(problem: str, where: str, overrides: list[str]) -> str:
+    """``problem`` with its ``where.key.path`` prefix replaced by the ``--set key.path=value`` that gave the value
+    (the last one, as it is the one applied)."""
+    for item in reversed(overrides):
+        path = item.split("=", 1)[0].strip()
+        for sep in (":", "["):
+            if problem.startswith(f"{where}.{path}{sep}"):
+                return f"--set {short(item)}{problem[len(where) + 1 + len(path):]}"
+    return problem
 
 
 def to_dict(config) -> dict:

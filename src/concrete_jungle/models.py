@@ -4,7 +4,11 @@ A checkpoint is a directory open_clip itself can open with ``local-dir:``: ``ope
 (``model_cfg`` with the exact architecture — ``quick_gelu`` included — and ``preprocess_cfg``) and
 ``open_clip_model.safetensors``. Recording the activation matters: ViT-B-32 with OpenAI weights uses
 QuickGELU, and re-creating it from the plain ``ViT-B-32`` config silently switches to GELU and shifts
-every score.
+every score. A config is checked against its weights before they load (`check_architecture`): it must make
+every tensor shape the weights hold (open_clip would otherwise interpolate position embeddings to another image
+size or context length without a word), and its digest must be the one ``architecture.json`` recorded at saving
+(attention heads and the activation leave no trace in the shapes). A checkpoint's identity is a digest over both
+files: other weights or another config, another model.
 
 ``--pretrained none --seed S`` gives a reproducible random-init model for smoke tests and speed checks.
 The tiny ``cj-tiny`` architecture (configs in ``model_configs/``) serves tests and the offline demo.
@@ -16,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +28,7 @@ from pathlib import Path
 import open_clip
 import torch
 
-from .checkpoints import CONFIG_FILE, WEIGHTS_FILE, resolve_checkpoint
+from .checkpoints import ARCHITECTURE_FILE, CONFIG_FILE, WEIGHTS_FILE, config_digest, resolve_checkpoint
 from .records import file_digest
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
@@ -59,9 +64,9 @@ class ClipModel:
 
 def describe_model(identity: dict) -> str:
     """A model's identity in words: ``ViT-B-32 (openai)``, ``cj-tiny (random init, seed 0)``,
-    ``runs/x/checkpoints/step-0000100 (weights sha1 1a2b…)``."""
+    ``runs/x/checkpoints/step-0000100 (weights and config sha1 1a2b…)``."""
     if "checkpoint" in identity:
-        return f"{identity.get('path', 'checkpoint')} (weights sha1 {identity['checkpoint'][:12]})"
+        return f"{identity.get('path', 'checkpoint')} (weights and config sha1 {identity['checkpoint'][:12]})"
     if identity.get("pretrained", "none") == "none":
         return f"{identity.get('name')} (random init, seed {identity.get('seed', 0)})"
     return f"{identity.get('name')} ({identity.get('pretrained')})"
@@ -105,11 +110,11 @@ def load_model(
     """A model by open_clip name and pretrained tag (``none``: random init with ``seed``), or a checkpoint dir."""
     if checkpoint is not None:
         path = resolve_checkpoint(checkpoint)
-        config = json.loads((path / CONFIG_FILE).read_text())
+        config = check_architecture(path)
         model, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{path}", device=device,
                                                                      precision=precision)
         tokenizer = open_clip.get_tokenizer(f"local-dir:{path}")
-        identity = {"checkpoint": file_digest(path / WEIGHTS_FILE, "sha1"), "path": str(path)} | (
+        identity = {"checkpoint": checkpoint_digest(path), "path": str(path)} | (
             {"precision": precision} if precision != "fp32" else {})
         return ClipModel(model.eval(), preprocess, tokenizer, config, identity)
 
@@ -138,6 +143,63 @@ def load_model(
     if precision != "fp32":
         identity["precision"] = precision  # other numbers: other embeddings
     return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(name), config, identity)
+
+
+def checkpoint_digest(path: Path) -> str:
+    """A checkpoint's identity: a sha1 over its weights and its config."""
+    both = file_digest(path / WEIGHTS_FILE, "sha1") + file_digest(path / CONFIG_FILE, "sha1")
+    return hashlib.sha1(both.encode()).hexdigest()
+
+
+def check_architecture(path: Path) -> dict:
+    """The checkpoint's open_clip config, once it is known to describe the weights beside it: the model it builds
+    has every tensor the weights hold, each in the stored shape (which fixes the image and patch size, the context
+    length and every width), and it is the config ``architecture.json`` recorded when the checkpoint was saved (which
+    fixes the attention heads and the activation). A checkpoint saved before that record loads with a warning."""
+    from safetensors import SafetensorError, safe_open
+
+    config_file, weights = path / CONFIG_FILE, path / WEIGHTS_FILE
+    restore = "restore the config the checkpoint was saved with"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelError(f"{config_file} is damaged (not JSON: {e}); {restore}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_cfg"), dict):
+        raise ModelError(f"{config_file} has no model_cfg (not an open_clip config of a checkpoint); {restore}")
+    try:
+        with safe_open(str(weights), "pt") as f:
+            stored = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise ModelError(f"{weights} is damaged ({e}): its tensors cannot be read; use another checkpoint (an "
+                         "earlier step of the run) or train it again") from None
+    try:
+        with _random_init_is_intended(True):  # no weights: the shapes the config makes, on no memory
+            built = open_clip.create_model(f"local-dir:{path}", load_weights=False, device="meta")
+    except (AssertionError, KeyError, RuntimeError, TypeError, ValueError) as e:
+        raise ModelError(f"{config_file} describes no model open_clip can build ({type(e).__name__}: {e}); "
+                         f"{restore}") from None
+    made = {k: list(v.shape) for k, v in built.state_dict().items()}
+    differ = [f"{k} {stored.get(k, 'absent')} in the weights, {made.get(k, 'absent')} by the config"
+              for k in sorted(set(stored) | set(made)) if stored.get(k) != made.get(k)]
+    if differ:
+        raise ModelError(f"{config_file} does not describe the weights in {weights.name}: {len(differ)} tensor(s) "
+                         f"differ ({'; '.join(differ[:3])}); {restore}")
+    record = path / ARCHITECTURE_FILE
+    if not record.is_file():
+        print(f"warning: {config_file} is taken on trust: the checkpoint has no {ARCHITECTURE_FILE} (saved before "
+              "configs were recorded), so its attention heads and activation cannot be checked against the weights",
+              file=sys.stderr)
+        return config
+    try:
+        recorded = json.loads(record.read_text(encoding="utf-8"))["open_clip_config_sha256"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise ModelError(f"{record} is damaged ({type(e).__name__}: {e}); restore it, or remove it to load the "
+                         "checkpoint unchecked") from None
+    if recorded != config_digest(config):
+        raise ModelError(f"{config_file} is not the config the weights were saved with (its digest differs from the "
+                         f"one {ARCHITECTURE_FILE} records): a model with other attention heads or another activation "
+                         f"would take the same weights and compute other features; {restore}")
+    return config
 
 
 def cached_weights(name: str, tag: str) -> str | None:
@@ -187,9 +249,9 @@ def check_downloadable(name: str, tag: str, timeout: float = 3.0) -> None:
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict,
                     write_more: Callable[[Path], None] | None = None) -> Path:
-    """Weights as safetensors and the exact open_clip config (and whatever ``write_more(folder)`` adds, e.g. the
-    trainer's state), written into a temporary folder renamed into place when complete: a checkpoint folder is
-    whole or absent, whenever the process dies."""
+    """Weights as safetensors, the exact open_clip config and its digest (``architecture.json``; and whatever
+    ``write_more(folder)`` adds, e.g. the trainer's state), written into a temporary folder renamed into place when
+    complete: a checkpoint folder is whole or absent, whenever the process dies."""
     import shutil
 
     from .records import atomic_write_safetensors, atomic_write_text
@@ -202,6 +264,7 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict,
     # CLIP ties no weights, so every state_dict entry is its own tensor (safetensors refuses shared ones)
     atomic_write_safetensors(tmp / WEIGHTS_FILE, model.state_dict())
     atomic_write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True))
+    atomic_write_text(tmp / ARCHITECTURE_FILE, json.dumps({"open_clip_config_sha256": config_digest(config)}))
     if write_more is not None:
         write_more(tmp)
     if directory.exists():  # an incomplete save of this step by a killed run, never a checkpoint still named

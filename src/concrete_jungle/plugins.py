@@ -14,7 +14,10 @@ A name is resolved in this order:
 A captioner is a class with a ``name`` and ``rewrite(requests) -> replies`` (see `captioners.Captioner`), an
 editor one with ``name``, ``reuses_anchor`` and ``edit(images, prompts, seeds) -> images`` (see
 `editors.Editor`); their constructor takes the options as keyword arguments (``--captioner-option k=v``).
-Nothing is imported until a plugin is created, so naming one costs nothing.
+A class may also have a ``check_options(**options)`` classmethod: `check` calls it before a run writes anything,
+to fail at once on what would stop the run later (a server that does not answer, weights that cannot be
+downloaded) without loading a model; it may return a line telling the user what the options will cost (the
+run prints it). Nothing is imported until a plugin is checked or created, so naming one costs nothing.
 """
 
 from __future__ import annotations
@@ -93,13 +96,45 @@ def load_class(kind: str, name: str) -> type:
     return cls
 
 
+def check_signature(kind: str, name: str, cls: type, options: dict) -> None:
+    """The options fit the constructor: a required one that is missing is named as the flag that gives it
+    (``--editor-option world=PATH``), one it does not take with the options it does."""
+    parameters = inspect.signature(cls).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    named = {n: p for n, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    unknown = sorted(set(options) - set(named)) if not takes_any else []
+    if unknown:
+        raise PluginError(f"{kind} {name!r} does not take the option(s) {', '.join(unknown)}; it takes "
+                          f"{', '.join(named) or 'none'} (--{kind}-option KEY=VALUE)")
+    missing = [n for n, p in named.items() if p.default is p.empty and n not in options]
+    if missing:
+        flags = " ".join(f"--{kind}-option {n}={placeholder(named[n].annotation)}" for n in missing)
+        raise PluginError(f"{kind} {name!r} needs the option(s) {', '.join(missing)}: pass {flags}")
+
+
+def placeholder(annotation) -> str:
+    """What a flag's value stands for, from the parameter's annotation (a string under postponed evaluation)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    for kind, word in (("Path", "PATH"), ("bool", "true|false"), ("int", "N"), ("float", "NUMBER")):
+        if re.search(rf"\b{kind}\b", text):
+            return word
+    return "VALUE"
+
+
+def check(kind: str, name: str, options: dict) -> str | None:
+    """The named plugin imports, takes ``options`` and passes its own ``check_options`` (if it has one): what a run
+    checks before it writes anything, without building the plugin (that may load a model). Returns the note its
+    ``check_options`` gave, if any."""
+    cls = load_class(kind, name)
+    check_signature(kind, name, cls, options)
+    check_options = getattr(cls, "check_options", None)
+    return check_options(**options) if callable(check_options) else None
+
+
 def create(kind: str, name: str, **options):
     """An instance of the named plugin, built with ``options``."""
     cls = load_class(kind, name)
-    try:
-        inspect.signature(cls).bind(**options)
-    except TypeError as e:
-        raise PluginError(f"{kind} {name!r} does not take these options ({e}); check its options") from None
+    check_signature(kind, name, cls, options)
     instance = cls(**options)
     if not isinstance(getattr(instance, "name", None), str) or not instance.name:
         raise PluginError(f"{kind} {name!r} has no name (a string attribute written into every record)")

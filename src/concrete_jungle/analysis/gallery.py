@@ -3,7 +3,9 @@
 ``concrete-jungle gallery D_hc D_lc --out gallery/`` writes ``index.html``, ``gallery.css``, ``gallery.js``
 and 256 px JPEG thumbnails: one row per sampled anchor id, one card per dataset (anchor and negative image
 side by side, both captions with a word-level diff, category, concreteness, the adaptive margin, and an
-analysis run's per-pair scores with ``--stats``). Opens from disk; no server, no CDN.
+analysis run's per-pair scores with ``--stats``). Opens from disk; no server, no CDN. The page is written only into
+a folder holding nothing but an earlier page of its own (replaced with ``overwrite``): any other file there, an
+``index.html`` of a web site say, is named and kept.
 
 Captions are untrusted text: everything is HTML-escaped when the page is written, and the script only
 reads ``data-*`` attributes and toggles visibility — it never inserts text as HTML.
@@ -15,6 +17,7 @@ import difflib
 import html
 import json
 import random
+import re
 from pathlib import Path
 
 from PIL import Image
@@ -25,21 +28,30 @@ from ..records import atomic_write_text, mean_median
 THUMB = 256
 
 
+# a word (inner apostrophes kept: "dog's") or one mark of punctuation, with the spaces before it
+TOKEN = re.compile(r"(\s*)(\w+(?:['’]\w+)*|[^\w\s])")
+
+
 def word_diff(before: str, after: str) -> tuple[str, str]:
-    """Both captions as escaped HTML, the words that differ wrapped in <mark class="del"> / <mark class="ins">."""
-    a, b = before.split(), after.split()
+    """Both captions as escaped HTML, the words that differ wrapped in <mark class="del"> / <mark class="ins">.
+    Punctuation is compared on its own, so ``cup;`` against ``mug;`` marks the word and leaves the semicolon."""
+    a = [m.groups() for m in TOKEN.finditer(before)]
+    b = [m.groups() for m in TOKEN.finditer(after)]
     left, right = [], []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        old, new = html.escape(" ".join(a[i1:i2])), html.escape(" ".join(b[j1:j2]))
-        if op == "equal":
-            left.append(old)
-            right.append(new)
-        else:
-            if old:
-                left.append(f'<mark class="del">{old}</mark>')
-            if new:
-                right.append(f'<mark class="ins">{new}</mark>')
-    return " ".join(left), " ".join(right)
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=[t for _, t in a], b=[t for _, t in b],
+                                                      autojunk=False).get_opcodes():
+        left.append(joined(a[i1:i2], None if op == "equal" else "del"))
+        right.append(joined(b[j1:j2], None if op == "equal" else "ins"))
+    return "".join(left).lstrip(), "".join(right).lstrip()
+
+
+def joined(tokens: list[tuple[str, str]], mark: str | None) -> str:
+    """Tokens (spaces before, text) as escaped HTML, a run of spaces as one; ``mark``: wrapped in a <mark> of that
+    class, the space before the first token left outside it."""
+    if not tokens:
+        return ""
+    text = html.escape(tokens[0][1] + "".join((" " if space else "") + t for space, t in tokens[1:]))
+    return (" " if tokens[0][0] else "") + (f'<mark class="{mark}">{text}</mark>' if mark else text)
 
 
 def adaptive_margin(c: float) -> float:
@@ -76,9 +88,10 @@ def dataset_summary(root: Path, records: list[dict]) -> dict:
             "category_shares": {k: v / len(records) for k, v in cats.items()}, "rejects_by_reason": {}}
 
 
-def load_dataset(root: Path) -> tuple[list[dict], dict[str, dict]]:
-    """(metadata of every record, tar locations by sample id)."""
-    locations = index_shards(shard_urls(root))
+def load_dataset(root: Path, partial: bool = False) -> tuple[list[dict], dict[str, dict]]:
+    """(metadata of every record, tar locations by sample id); ``partial``: the finished shards of an unfinished
+    or unmerged dataset."""
+    locations = index_shards(shard_urls(root, partial=partial))
     metas, by_id = [], {}
     for loc in locations:
         meta = json.loads(read_member(loc["json"]))
@@ -91,7 +104,10 @@ def load_dataset(root: Path) -> tuple[list[dict], dict[str, dict]]:
 
 def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200, seed: int = 0,
                   sort: str = "concreteness", filters: dict[str, str] | None = None,
-                  stats: str | Path | None = None) -> Path:
+                  stats: str | Path | None = None, overwrite: bool = False, partial: bool = False) -> Path:
+    """Write the page of ``datasets`` into ``out``; its index.html. ``overwrite``: replace a page ``out`` holds;
+    ``partial``: show the finished shards of datasets still being planted."""
+    check_out_folder(Path(out), overwrite)
     if sort not in ("concreteness", "category", "random"):
         raise ValueError(f"--sort {sort!r} is not one of concreteness, category, random")
     filters = filters or {}
@@ -101,7 +117,7 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
     if stats and not Path(stats).is_file():
         raise ValueError(f"--stats {stats} not found; it is the stats.json of `concrete-jungle analyze`")
     roots = [Path(d) for d in datasets]
-    loaded = [load_dataset(r) for r in roots]  # every dataset is read before anything is written
+    loaded = [load_dataset(r, partial) for r in roots]  # every dataset is read before anything is written
     # an analysis stats.json keeps per-pair scores under "pairs": {dataset: {id: {score: value}}}
     scores = json.loads(Path(stats).read_text()).get("pairs", {}) if stats else {}
     # anchors: ids of the first dataset of which some dataset's record passes the filters, sampled with the seed
@@ -152,7 +168,8 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
                       zip(names, roots, loaded))
     atomic_write_text(out / "index.html", PAGE.format(
         title=html.escape(" · ".join(names)), headers=headers, rows="\n".join(rows), count=len(rows),
-        options="".join(f'<option value="{html.escape(c)}">{html.escape(c)}</option>' for c in sorted(categories))))
+        options="".join(f'<option value="{html.escape(c)}">{html.escape(c)}</option>' for c in sorted(categories)),
+        sorts=sort_options(sort, seed)))
     atomic_write_text(out / "gallery.css", CSS)
     atomic_write_text(out / "gallery.js", JS)
     written = {f"{n:05d}-{d}-{side}.jpg" for n in range(len(chosen)) for d in range(len(loaded)) for side in "an"}
@@ -160,6 +177,52 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
         if old.name not in written:
             old.unlink()
     return out / "index.html"
+
+
+def sort_options(sort: str, seed: int) -> str:
+    """The page's sort box: first, selected, the order the page was written in (``--sort``), which the script
+    restores; then the concreteness orders it can sort into, less the one the page already has."""
+    written = {"concreteness": "concreteness ↓", "category": "category, then concreteness ↓",
+               "random": f"random (seed {seed})"}[sort]
+    others = [(value, label) for value, label in (("c-desc", "concreteness ↓"), ("c-asc", "concreteness ↑"))
+              if label != written]
+    return f'<option value="" selected>{written}</option>' + "".join(
+        f'<option value="{value}">{label}</option>' for value, label in others)
+
+
+THUMB_NAME = re.compile(r"\d{5,}-\d+-[an]\.jpg")
+
+
+def is_page(path: Path) -> bool:
+    """Whether ``path`` is a page this module wrote (their first bytes are the same)."""
+    start = PAGE[:PAGE.index("{title}")].encode()
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(start)) == start
+    except OSError:
+        return False
+
+
+def check_out_folder(out: Path, overwrite: bool) -> None:
+    """``out`` may hold a page of ours (its index.html, styles, script and thumbnails): replaced with ``overwrite``,
+    else refused. Any other file is refused, named, and kept; hidden files (the lock) are not looked at."""
+    if not out.is_dir():
+        return
+    page = out / "index.html"
+    ours = is_page(page)
+    mine = {page, out / "gallery.css", out / "gallery.js"} if ours else set()
+    entries = [p for p in sorted(out.iterdir()) if not p.name.startswith(".")]
+    if (out / "thumbs").is_dir():  # a stopped run leaves thumbnails without a page: they are replaced
+        entries.remove(out / "thumbs")
+        entries += [p for p in sorted((out / "thumbs").iterdir())
+                    if not p.name.startswith(".") and not (THUMB_NAME.fullmatch(p.name) and p.is_file())]
+    stray = next((p for p in entries if p not in mine or not p.is_file()), None)
+    if stray is not None:
+        raise ValueError(f"--out {out} holds {stray}, which `concrete-jungle gallery` did not write; it is kept: "
+                         "write the gallery to a new or empty folder")
+    if ours and not overwrite:
+        raise ValueError(f"--out {out} holds a gallery page already ({page}); pass --overwrite to replace it, or "
+                         "choose another --out")
 
 
 def check_filter_values(filters: dict[str, str], datasets: list[list[dict]]) -> None:
@@ -217,8 +280,7 @@ PAGE = """<!doctype html>
 <label>concreteness <input id="cmin" type="number" step="0.1" value="1"> to
 <input id="cmax" type="number" step="0.1" value="5"></label>
 <label>search <input id="search" type="search" placeholder="words in either caption"></label>
-<label>sort <select id="sort"><option value="">as written</option><option value="c-desc">concreteness ↓</option>
-<option value="c-asc">concreteness ↑</option></select></label>
+<label>sort <select id="sort">{sorts}</select></label>
 <span id="shown">{count}</span> of {count} shown · keys: j / k next / previous</form></header>
 <main id="rows">
 {rows}

@@ -146,8 +146,10 @@ def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int
 
     from tqdm import tqdm
 
+    total = ok_records(source)
+    total = limit if total is None else total if limit is None else min(limit, total)
     for n, record in enumerate(tqdm(iter_records(source, partial), desc=f"encode {Path(source).name}", unit="pair",
-                                    total=limit, leave=False, disable=not progress)):
+                                    total=total, leave=False, disable=not progress)):
         if limit is not None and n >= limit:
             break
         buffer.append(record)
@@ -157,6 +159,24 @@ def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int
     if not cs:
         raise ValueError(f"{source} holds no records")
     return (torch.cat(anchors_i + negs_i), torch.cat(anchors_t + negs_t), torch.tensor(cs), metas, dino_scores)
+
+
+def ok_records(source) -> int | None:
+    """How many records a ConcreteBatch holds, for a progress bar's total: the ok rows of its manifest, or of its
+    shards' manifests (the finished shards of an unfinished dataset); None where no manifest tells (a list of
+    shards, or shards written by other tools)."""
+    from ..concretebatch import read_shard_manifests
+    from ..records import read_jsonl
+
+    if isinstance(source, list):
+        return None
+    root = Path(source)
+    if (root / "manifest.jsonl").is_file():
+        return sum(r.get("status") == "ok" for r in read_jsonl(root / "manifest.jsonl"))
+    shards = read_shard_manifests(root)
+    if not shards or set(shards) != {int(p.stem.split("-")[1]) for p in root.glob("shard-*.tar")}:
+        return None
+    return sum(r.get("status") == "ok" for rows in shards.values() for r in rows)
 
 
 # ------------------------------------------------------------------------------------------ dataset statistics
@@ -265,10 +285,11 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
                      dino_model: str | None = None, bertscore_model: str | None = None,
                      bertscore_layers: int | None = None, bertscore_rescale: bool = True,
                      limit: int | None = None, cache_dir: str | Path | None = None, progress: bool = True,
-                     partial: bool = False, trim_text: bool = True) -> dict:
+                     partial: bool = False, trim_text: bool = True, reference: str | None = None) -> dict:
     """Table 1 statistics, Fig. 5 and per-pair scores for each dataset; writes stats.json and report.md.
     Embeddings are cached in ``cache_dir`` (default ``<out>/embeddings``) by model and dataset. ``trim_text``: as
-    in `concretebatch_features`."""
+    in `concretebatch_features`. ``reference``: what the report and the figures call the model (default
+    `model_label`)."""
     from ..records import atomic_write_json, atomic_write_text
 
     out = Path(out)
@@ -294,13 +315,24 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
              "pairs": {n: {r["id"]: {k: v for k, v in r.items() if k not in ("id", "category", "keyword")}
                            for r in rows} for n, rows in per_dataset.items()}}
     atomic_write_json(out / "stats.json", stats)
-    from ..models import describe_model
-
     from .figures import plot_dataset_figures
 
-    figures = plot_dataset_figures(per_dataset, out, describe_model(clip.identity))
-    atomic_write_text(out / "report.md", report_markdown(summaries, modes, scorers, figures))
+    reference = reference or model_label(clip.identity)
+    figures = plot_dataset_figures(per_dataset, out, reference)
+    atomic_write_text(out / "report.md", report_markdown(summaries, modes, scorers, figures, reference))
     return stats
+
+
+def model_label(identity: dict) -> str:
+    """A model's name for figures and tables: `models.describe_model`'s words, but a checkpoint by its run folder,
+    its step and the start of its weights' digest; its full path would wrap inside a title or run off an axis."""
+    from ..models import describe_model
+
+    if "checkpoint" not in identity:
+        return describe_model(identity)
+    path = Path(identity.get("path", "checkpoint"))
+    run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    return f"checkpoint {path.name} of {run.name} (sha1 {identity['checkpoint'][:8]})"
 
 
 TABLE1_METRICS = [("mean_c", "Mean c"), ("median_c", "Median c"), ("i2t", "I2T acc."), ("t2i", "T2I acc."),
@@ -349,7 +381,9 @@ def text_only_notes(summaries: dict[str, dict]) -> list[str]:
     return notes
 
 
-def describe_scorers(scorers: dict) -> str:
+def describe_scorers(scorers: dict, reference: str | None = None) -> str:
+    """The scorers in words; ``reference``: the label the report uses for the reference CLIP, given beside its
+    full description when they differ."""
     dino = scorers["dino"].removeprefix("dino:") if scorers["dino"] else "not computed (pass --dino-model)"
     bert = scorers["bertscore"]
     bert = (f"{bert['model']}" + (f", layer {bert['layers']}" if bert["layers"] else "") +
@@ -357,14 +391,18 @@ def describe_scorers(scorers: dict) -> str:
         "not computed (pass --bertscore-model)"
     from ..models import describe_model
 
-    return f"Reference CLIP: {describe_model(scorers['reference_clip'])}. DINOv2: {dino}. BERTScore: {bert}."
+    full = describe_model(scorers["reference_clip"])
+    clip = full if reference in (None, full) else f"{reference}: {full}"
+    return f"Reference CLIP: {clip}. DINOv2: {dino}. BERTScore: {bert}."
 
 
-def report_markdown(summaries: dict[str, dict], modes: dict[str, str | None], scorers: dict, figures) -> str:
-    from ..models import describe_model
-
+def report_markdown(summaries: dict[str, dict], modes: dict[str, str | None], scorers: dict, figures,
+                    reference: str | None = None) -> str:
+    """The analysis's report.md; ``reference``: what the tables and figures call the reference CLIP (default
+    `model_label`)."""
+    reference = reference or model_label(scorers["reference_clip"])
     lines = ["# Dataset analysis (paper Table 1, Fig. 5)", "",
-             describe_scorers(scorers) + " A dash: no scorer given, or no paper value.", "",
-             table1_markdown(summaries, modes, describe_model(scorers["reference_clip"])), ""]
+             describe_scorers(scorers, reference) + " A dash: no scorer given, or no paper value.", "",
+             table1_markdown(summaries, modes, reference), ""]
     lines += [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
     return "\n".join(lines) + "\n"

@@ -8,9 +8,12 @@ and before it writes anything, so a mistake is reported in well under a second a
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
+from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from .. import __version__
 from ..errors import Interrupted, JobError
@@ -24,7 +27,9 @@ ON_INTERRUPT = {
     "keywords": "nothing is lost: the same command resumes where it stopped",
     "plant": "nothing is lost: finished shards stay, and the same command resumes from them",
     "cache": "nothing is lost: a cache is published only when complete; the same command builds it again",
-    "train": "interrupted before the first step: the last checkpoint, if any, stands (--resume latest)",
+    # a Ctrl-C after the first step is caught by the run, which saves a checkpoint and says so (`Interrupted`)
+    "train": "stopped before the first step: no step was taken, so nothing needs resuming; run the same command "
+             "again",
     "demo": "finished stages are kept: the same command reuses them",
     "eval": "no result was written for the benchmark in progress; with --cache-dir, encoded embeddings are reused",
 }
@@ -89,8 +94,24 @@ def main(argv: list[str] | None = None) -> int:
     # every input error of ours is a ValueError (ratings, sources, configs, models, benchmark data), a missing
     # file, or a JobError (a run that cannot go on)
     except (ValueError, FileNotFoundError, JobError) as e:
-        errors.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        # escaped: a message's brackets are text ("pip install 'concrete-jungle[wandb]'"), not console markup
+        errors.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return 2
+    except OSError as e:  # a folder this user may not write into: every command meets it first making its output
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or e.filename is None:
+            raise
+        errors.print(f"[bold red]error:[/] {refused_access(e)}", highlight=False, soft_wrap=True)
+        return 2
+
+
+def refused_access(e: OSError) -> str:
+    """A permission error in one line naming the folder that refused a new file (or the file itself, when it was
+    an existing one that could not be opened)."""
+    path = Path(e.filename)
+    if e.errno == errno.EROFS or not path.exists():
+        return (f"cannot write into {path.parent}: {e.strerror}; choose an output folder you can write to, or make "
+                "this one writable")
+    return f"cannot open {path}: {e.strerror}; fix its permissions (an output must be writable, an input readable)"
 
 
 if __name__ == "__main__":

@@ -79,8 +79,8 @@ def analyze(args, console: Console) -> int:
         return 0
     from rich.table import Table
 
-    from ..analysis.statistics import concretebatch_features, gradient_share_samples, means, spread
-    from ..analysis.figures import LABELS, plot_gradient_share
+    from ..analysis.statistics import concretebatch_features, gradient_share_samples, means, model_label, spread
+    from ..analysis.figures import LABELS, gradient_share_title, plot_gradient_share
     from ..records import atomic_write_json
 
     sizes = list(args.batch_sizes)
@@ -96,8 +96,8 @@ def analyze(args, console: Console) -> int:
     atomic_write_json(out / "gradient_share.json", {"model": clip.identity, "data": args.data, "logit_scale": scale,
                                                     "pairs": len(c), "batches": args.batches, "curves": curves,
                                                     "sd": sd})
-    plot_gradient_share(curves, out / "gradient_share.png", f"Hard-negative gradient share on {Path(args.data).name} "
-                        f"({len(c)} pairs) under {clip.label}, logit scale {scale:.1f} (Fig. 6)", sd, args.batches)
+    plot_gradient_share(curves, out / "gradient_share.png", gradient_share_title(
+        Path(args.data).name, len(c), model_label(clip.identity), scale), sd, args.batches)
     table = Table(title=f"hard-negative gradient share on {Path(args.data).name} under {clip.label} ({len(c)} pairs, "
                   f"logit scale {scale:.1f}; mean ± sd over {args.batches} random batches)")
     table.add_column("N", justify="right")

@@ -159,3 +159,22 @@ def load_model_from_args(args):
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return load_model(args.model, args.pretrained, args.checkpoint, device=device, precision=args.precision,
                       seed=args.seed), device
+
+
+def add_print_config(p) -> None:
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (the file, flags and --set applied) as YAML and exit: nothing is "
+                        "checked, run or written")
+
+
+def print_config(config, console) -> int:
+    """The whole resolved config as YAML on stdout, in the layout a --config file takes."""
+    import dataclasses
+    import json
+
+    import yaml
+
+    plain = json.loads(json.dumps(dataclasses.asdict(config), default=str))  # tuples as lists, paths as text
+    console.print(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip(), highlight=False, markup=False,
+                  soft_wrap=True)
+    return 0

@@ -38,18 +38,25 @@ def add_parser(sub) -> None:
         "JSON per benchmark and results.md to --out. --check only checks the data (no model).",
         epilog=EVAL_LAYOUT, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--benchmarks", default="sugarcrepe", help=f"comma-separated, from {', '.join(BENCHMARKS)}")
+    p.add_argument("--benchmarks", default="sugarcrepe",
+                   help=f"comma-separated, from {', '.join(BENCHMARKS)}; or all: every benchmark whose data is under "
+                   "--data-root (it says which it found and which not) (default %(default)s)")
     p.add_argument("--data-root", help="folder holding the benchmarks' data (layout below)")
     p.add_argument("--check", action="store_true",
-                   help="check the data root's layout and images and print the item counts; loads no model")
-    p.add_argument("--out", default="results", help="output folder (default %(default)s)")
+                   help="check the data root's layout, every item of its benchmark files and every image; print the "
+                   "item counts and the digest of each benchmark's files; loads no model")
+    p.add_argument("--out", default="results", help="output folder (default %(default)s); one model's: results "
+                   "of another model there are refused, its own are kept and reported with the new ones")
+    p.add_argument("--overwrite", action="store_true",
+                   help="remove the results of another model from --out first")
     p.add_argument("--skip-missing", action="store_true", help="skip items whose images are missing or unreadable")
     p.add_argument("--batch-size", type=positive_int, default=64, help="images or texts per forward pass")
     p.add_argument("--workers", type=non_negative_int, default=0, help="image-loading processes")
     p.add_argument("--cache-dir", help="cache embeddings here (by model hash and file)")
     p.add_argument("--compare", nargs="+", metavar="JSON",
                    help="compare result files of one benchmark and exit: each file against the first, with the "
-                   "difference's 95 %% interval (paired bootstrap over images) and McNemar's p")
+                   "difference's 95 %% interval (paired bootstrap over images) and McNemar's p; results computed on "
+                   "other benchmark files (another benchmark_files_sha256) are refused")
     p.add_argument("--vs", nargs="+", metavar="JSON",
                    help="with --compare A1.json A2.json ...: the runs to compare them with (e.g. the seeds of another "
                    "model); the runs are resampled within each side too")
@@ -73,6 +80,10 @@ def run(args, console: Console) -> int:
     if args.vs and not args.compare:
         raise ValueError("--vs needs --compare: concrete-jungle eval --compare A1.json A2.json --vs B1.json B2.json")
     if args.compare:
+        if len(args.compare) + len(args.vs or []) < 2:
+            raise ValueError(f"--compare needs two or more result files, it got one ({args.compare[0]}): "
+                             "concrete-jungle eval --compare A.json B.json [C.json ...], or --compare A.json "
+                             "--vs B.json")
         comparison = compare(args.compare, args.vs, resamples=args.resamples)
         console.print(Markdown(compare_markdown(comparison)))
         if args.compare_json:
@@ -87,9 +98,12 @@ def run(args, console: Console) -> int:
         raise ValueError(f"--data-root {root} does not exist; it is the folder holding sugarcrepe/, coco/, ... "
                          "(see concrete-jungle eval --help and docs/data.md)")
     names = [n.strip() for n in args.benchmarks.split(",") if n.strip()]
+    if names == ["all"]:
+        names = benchmarks_present(root, console)
     unknown = sorted(set(names) - set(evaluation.BENCHMARKS))
     if unknown:
-        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(evaluation.BENCHMARKS)}")
+        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(evaluation.BENCHMARKS)}, or all "
+                         "(alone: every benchmark whose data is under --data-root)")
     if not args.check:
         check_model_args(args)
     # every benchmark's files are checked before the model is loaded
@@ -106,7 +120,24 @@ def run(args, console: Console) -> int:
     from ..locks import locked
 
     with locked(Path(args.out) / ".eval.lock", f"--out {args.out}", "concrete-jungle eval"):
-        results = evaluation.run(encoder, names, loaded, out=args.out)
+        results = evaluation.run(encoder, names, loaded, out=args.out, overwrite=args.overwrite)
     console.print(Markdown(markdown(results)))
     console.print(f"written: {Path(args.out) / 'results.md'} and one JSON per benchmark in {args.out}", highlight=False)
     return 0
+
+
+def benchmarks_present(root: Path, console: Console) -> list[str]:
+    """``--benchmarks all``: the benchmarks whose data is under ``root``, said with those that are not there."""
+    from ..evaluation import MARKERS, present
+
+    found = present(root)
+    names = [n for n, there in found.items() if there]
+    expected = {n: " or ".join(MARKERS[n]) for n in found}
+    if not names:
+        raise ValueError(f"--benchmarks all: no benchmark's data is under --data-root {root} (none of "
+                         f"{'; '.join(expected.values())} is there); see the layout in concrete-jungle eval --help "
+                         "and docs/data.md")
+    absent = [f"{n} (no {expected[n]})" for n, there in found.items() if not there]
+    console.print(f"--benchmarks all: found under {root}: {', '.join(names)}; not found: "
+                  f"{', '.join(absent) or 'none'}", highlight=False)
+    return names

@@ -15,13 +15,17 @@ def add_parser(sub) -> None:
         description="One Parquet file per shard, with the Hugging Face feature description: "
         "datasets.load_dataset('parquet', data_files='OUT/...parquet') reads the pictures as images. --to hf "
         "writes OUT/data/ and a dataset card (README.md), the layout `huggingface-cli upload` and "
-        "load_dataset(OUT) expect.",
+        "load_dataset(OUT) expect. Into a folder holding an export of the same dataset it writes only what is "
+        "missing; a folder holding anything else is refused, naming it (a hand-written README.md is never replaced).",
     )
     p.add_argument("dataset", metavar="DIR", help="a ConcreteBatch directory")
     p.add_argument("--to", choices=["parquet", "hf"], default="parquet", help="the layout (default %(default)s)")
     p.add_argument("out", metavar="OUT", help="output folder")
     p.add_argument("--partial", action="store_true",
                    help="export the finished shards of an unfinished or unmerged dataset (refused otherwise)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the export of another dataset that OUT holds (the new one takes its place once "
+                   "complete); files this command did not write are never replaced")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
 
@@ -33,7 +37,8 @@ def run(args, console: Console) -> int:
 
     shard_urls(args.dataset, args.partial)  # a ConcreteBatch directory, or one clear line
     with locked(Path(args.out) / ".export.lock", f"--out {args.out}", "concrete-jungle export"):
-        files = export(args.dataset, args.out, args.to, args.partial, progress=not args.no_progress)
+        files = export(args.dataset, args.out, args.to, args.partial, progress=not args.no_progress,
+                       overwrite=args.overwrite)
     where = files[0].parent if files else args.out
     console.print(f"exported {args.dataset} to {len(files)} Parquet file(s) in {where}", highlight=False)
     return 0

@@ -25,6 +25,10 @@ def add_parser(sub) -> None:
     p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                    help="keep anchors whose record matches, e.g. category=relation or mode=hc (repeatable)")
     p.add_argument("--stats", help="an analysis stats.json with per-pair scores: {dataset: {id: {name: value}}}")
+    p.add_argument("--partial", action="store_true",
+                   help="show the finished shards of a dataset still being planted, or of an unmerged split run")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the gallery page --out holds (a folder holding other files is refused all the same)")
     p.set_defaults(run=run)
 
 
@@ -41,9 +45,11 @@ def run(args, console: Console) -> int:
     from ..locks import locked
 
     for d in args.datasets:
-        shard_urls(d)  # a ConcreteBatch directory, or a clear error before the output folder is made
+        # a ConcreteBatch directory, or a clear error before the output folder is made
+        shard_urls(d, partial=args.partial)
     with locked(Path(args.out) / ".gallery.lock", f"--out {args.out}", "concrete-jungle gallery"):
         page = build_gallery(args.datasets, args.out, sample=args.sample, seed=args.seed, sort=args.sort,
-                             filters=filters, stats=args.stats)
+                             filters=filters, stats=args.stats, overwrite=args.overwrite,
+                             partial=args.partial)
     console.print(f"gallery written: {page}")
     return 0

@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--score-column", help="score column of --ratings")
     p.add_argument("--batch-size", type=positive_int, default=256, help="captions per spaCy batch")
     p.add_argument("--workers", type=positive_int, default=1,
-                   help="processes that parse, extract and sample (default %(default)s)")
+                   help="processes that parse captions and extract their candidates (default %(default)s: this "
+                   "process); sampling stays in this process, in input order, so the output is the same for any N")
     p.add_argument("--max-words", type=positive_int, default=60, help="skip longer captions (default %(default)s)")
     p.add_argument("--limit", type=positive_int, help="only the first N samples of the input: try settings on a few")
     p.add_argument("--out", required=True, help="output JSONL; an existing file is resumed")

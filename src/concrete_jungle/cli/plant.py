@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
 from rich.console import Console
 
-from .args import (add_input_args, add_sampler_args, column_names, key_values, non_negative_int, positive_int,
-                   positive_int_list, sampler_config, strength)
+from .args import (add_input_args, add_print_config, add_sampler_args, column_names, key_values, non_negative_int,
+                   positive_int, positive_int_list, print_config, sampler_config, strength)
 
 
 def add_parser(sub) -> None:
@@ -15,7 +17,9 @@ def add_parser(sub) -> None:
         description="Sample keywords, rewrite captions, edit images and write WebDataset shards plus a manifest. "
         "Re-running with the same --out resumes. `concrete-jungle plant merge DIR` joins the parts of a "
         "--num-shards run.",
+        add_help=False,
     )
+    p.add_argument("-h", "--help", action=PlantHelp, help="show this help message and exit (after merge: merge's)")
     # no `choices`: argparse would check them before it reports a misspelled flag, and `--captoins x.jsonl` would
     # read as "invalid choice: 'x.jsonl'"
     p.add_argument("action", nargs="?", metavar="merge", help="merge: check and join the parts in DIR")
@@ -70,7 +74,30 @@ def add_parser(sub) -> None:
     g.add_argument("--limit", type=positive_int, help="only the first N samples of the input: try settings on a few "
                    "(a dataset setting: resuming with another limit is refused)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_print_config(g)
     p.set_defaults(run=run)
+
+
+def merge_parser(prog: str) -> argparse.ArgumentParser:
+    """`plant merge`'s own help: it takes DIR alone, none of plant's flags."""
+    m = argparse.ArgumentParser(
+        prog=f"{prog} merge", description="Check that every part of a --num-shards run finished, holds its own ids "
+        "and was made with the same settings, and join the parts' manifests into the dataset's manifest.jsonl, "
+        "rejects.jsonl and summary.json.")
+    m.add_argument("merge_dir", metavar="DIR", help="the dataset directory the parts were written to (their --out)")
+    return m
+
+
+class PlantHelp(argparse.Action):
+    """``--help``: plant's help, or after ``merge`` (``plant merge --help``) merge's alone."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        # argparse has already taken the positional `merge` when it reaches the flag after it
+        (merge_parser(parser.prog) if getattr(namespace, "action", None) == "merge" else parser).print_help()
+        parser.exit()
 
 
 def engine_config(args, base=None):
@@ -90,8 +117,8 @@ def engine_config(args, base=None):
 
 
 def store_images(captions: list[str] | None):
-    """The folder of the stores the captions name, when every input is a store in one folder (their images are
-    inside them: their locators are relative to that folder); else None."""
+    """The folder the stores the captions name lie under, when every input is a store (their images are inside
+    them: their locators are relative to that folder); else None."""
     from ..sources import expand_paths
     from ..sources.stores import store_root
 
@@ -102,11 +129,13 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
     from ..plant import PlantConfig
 
     images = args.images or store_images(args.captions)
-    missing = [f"--{n}" for n in ("captions", "images", "out", "mode") if not (images if n == "images" else
-                                                                              getattr(args, n))]
+    missing = [n for n in ("captions", "images", "out", "mode") if not (images if n == "images" else getattr(args, n))]
     if missing:
-        raise ValueError(f"concrete-jungle plant needs {', '.join(missing)} (or --config FILE); --images may be "
-                         "left out when every input is a store (WebDataset, Parquet, a saved dataset) in one folder")
+        # the sentence on stores only when --images is missing: after another missing flag it would mislead
+        stores = ("; --images may be left out when every input is a store (WebDataset, Parquet, a saved dataset), "
+                  "which holds its images") if "images" in missing else ""
+        flags = ", ".join("--mode (hc, lc or wo)" if n == "mode" else f"--{n}" for n in missing)
+        raise ValueError(f"concrete-jungle plant needs {flags} (or --config FILE){stores}")
     captioner_options = {}
     if args.captioner in ("openai", "transformers"):
         if not args.model:
@@ -139,6 +168,7 @@ def run(args, console: Console) -> int:
 
     from .. import plant
     from ..plant import PlantConfig, merge_parts, shard_from_environment
+    from ..plant.config import hoist_mode
 
     # this part of a split run: the flags, else torchrun's or SLURM's environment, else the whole run
     env_index, env_count = shard_from_environment()
@@ -158,7 +188,8 @@ def run(args, console: Console) -> int:
             given = [f"--{n}" for n in ("captions", "images", "out") if getattr(args, n)]
             if given:
                 raise ValueError(f"{', '.join(given)} with --config: put them in the file or pass --set key=value")
-            data = apply_overrides(load_yaml(args.config), args.set, PlantConfig)
+            data = hoist_mode(apply_overrides(load_yaml(args.config), args.set, PlantConfig),
+                              f"{args.config}{' with --set' if args.set else ''}")
             if args.limit:
                 data["limit"] = args.limit
             data.setdefault("num_shards", num_shards)
@@ -167,6 +198,8 @@ def run(args, console: Console) -> int:
             config = replace(config, engine=engine_config(args, config.engine))
         else:
             config = plant_config_from_flags(args, num_shards, shard_index)
+        if args.print_config:
+            return print_config(config, console)
         config.check_inputs()  # files, folders, captioner and editor names: before anything is written
         if config.engine.name == "ray":
             import importlib.util

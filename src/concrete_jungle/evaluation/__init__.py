@@ -25,14 +25,23 @@ from pathlib import Path
 
 from ..records import atomic_write_json, atomic_write_text
 from .names import BENCHMARKS
-from .report import counts, markdown, summary
+from .report import HEADLINES, counts, markdown, summary
 
 # The benchmark modules import torch and open_clip; they are imported where they are used, so that the
 # CLI (and its --help) starts without them.
 
 
-def load_data(name: str, root: Path, skip_missing: bool):
-    """Read and check a benchmark's files (no model needed)."""
+def load_data(name: str, root: Path, skip_missing: bool) -> dict:
+    """Read and check a benchmark's files (no model needed), with the digest of every file it read
+    (``benchmark_files_sha256``: `checks.files_digest`), which its result carries."""
+    from .checks import files_digest
+
+    data = read_benchmark(name, root, skip_missing)
+    data["benchmark_files_sha256"] = files_digest(data.pop("files"), root)
+    return data
+
+
+def read_benchmark(name: str, root: Path, skip_missing: bool) -> dict:
     from . import (aro, aro_order, linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, valse, vtab, whatsup,
                    winoground, zeroshot)
     from .encoding import BenchmarkDataError
@@ -67,6 +76,33 @@ def load_data(name: str, root: Path, skip_missing: bool):
     raise BenchmarkDataError(f"unknown benchmark {name!r}; choose from {BENCHMARKS}")
 
 
+# what shows that a benchmark's data is under the data root (`--benchmarks all`): any one of the files or folders
+# (ending in /) that `read_benchmark` opens first; whether the rest is there and sound, `load_data` checks
+MARKERS = {
+    "sugarcrepe": ("sugarcrepe/*.json",),
+    "sugarcrepe_pp": ("sugarcrepe_pp/*.json",),
+    "winoground": ("winoground/examples.jsonl",),
+    "aro": ("aro/visual_genome_relation.json", "aro/visual_genome_attribution.json"),
+    "aro_order": ("coco/dataset_coco.json", "flickr30k/dataset_flickr30k.json"),
+    "valse": ("valse/*.json",),
+    "whatsup": ("whatsup/controlled_images_dataset.json", "whatsup/controlled_clevr_dataset.json",
+                "whatsup/*_qa_*_obj.json"),
+    "retrieval": ("flickr30k/dataset_flickr30k.json",),
+    "coco_retrieval": ("coco/dataset_coco.json",),
+    "zeroshot": ("zeroshot/*/",),
+    "linear_probe": ("imagenet/train/",),
+    "coco_probe": ("coco/annotations/instances_train2017.json",),
+    "vtab": ("vtab/*/",),
+}
+
+
+def present(root: Path) -> dict[str, bool]:
+    """Per benchmark (`BENCHMARKS` order): whether its data is under ``root`` (`MARKERS`)."""
+    def found(pattern: str) -> bool:
+        folder = pattern.endswith("/")
+        return any(p.is_dir() if folder else p.is_file() for p in root.glob(pattern.rstrip("/")))
+
+    return {name: any(map(found, MARKERS[name])) for name in BENCHMARKS}
 
 
 def evaluate_one(name: str, encoder, data) -> dict:
@@ -80,20 +116,58 @@ def evaluate_one(name: str, encoder, data) -> dict:
     return module.evaluate(encoder, data)
 
 
-def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None) -> dict[str, dict]:
-    """Evaluate every benchmark in ``loaded`` (name -> data from `load_data`); write JSON + results.md."""
+def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None,
+        overwrite: bool = False) -> dict[str, dict]:
+    """Evaluate every benchmark in ``loaded`` (name -> data from `load_data`); write JSON + results.md (which also
+    report the results ``out`` held of this model). ``overwrite``: remove another model's results from ``out``."""
+    from .chance import levels
+
+    kept = kept_results(Path(out), encoder.clip.hash, overwrite) if out is not None else {}
     results = {}
     for name in names:
         start = time.perf_counter()
         result = evaluate_one(name, encoder, loaded[name])  # with its per-item outcomes, for eval --compare
         # a metric with nothing to average (every item skipped) has no value: null in JSON, never NaN
         result["metrics"] = {k: None if isinstance(v, float) and v != v else v for k, v in result["metrics"].items()}
+        result["chance"] = levels(name, loaded[name], result, HEADLINES[name][1])
         results[name] = {"benchmark": name, "model": encoder.clip.identity, "model_label": encoder.clip.label,
                          "model_hash": encoder.clip.hash, "items": counts(loaded[name])[0],
+                         "benchmark_files_sha256": loaded[name]["benchmark_files_sha256"],
                          "seconds": round(time.perf_counter() - start, 2)} | result
         if out is not None:
             atomic_write_json(Path(out) / f"{name}.json", results[name])
     if out is not None:
-        atomic_write_json(Path(out) / "summary.json", summary(results))
-        atomic_write_text(Path(out) / "results.md", markdown(results))
+        reported = {n: r for n, r in kept.items() if n not in results} | results
+        atomic_write_json(Path(out) / "summary.json", summary(reported))
+        atomic_write_text(Path(out) / "results.md", markdown(reported))
     return results
+
+
+def kept_results(out: Path, model_hash: str, overwrite: bool) -> dict[str, dict]:
+    """The results ``out`` holds of the model ``model_hash``, by benchmark: kept beside this run's. Results of
+    another model would stay beside them (and ``eval --compare out/*.json`` read them as this model's): refused,
+    naming the model, or with ``overwrite`` removed first, with the report that names it. A file of a benchmark's
+    name that is no result of ours is refused, and kept."""
+    import json
+
+    mine, others = {}, {}
+    for name in BENCHMARKS:
+        path = out / f"{name}.json"
+        if not path.is_file():
+            continue
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+            held = result["model_hash"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"--out {out} holds {path}, which is not a result of `concrete-jungle eval`; it is "
+                             "kept: choose another --out, or move it away") from None
+        (mine if held == model_hash else others)[path] = result
+    if others and not overwrite:
+        models = ", ".join(sorted({r.get("model_label") or r["model_hash"] for r in others.values()}))
+        raise ValueError(f"--out {out} holds the results of another model, {models} "
+                         f"({', '.join(p.name for p in others)}); pass --overwrite to remove them first, or choose "
+                         "another --out")
+    if others:
+        for path in [*others, out / "summary.json", out / "results.md"]:
+            path.unlink(missing_ok=True)
+    return {path.stem: result for path, result in mine.items()}

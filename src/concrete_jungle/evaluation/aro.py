@@ -12,13 +12,20 @@ least 25 items. The list of symmetric relations is not part of the data release:
 ``aro/vg_relation_symmetric.txt`` (one relation a line, copied from the notebook); without it the macro mean is
 over every relation and is reported under another name, ``VG-Relation (all relations)``. The micro accuracies
 (over items) are reported beside.
+
+A box wholly outside its picture is cut, as PIL cuts it, to black pixels, and the official code scores the item on
+that crop: so do we, and count such items (``boxes_outside_image``, with a note in the result). A box that is not
+four numbers, or less than a pixel wide or high, is an error (its crop would fail in the run).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from PIL import Image
+
 from ..stats import reported, series
+from .checks import file_sha256, items_of, numbered_lines, outside, pixel_box, text_of
 from .choice import picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 
@@ -31,35 +38,56 @@ LAYOUT = ("<root>/aro/{visual_genome_relation,visual_genome_attribution}.json an
 
 
 def load(root: str | Path, skip_missing: bool = False) -> dict:
-    """Items per subset present (relation or attribution): (key, Crop, false caption, true caption, group)."""
+    """Items per subset present (relation or attribution): (key, Crop, false caption, true caption, group); per
+    subset, how many items have a box wholly outside their image (``boxes_outside_image``)."""
     root = Path(root)
     found = {s: root / name for s, name in FILES.items() if (root / name).is_file()}
     if not found:
         raise BenchmarkDataError(f"{root} holds neither {' nor '.join(FILES.values())}; expected layout: {LAYOUT}")
-    items, skipped = {}, {}
+    items, skipped, outside_keys, files = {}, {}, {}, {}
     for subset, path in found.items():
         raw = load_json_file(path, LAYOUT)
         if not isinstance(raw, list):
             raise BenchmarkDataError(f"{path}: ARO files are a list of items; expected layout: {LAYOUT}")
-        rows = []
-        for n, item in enumerate(raw):
-            missing = [f for f in ("image_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "true_caption",
-                                   "false_caption") if f not in item]
-            group = item.get("relation_name") if subset == "vg_relation" else (
-                "_".join(map(str, item["attributes"][:2])) if len(item.get("attributes", [])) >= 2 else None)
-            if missing or group is None:
-                raise BenchmarkDataError(f"{path}: item {n} lacks {missing or ['relation_name or attributes']}; "
-                                         f"expected layout: {LAYOUT}")
-            box = tuple(float(item[f"bbox_{k}"]) for k in "xywh")
-            rows.append((str(n), Crop(image_path(root / "images", item["image_path"]), box),
-                         item["false_caption"], item["true_caption"], str(group)))
-        problems = check_images([r[1].path for r in rows], LAYOUT, skip_missing)
+        files[path] = file_sha256(path)
+        rows = [_row(subset, path, n, item, root) for n, item in items_of(raw, path, dict, LAYOUT)]
+        problems, sha256 = check_images([r[1].path for r in rows], LAYOUT, skip_missing)
+        files |= sha256
         items[subset] = [r for r in rows if r[1].path not in problems]
         skipped[subset] = len(rows) - len(items[subset])
+        sizes = {}
+        for picture in dict.fromkeys(r[1].path for r in items[subset]):
+            with Image.open(picture) as im:  # its header: the file was checked and decoded whole just above
+                sizes[picture] = im.size
+        outside_keys[subset] = [r[0] for r in items[subset] if outside(r[1].box, sizes[r[1].path])]
     symmetric = root / SYMMETRIC
-    excluded = sorted({line.strip() for line in symmetric.read_text().splitlines() if line.strip()}) \
-        if symmetric.is_file() else None
-    return {"items": items, "skipped": skipped, "symmetric": excluded}
+    excluded = None
+    if symmetric.is_file():
+        excluded = sorted({line for _, line in numbered_lines(symmetric)})
+        files[symmetric] = file_sha256(symmetric)
+    # the official loader crops such a box as PIL does, to black pixels, and scores the item: so do we, and say so
+    notes = [f"{subset}: {len(keys)} item(s) have a box wholly outside their image (items "
+             f"{', '.join(keys[:5])}{', ...' if len(keys) > 5 else ''}); each is scored on an all-black crop, as the "
+             "official code scores it" for subset, keys in outside_keys.items() if keys]
+    return {"items": items, "skipped": skipped, "symmetric": excluded,
+            "boxes_outside_image": {s: len(keys) for s, keys in outside_keys.items()}, "notes": notes, "files": files}
+
+
+def _row(subset: str, path: Path, n: int, item: dict, root: Path) -> tuple:
+    """One item: (key, Crop, false caption, true caption, group), every field checked as the run will use it."""
+    missing = [f for f in ("image_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "true_caption", "false_caption")
+               if f not in item]
+    attributes = item.get("attributes")
+    group = item.get("relation_name") if subset == "vg_relation" else (
+        "_".join(map(str, attributes[:2])) if isinstance(attributes, list) and len(attributes) >= 2 else None)
+    if missing or group is None:
+        raise BenchmarkDataError(f"{path}: item {n} lacks {missing or ['relation_name or attributes']}; "
+                                 f"expected layout: {LAYOUT}")
+    for field in ("image_path", "false_caption", "true_caption"):
+        text_of(item[field], path, f"item {n}", field)
+    box = pixel_box(item, path, f"item {n}")
+    return (str(n), Crop(image_path(root / "images", item["image_path"]), box), item["false_caption"],
+            item["true_caption"], str(group))
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
@@ -85,4 +113,5 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
         recipes[f"{name.split(' (')[0]} (micro)"] = {"mean": subset}
     outcomes = {"series": answers, "metrics": recipes}
     return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "outcomes": outcomes}
+            "skipped": data["skipped"], "boxes_outside_image": data["boxes_outside_image"], "notes": data["notes"],
+            "outcomes": outcomes}

@@ -79,9 +79,11 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         raise BenchmarkDataError(f"neither {' nor '.join(str(root / f) for f, _ in SOURCES.values())} exists; "
                                  "ARO's order tasks read the Karpathy split files of coco_retrieval and retrieval")
     nlp = load_spacy()
-    items, skipped = {}, {}
+    items, skipped, notes, files = {}, {}, [], {}
     for name, (split_file, images) in found.items():
         data = load_karpathy(split_file, images, skip_missing=skip_missing)
+        notes += data["notes"]
+        files |= data["files"]
         captions = [(path, n, caption) for path, caps in data["items"] for n, caption in enumerate(caps)]
         rows = []
         for k, ((path, n, caption), doc) in enumerate(zip(captions, nlp.pipe(c for _, _, c in captions))):
@@ -89,7 +91,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
                                                 perturbations(doc, np.random.default_rng([SEED, k]))]
             rows.append((f"{unit_of(path)}#{n}", Crop(path), options))
         items[name], skipped[name] = rows, data["skipped"]
-    return {"items": items, "skipped": skipped}
+    return {"items": items, "skipped": skipped, "notes": notes, "files": files}
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
@@ -100,4 +102,4 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
         answers[name] = series([it[0] for it in items], [unit_of(it[1].path) for it in items], right)
     outcomes = {"series": answers, "metrics": {name: {"mean": name} for name in answers}}
     return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "outcomes": outcomes}
+            "skipped": data["skipped"], "notes": data["notes"], "outcomes": outcomes}

@@ -22,32 +22,42 @@ class BenchmarkDataError(ValueError):
     """Benchmark files missing or in the wrong layout; the message names the file and the layout."""
 
 
-def check_images(paths: list[Path], layout: str, skip_missing: bool) -> dict[Path, str]:
-    """Problems by image path ({} when all are fine), each image opened safely and decoded whole
-    (`images.open_image`), so a file that would fail in the middle of a run fails here, before any model loads.
-    Without ``skip_missing`` the first one is an error."""
-    from ..images import ImageRejected, open_image
+class CheckedImages(NamedTuple):
+    problems: dict[Path, str]  # why each unusable image is left out ({} when all are fine)
+    sha256: dict[Path, str]  # the content of each usable one, for the digest a result carries
+
+
+def check_images(paths: list[Path], layout: str, skip_missing: bool) -> CheckedImages:
+    """Every image read once, opened safely and decoded whole (`images.read_image`), so a file that would fail in
+    the middle of a run fails here, before any model loads; its bytes hashed on the way. Without ``skip_missing``
+    the first problem is an error."""
+    from ..images import ImageRejected, read_image
 
     problems: dict[Path, str] = {}
+    sha256: dict[Path, str] = {}
     for path in dict.fromkeys(paths):
         if not Path(path).exists() and not Path(path).is_symlink():
             problems[path] = "missing"
         else:
             try:
-                open_image(path).close()
+                image, data = read_image(path)
+                image.close()
+                sha256[path] = hashlib.sha256(data).hexdigest()
             except ImageRejected as e:
                 problems[path] = f"unreadable ({e})"
         if problems.get(path) and not skip_missing:
             raise BenchmarkDataError(f"image {path} is {problems[path]}; expected layout: {layout}. "
                                      "Fix the data root, or pass --skip-missing to count and skip such items.")
-    return problems
+    return CheckedImages(problems, sha256)
 
 
 def checked_subsets(data: dict[str, list[tuple]], layout: str, skip_missing: bool, path_at: int = 1) -> dict:
-    """Items per subset whose image (tuple field ``path_at``) is usable, and how many were skipped per subset."""
-    problems = check_images([it[path_at] for items in data.values() for it in items], layout, skip_missing)
+    """Items per subset whose image (tuple field ``path_at``) is usable, how many were skipped per subset, and the
+    images' sha256 (``files``)."""
+    problems, sha256 = check_images([it[path_at] for items in data.values() for it in items], layout, skip_missing)
     return {"items": {s: [it for it in items if it[path_at] not in problems] for s, items in data.items()},
-            "skipped": {s: sum(it[path_at] in problems for it in items) for s, items in data.items()}}
+            "skipped": {s: sum(it[path_at] in problems for it in items) for s, items in data.items()},
+            "files": sha256}
 
 
 def subset_files(json_dir: Path, official: tuple[str, ...], subsets, layout: str) -> dict[str, Path]:
@@ -103,24 +113,6 @@ def load_json_file(path: Path, layout: str):
     except _DuplicateKey as e:
         raise BenchmarkDataError(f"{path}: key {e.args[0]!r} appears twice; JSON would keep only the last item of "
                                  "that key, so the file is not a benchmark file as published") from None
-
-
-def checked_items(path: Path, items, fields: tuple[str, ...], layout: str) -> list[tuple[str, dict]]:
-    """``(key, item)`` pairs of a subset file (a dict keyed by item, or a list), each item a mapping with every
-    field a string; a malformed item or an empty file is an error naming the file, the item and the field."""
-    pairs = list(items.items()) if isinstance(items, dict) else list(enumerate(items)) \
-        if isinstance(items, list) else None
-    if pairs is None:
-        raise BenchmarkDataError(f"{path}: expected a list or a dict of items, found {type(items).__name__}; "
-                                 f"expected layout: {layout}")
-    if not pairs:
-        raise BenchmarkDataError(f"{path} holds no items; remove it or give it the subset's items")
-    for key, item in pairs:
-        missing = [f for f in fields if not isinstance(item, dict) or not isinstance(item.get(f), str)]
-        if missing:
-            raise BenchmarkDataError(f"{path}: item {key!r} has no text in {', '.join(missing)}; every item needs "
-                                     f"{', '.join(fields)}")
-    return [(str(key), item) for key, item in pairs]
 
 
 class Crop(NamedTuple):

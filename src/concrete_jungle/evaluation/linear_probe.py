@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..stats import metric_values, series
+from .checks import file_sha256, shown, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
@@ -28,39 +29,70 @@ def load_image_folder(root: str | Path, splits=("train", "val"), skip_missing: b
     """Image paths and class indices of an ImageFolder's two splits (classes from the first split)."""
     root = Path(root)
     names, splits = splits, {}
+    layout = FOLDER_LAYOUT.replace("val", names[1])
     for split in names:
         d = root / split
         if not d.is_dir():
-            raise BenchmarkDataError(f"{d} not found; expected layout: {FOLDER_LAYOUT.replace('val', names[1])}")
+            raise BenchmarkDataError(f"{d} not found; expected layout: {layout}")
         classes = sorted(p.name for p in d.iterdir() if p.is_dir())
         splits[split] = [(p, c) for c in classes for p in sorted((d / c).iterdir()) if p.suffix.lower() in IMAGE_EXTS]
+        if not splits[split]:
+            raise BenchmarkDataError(f"{d} holds no image in a class folder; expected layout: {layout}")
     classes = sorted({c for _, c in splits[names[0]]})
-    problems = check_images([p for items in splits.values() for p, _ in items], FOLDER_LAYOUT, skip_missing)
+    for split in names[1:]:
+        unknown = sorted({c for _, c in splits[split]} - set(classes))
+        if unknown:
+            raise BenchmarkDataError(f"{root / split} has the class folder(s) {unknown[:5]} with images, which "
+                                     f"{root / names[0]} has none of; the probe learns only the classes it is "
+                                     "trained on: give them training images, or remove them")
+    problems, sha256 = check_images([p for items in splits.values() for p, _ in items], FOLDER_LAYOUT, skip_missing)
     index = {c: i for i, c in enumerate(classes)}
     out = {s: ([p for p, c in items if p not in problems],
                torch.tensor([index[c] for p, c in items if p not in problems]))
            for s, items in splits.items()}
-    return {"kind": "folder", "splits": out, "classes": classes, "skipped": len(problems)}
+    return {"kind": "folder", "splits": out, "classes": classes, "skipped": len(problems), "files": sha256}
 
 
 def load_coco(root: str | Path, skip_missing: bool = False) -> dict:
     root = Path(root)
-    splits, categories = {}, None
+    splits, categories, files = {}, None, {}
     for split in ("train", "val"):
-        ann = load_json_file(root / "annotations" / f"instances_{split}2017.json", COCO_LAYOUT)
-        categories = sorted(c["id"] for c in ann["categories"])
+        path = root / "annotations" / f"instances_{split}2017.json"
+        ann = load_json_file(path, COCO_LAYOUT)
+        files[path] = file_sha256(path)
+        lists = {key: ann.get(key) if isinstance(ann, dict) else None for key in ("images", "annotations",
+                                                                                   "categories")}
+        wrong = [key for key, value in lists.items() if not isinstance(value, list)]
+        if wrong or not lists["images"]:
+            raise BenchmarkDataError(f"{path}: {', '.join(wrong) or 'images'} must be a non-empty list of objects "
+                                     "(the COCO instances format)")
+        categories = sorted(_coco_field(path, "categories", n, c, "id") for n, c in enumerate(lists["categories"]))
         col = {c: i for i, c in enumerate(categories)}
-        labels = {img["id"]: torch.zeros(len(categories)) for img in ann["images"]}
-        for a in ann["annotations"]:
-            labels[a["image_id"]][col[a["category_id"]]] = 1
-        paths = [image_path(root / f"{split}2017", img["file_name"]) for img in ann["images"]]
-        splits[split] = (paths, torch.stack([labels[img["id"]] for img in ann["images"]]))
-    problems = check_images([p for paths, _ in splits.values() for p in paths], COCO_LAYOUT, skip_missing)
+        ids = [_coco_field(path, "images", n, img, "id") for n, img in enumerate(lists["images"])]
+        labels = {i: torch.zeros(len(categories)) for i in ids}
+        for n, a in enumerate(lists["annotations"]):
+            image, category = (_coco_field(path, "annotations", n, a, key) for key in ("image_id", "category_id"))
+            if image not in labels or category not in col:
+                missing = "image_id" if image not in labels else "category_id"
+                raise BenchmarkDataError(f"{path}: annotations[{n}] has the {missing} {shown(a[missing])}, which no "
+                                         f"entry of {'images' if missing == 'image_id' else 'categories'} has")
+            labels[image][col[category]] = 1
+        paths = [image_path(root / f"{split}2017", text_of(_coco_field(path, "images", n, img, "file_name"), path,
+                                                           f"images[{n}]", "file_name"))
+                 for n, img in enumerate(lists["images"])]
+        splits[split] = (paths, torch.stack([labels[i] for i in ids]))
+    problems, sha256 = check_images([p for paths, _ in splits.values() for p in paths], COCO_LAYOUT, skip_missing)
     out = {}
     for s, (paths, y) in splits.items():
         keep = [i for i, p in enumerate(paths) if p not in problems]
         out[s] = ([paths[i] for i in keep], y[keep])
-    return {"kind": "coco", "splits": out, "classes": categories, "skipped": len(problems)}
+    return {"kind": "coco", "splits": out, "classes": categories, "skipped": len(problems), "files": files | sha256}
+
+
+def _coco_field(path: Path, part: str, n: int, entry, key: str):
+    if not isinstance(entry, dict) or key not in entry or isinstance(entry[key], (dict, list)):
+        raise BenchmarkDataError(f"{path}: {part}[{n}] has no {key} (the COCO instances format)")
+    return entry[key]
 
 
 def train_head(x: torch.Tensor, y: torch.Tensor, n_out: int, multilabel: bool, epochs: int = 10,

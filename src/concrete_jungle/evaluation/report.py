@@ -20,12 +20,17 @@ def counts(data) -> tuple[int, int]:
 
 
 def layout_report(loaded: dict) -> str:
-    """What `concrete-jungle eval --check` prints: each benchmark's usable and skipped items."""
+    """What `concrete-jungle eval --check` prints: each benchmark's usable and skipped items, what its run will
+    note, and the digest of its files that its result will carry."""
     lines = ["| benchmark | items | skipped (missing or unreadable images) |", "| --- | --- | --- |"]
     for name, data in loaded.items():
         items, skipped = counts(data)
         lines.append(f"| {name} | {items} | {skipped} |")
-    return "\n".join(lines + ["", "The layout was checked and every image opened; no model was loaded."])
+    lines += ["", "The layout and every item were checked and every image opened; no model was loaded."]
+    # paragraphs, not a list: printed through a pipe, rich keeps a paragraph whole but cuts a list item at the width
+    lines += [f"\n{name}: note: {note}" for name, data in loaded.items() for note in data.get("notes", [])]
+    lines += [f"\n{name}: benchmark files sha256 `{data['benchmark_files_sha256']}`" for name, data in loaded.items()]
+    return "\n".join(lines)
 
 
 # The one number of each benchmark in a run's summary line, and which of the two means it joins. Each is the number
@@ -50,16 +55,48 @@ HEADLINES = {
 
 def summary(results: dict[str, dict]) -> dict[str, dict]:
     """Per kind (compositional, recognition): the mean over the run's benchmarks of their headline numbers
-    (`HEADLINES`), and those numbers."""
+    (`HEADLINES`), and those numbers; and the same for their chance-normalised scores (`chance.normalised`: 0 at
+    chance, 1 perfect), from the chance level each result carries (``chance``, by headline metric). A result
+    without one (written before results carried it) is named in ``without_chance`` and leaves the normalised mean
+    unset: a mean over fewer benchmarks would not be comparable."""
+    from .chance import normalised
+
     out: dict[str, dict] = {}
     for name, result in results.items():
         kind, keys = HEADLINES[name]
-        values = [result["metrics"][k] for k in keys if result["metrics"].get(k) is not None]
-        if values:
-            out.setdefault(kind, {"parts": {}})["parts"][name] = sum(values) / len(values)
+        keys = [k for k in keys if result["metrics"].get(k) is not None]
+        if not keys:
+            continue
+        part = out.setdefault(kind, {"parts": {}, "chance": {}, "normalised": {}, "without_chance": []})
+        part["parts"][name] = sum(result["metrics"][k] for k in keys) / len(keys)
+        levels = [(result.get("chance") or {}).get(k) for k in keys]
+        chance = None if None in levels else sum(levels) / len(keys)
+        part["chance"][name] = chance
+        part["normalised"][name] = normalised(part["parts"][name], chance)
+        if chance is None:
+            part["without_chance"].append(name)
     for kind in out.values():
         kind["mean"] = sum(kind["parts"].values()) / len(kind["parts"])
+        scores = list(kind["normalised"].values())
+        kind["normalised_mean"] = None if None in scores else sum(scores) / len(scores)
     return out
+
+
+NORMALISED = ("chance-normalised: (score - chance) / (100 - chance) × 100, so a model that scores every option at "
+              "random gets 0 and a perfect one 100; chance from each benchmark's items, docs/method.md §7")
+
+
+def summary_line(kind: str, part: dict) -> str:
+    """A kind's summary: its raw mean and its chance-normalised mean, each labelled, and each benchmark's headline
+    number with its chance level."""
+    parts = ", ".join(f"{n} {percent(v)} (chance {percent(part['chance'][n])})" for n, v in part["parts"].items())
+    line = (f"**{kind.capitalize()}: raw mean {percent(part['mean'])}, chance-normalised mean "
+            f"{percent(part['normalised_mean'])}** (the means over {parts}; each benchmark's headline number; "
+            f"{NORMALISED})")
+    if part["without_chance"]:
+        line += (f". No chance level for {', '.join(part['without_chance'])} (a result written before results "
+                 "carried it, or a metric whose chance is unknown): evaluate it again for the normalised mean")
+    return line
 
 
 def markdown(results: dict[str, dict]) -> str:
@@ -67,9 +104,7 @@ def markdown(results: dict[str, dict]) -> str:
     labels = list(dict.fromkeys(r.get("model_label", "") for r in results.values()))
     lines = [f"Model: {', '.join(labels)}", ""] if any(labels) else []
     for kind, part in summary(results).items():
-        lines += [f"**{kind.capitalize()}: {percent(part['mean'])}** (the mean over "
-                  + ", ".join(f"{n} {percent(v)}" for n, v in part["parts"].items())
-                  + "; each benchmark's headline number, docs/method.md §7)", ""]
+        lines += [summary_line(kind, part), ""]
     for name, result in results.items():
         lines += [f"## {name}", ""]
         if isinstance(result.get("n"), dict):  # items per subset
@@ -78,9 +113,16 @@ def markdown(results: dict[str, dict]) -> str:
             lines += [f"Items: {result.get('n', result.get('items'))}", ""]
         lines += ["| metric | % |", "| --- | --- |"]
         lines += [f"| {k} | {percent(v)} |" for k, v in result["metrics"].items()] + [""]
+        if any(v is not None for v in (result.get("chance") or {}).values()):
+            lines += ["Chance level (a model that scores every option at random): " + ", ".join(
+                f"{k} {percent(v)}" for k, v in result["chance"].items() if v is not None), ""]
         skipped = result.get("skipped")
         if skipped and (sum(skipped.values()) if isinstance(skipped, dict) else skipped):
             lines += [f"Skipped items (missing or unreadable images): {skipped}", ""]
+        for note in result.get("notes", []):
+            lines += [f"Note: {note}", ""]
+        if result.get("benchmark_files_sha256"):
+            lines += [f"Benchmark files (sha256): `{result['benchmark_files_sha256']}`", ""]
     return "\n".join(lines)
 
 
@@ -105,16 +147,26 @@ def compare(first: list[str | Path], second: list[str | Path] | None = None, res
 
     Without ``second``: every file against the first (one run each; McNemar p for accuracy metrics). With
     ``second``: the runs of ``first`` (e.g. seeds) against the runs of ``second``, the difference of their means,
-    runs resampled within each side as well as images (`stats.bootstrap_contrast`). Items are matched by key;
-    results on other items are refused with the reason. The comparison as a dict; `compare_markdown` renders it."""
+    runs resampled within each side as well as images (`stats.bootstrap_contrast`). Results computed on other
+    benchmark files (their ``benchmark_files_sha256`` differ) are refused; results written before they carried
+    one are compared with a note. Items are matched by key; results on other items are refused with the reason.
+    The comparison as a dict; `compare_markdown` renders it."""
     from ..stats import OutcomesError, binary, bootstrap_contrast, check_same_items, mcnemar, verdict
 
     paths = [str(p) for p in first + (second or [])]
-    results = [json.loads(Path(p).read_text()) for p in paths]
+    results = [read_result(p) for p in paths]
     names = column_names(paths)
     benchmarks = sorted({r.get("benchmark", "?") for r in results})
     if len(benchmarks) > 1:
         raise OutcomesError(f"the files hold different benchmarks ({', '.join(benchmarks)}); compare one at a time")
+    digests = {n: r["benchmark_files_sha256"] for n, r in zip(names, results) if r.get("benchmark_files_sha256")}
+    base = next(iter(digests), None)
+    other = next((n for n, d in digests.items() if d != digests[base]), None)
+    if other:
+        raise OutcomesError(f"{other} and {base} were computed on different {benchmarks[0]} files (benchmark files "
+                            f"sha256 {digests[other]} against {digests[base]}): the same keys and images can hold "
+                            "other captions, answers or class names, so a difference would not be the models'; "
+                            "evaluate both on the same files")
     without = [n for n, r in zip(names, results) if "outcomes" not in r]
     if not without:
         check_same_items([r["outcomes"] for r in results], names)
@@ -152,8 +204,25 @@ def compare(first: list[str | Path], second: list[str | Path] | None = None, res
     return {"benchmark": benchmarks[0], "columns": [label for label, _, _ in sides],
             "files": {label: files for label, files, _ in sides}, "resamples": resamples, "seed": seed,
             "without_outcomes": without, "rows": rows,
+            "without_digest": [n for n in names if n not in digests],
             "models": {n: r.get("model_label") or r.get("model_hash", "?")[:8] for n, r in zip(names, results)},
             "items": {n: r.get("items", "?") for n, r in zip(names, results)}, "paths": dict(zip(names, paths))}
+
+
+def read_result(path: str) -> dict:
+    """A result file of `concrete-jungle eval`, or an error in one line naming the file and what to give instead."""
+    what = "give result files that `concrete-jungle eval` wrote (<out>/<benchmark>.json)"
+    try:
+        result = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"--compare: {path} does not exist; {what}") from None
+    except IsADirectoryError:
+        raise ValueError(f"--compare: {path} is a folder; {what}") from None
+    except (ValueError, OSError) as e:  # not JSON, not UTF-8 text, or unreadable
+        raise ValueError(f"--compare: {path} cannot be read as JSON ({e}); {what}") from None
+    if not isinstance(result, dict) or not isinstance(result.get("metrics"), dict):
+        raise ValueError(f"--compare: {path} holds no metrics, so it is no result of `concrete-jungle eval`; {what}")
+    return result
 
 
 def mean_or_none(values: list) -> float | None:
@@ -184,6 +253,10 @@ def compare_markdown(comparison: dict) -> str:
     if comparison["without_outcomes"]:
         lines += ["", "No intervals: " + ", ".join(comparison["without_outcomes"]) + " hold(s) no per-item outcomes "
                   "(written before they were kept); evaluate again to get them."]
+    if comparison["without_digest"]:
+        lines += ["", "Not confirmed on the same benchmark files: " + ", ".join(comparison["without_digest"])
+                  + " (written before results carried the digest of their benchmark files): only item keys and "
+                  "images were matched; evaluate again to confirm."]
     lines += ["", "Files:"]
     for label, files in comparison["files"].items():
         for name in files:

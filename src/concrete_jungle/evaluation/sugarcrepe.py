@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..stats import metric_values, series
-from .encoding import (BenchmarkDataError, Encoder, checked_items, checked_subsets, image_path, load_json_file,
-                       subset_files, unit_of)
+from .checks import checked_items, file_sha256
+from .encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 GROUPS = {"ADD": ("add_att", "add_obj"), "REPLACE": ("replace_att", "replace_obj", "replace_rel"),
@@ -26,16 +26,18 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
     """Items per subset (``subsets``, else every subset file in ``json_dir``: `encoding.subset_files`), with every
     image checked before any model is loaded."""
     json_dir, image_dir = Path(json_dir), Path(image_dir)
-    data = {}
+    data, files = {}, {}
     for subset, path in subset_files(json_dir, SUBSETS, subsets, LAYOUT).items():
         raw = load_json_file(path, LAYOUT)
+        files[path] = file_sha256(path)
         if not isinstance(raw, dict):
             raise BenchmarkDataError(f"{path}: SugarCrepe files are a dict keyed by item index; expected layout: "
                                      f"{LAYOUT}")
         data[subset] = [(key, image_path(image_dir, item["filename"]), item["caption"], item["negative_caption"])
                         for key, item in checked_items(path, raw, ("filename", "caption", "negative_caption"),
                                                        LAYOUT)]
-    return checked_subsets(data, LAYOUT, skip_missing)
+    checked = checked_subsets(data, LAYOUT, skip_missing)
+    return checked | {"files": files | checked["files"]}
 
 
 def recipes(subsets: list[str]) -> dict:

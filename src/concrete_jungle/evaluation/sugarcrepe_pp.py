@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..stats import metric_values, series
-from .encoding import (BenchmarkDataError, Encoder, checked_items, checked_subsets, image_path, load_json_file,
-                       subset_files, unit_of)
+from .checks import checked_items, file_sha256
+from .encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
@@ -20,9 +20,10 @@ LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.jso
 def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing: bool = False) -> dict:
     """Items per subset (``subsets``, else every subset file in ``json_dir``), every image checked."""
     json_dir, image_dir = Path(json_dir), Path(image_dir)
-    data = {}
+    data, files = {}, {}
     for subset, path in subset_files(json_dir, SUBSETS, subsets, LAYOUT).items():
         raw = load_json_file(path, LAYOUT)
+        files[path] = file_sha256(path)
         if not isinstance(raw, list):
             raise BenchmarkDataError(f"{path}: SugarCrepe++ files are a list of items; expected layout: {LAYOUT}")
         items = checked_items(path, raw, ("filename", "caption", "caption2", "negative_caption"), LAYOUT)
@@ -32,7 +33,8 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
             raise BenchmarkDataError(f"{path}: item id(s) {twice[:5]} appear more than once")
         data[subset] = [(i, image_path(image_dir, item["filename"]), item["caption"], item["caption2"],
                          item["negative_caption"]) for i, (_, item) in zip(ids, items)]
-    return checked_subsets(data, LAYOUT, skip_missing)
+    checked = checked_subsets(data, LAYOUT, skip_missing)
+    return checked | {"files": files | checked["files"]}
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:

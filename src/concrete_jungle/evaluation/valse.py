@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..stats import reported, series
+from .checks import file_sha256, items_of, shown, text_of
 from .choice import picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 
@@ -27,29 +28,37 @@ MIN_VOTES = 2
 def load(root: str | Path, skip_missing: bool = False) -> dict:
     """Valid items per piece: (key, Crop, foil, caption, phenomenon); ``filtered``: items not validated."""
     root = Path(root)
-    files = sorted(root.glob("*.json")) if root.is_dir() else []
-    if not files:
+    pieces = sorted(root.glob("*.json")) if root.is_dir() else []
+    if not pieces:
         raise BenchmarkDataError(f"{root} holds no VALSE piece (*.json); expected layout: {LAYOUT}")
-    data, filtered = {}, {}
-    for path in files:
+    data, filtered, files = {}, {}, {}
+    for path in pieces:
         raw = load_json_file(path, LAYOUT)
         if not isinstance(raw, dict):
             raise BenchmarkDataError(f"{path}: VALSE files are a dict keyed by item id; expected layout: {LAYOUT}")
+        files[path] = file_sha256(path)
         rows, dropped = [], 0
-        for key, item in raw.items():
-            if not isinstance(item, dict) or any(f not in item for f in ("image_file", "caption", "foil")):
+        for key, item in items_of(raw, path, dict, LAYOUT):
+            if any(f not in item for f in ("image_file", "caption", "foil")):
                 raise BenchmarkDataError(f"{path}: item {key!r} needs image_file, caption and foil; expected "
                                          f"layout: {LAYOUT}")
-            if (item.get("mturk") or {}).get("caption", 0) < MIN_VOTES:
+            for field in ("image_file", "caption", "foil"):
+                text_of(item[field], path, f"item {key!r}", field)
+            votes = item.get("mturk") or {}
+            caption_votes = votes.get("caption", 0) if isinstance(votes, dict) else None
+            if isinstance(caption_votes, bool) or not isinstance(caption_votes, (int, float)):
+                raise BenchmarkDataError(f"{path}: item {key!r} has mturk {shown(item['mturk'])}; it holds the "
+                                         'annotators\' votes, {"caption": <count>, "foil": <count>, ...}')
+            if caption_votes < MIN_VOTES:
                 dropped += 1
                 continue
             rows.append((str(key), Crop(image_path(root / "images", item["image_file"])), item["foil"],
                          item["caption"], str(item.get("linguistic_phenomena") or path.stem)))
         data[path.stem], filtered[path.stem] = rows, dropped
-    problems = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
+    problems, sha256 = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
     return {"items": {s: [it for it in items if it[1].path not in problems] for s, items in data.items()},
             "skipped": {s: sum(it[1].path in problems for it in items) for s, items in data.items()},
-            "filtered": filtered}
+            "filtered": filtered, "files": files | sha256}
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:

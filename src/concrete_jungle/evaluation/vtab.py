@@ -20,6 +20,7 @@ import torch
 
 from ..stats import metric_values, series
 from .clip_benchmark_data import build, features
+from .checks import tree_sha256
 from .encoding import BenchmarkDataError, Encoder, unit_of
 from .linear_probe import load_image_folder, train_head
 
@@ -40,20 +41,33 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     if absent and not skip_missing:
         raise BenchmarkDataError(f"VTAB tasks missing under {root}: {', '.join(absent)}; expected layout: {LAYOUT} "
                                  "(or pass --skip-missing to evaluate the tasks present)")
-    tasks = {}
+    tasks, files = {}, {}
     for task in (t for t in TASKS if t not in absent):
-        if (root / task / "train").is_dir() and (root / task / "test").is_dir():
-            tasks[task] = load_image_folder(root / task, splits=("train", "test"), skip_missing=skip_missing)
-        else:
-            tasks[task] = {"kind": "clip_benchmark", "root": root / task}
+        folder = root / task
+        present = [s for s in ("train", "test") if (folder / s).is_dir()]
+        if present == ["train", "test"]:
+            tasks[task] = load_image_folder(folder, splits=("train", "test"), skip_missing=skip_missing)
+            files |= tasks[task].pop("files")
+        elif present:
+            missing = ({"train", "test"} - set(present)).pop()
+            raise BenchmarkDataError(f"{folder} has {present[0]}/ but no {missing}/; the probe trains on train/ and "
+                                     f"is scored on test/: expected layout: {LAYOUT}")
+        else:  # opened here, so that a missing or damaged root fails before any model loads
+            train, _ = (build(_builder_name(task), folder, None, split, f"export it as {LAYOUT}")
+                        for split in ("train", "test"))
+            tasks[task] = {"kind": "clip_benchmark", "root": folder, "classes": list(getattr(train, "classes", []))}
+            files |= tree_sha256(folder)
     if not tasks:
         raise BenchmarkDataError(f"no VTAB task under {root}; expected layout: {LAYOUT}")
-    return {"tasks": tasks, "skipped": len(absent)}
+    return {"tasks": tasks, "skipped": len(absent), "files": files}
+
+
+def _builder_name(task: str) -> str:
+    return task if task == "sun397" else f"vtab/{task}"
 
 
 def _task_dataset(encoder: Encoder, task: str, root: Path, split: str):
-    name = task if task == "sun397" else f"vtab/{task}"
-    return features(encoder, build(name, root, encoder.clip.preprocess, split, f"export it as {LAYOUT}"))
+    return features(encoder, build(_builder_name(task), root, encoder.clip.preprocess, split, f"export it as {LAYOUT}"))
 
 
 def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, seed: int = 0) -> dict:

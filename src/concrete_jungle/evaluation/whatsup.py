@@ -5,7 +5,8 @@ and Controlled-B (``controlled_clevr_dataset.json`` + ``controlled_clevr/``): it
 caption_options}`` of four captions, the first right; the image is found by its file name in the subset's folder.
 COCO-QA and GQA-based VG-QA, one and two objects (``coco_qa_{one,two}_obj.json``, ``vg_qa_{one,two}_obj.json``):
 items ``[image id, right caption, wrong caption]``, images ``coco/val2017/<id:012d>.jpg`` and
-``whatsup/vg_images/<id>.jpg``.
+``whatsup/vg_images/<id>.jpg``. An id must name its image exactly: a COCO id is a whole number (``1.7`` is an
+error, not image 1), a VG id a whole number or the file name without ``.jpg``.
 
 The official rule (`amitakamath/whatsup_vlms`, ``dataset_zoo/aro_datasets.py``): each picture is converted to RGB,
 the captions are scored in their listed order and the pick is numpy's argmax (`choice.picks`), so a tie goes to
@@ -20,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..stats import reported, series
+from .checks import file_sha256, items_of, shown, text_of
 from .choice import picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
 
@@ -43,34 +45,64 @@ def load(root: str | Path, coco_images: str | Path, skip_missing: bool = False) 
     """Items per subset present: (key, Crop, caption options with the right one first, unit)."""
     root = Path(root)
     data: dict[str, list[tuple]] = {}
+    files = {}
     for subset, (name, folder, _) in CONTROLLED.items():
-        if (root / name).is_file():
-            raw = _listed(root / name)
-            data[subset] = []
-            for n, item in enumerate(raw):
-                if not isinstance(item, dict) or "image_path" not in item or len(item.get("caption_options", [])) != 4:
-                    raise BenchmarkDataError(f"{root / name}: item {n} needs image_path and four caption_options; "
-                                             f"expected layout: {LAYOUT}")
-                file = Path(item["image_path"]).name
-                unit, _ = object_pair(file)
-                data[subset].append((file, Crop(image_path(root / folder, file)), list(item["caption_options"]),
-                                     f"{subset}/{unit}"))
+        path = root / name
+        if path.is_file():
+            raw = _listed(path)
+            files[path] = file_sha256(path)
+            data[subset] = [_controlled(subset, path, n, item, root / folder)
+                            for n, item in items_of(raw, path, object, LAYOUT)]
     for subset, name in QA.items():
-        if (root / name).is_file():
-            raw = _listed(root / name)
+        path = root / name
+        if path.is_file():
+            raw = _listed(path)
+            files[path] = file_sha256(path)
             folder = Path(coco_images) if subset.startswith("coco") else root / "vg_images"
-            data[subset] = []
-            for n, item in enumerate(raw):
-                if not isinstance(item, list) or len(item) != 3:
-                    raise BenchmarkDataError(f"{root / name}: item {n} is not [image id, right caption, wrong "
-                                             f"caption]; expected layout: {LAYOUT}")
-                file = f"{int(item[0]):012d}.jpg" if subset.startswith("coco") else f"{item[0]}.jpg"
-                data[subset].append((str(n), Crop(image_path(folder, file)), [item[1], item[2]], file))
+            data[subset] = [_question(subset, path, n, item, folder) for n, item in items_of(raw, path, object, LAYOUT)]
     if not data:
         raise BenchmarkDataError(f"{root} holds no What'sUp file; expected layout: {LAYOUT}")
-    problems = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
+    problems, sha256 = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
     return {"items": {s: [it for it in items if it[1].path not in problems] for s, items in data.items()},
-            "skipped": {s: sum(it[1].path in problems for it in items) for s, items in data.items()}}
+            "skipped": {s: sum(it[1].path in problems for it in items) for s, items in data.items()},
+            "files": files | sha256}
+
+
+def _controlled(subset: str, path: Path, n: int, item, folder: Path) -> tuple:
+    """A Controlled-A/B item: its image named by its file name, which also names its object pair and preposition."""
+    if not isinstance(item, dict) or "image_path" not in item or not isinstance(item.get("caption_options"), list) \
+            or len(item["caption_options"]) != 4:
+        raise BenchmarkDataError(f"{path}: item {n} needs image_path and four caption_options; expected layout: "
+                                 f"{LAYOUT}")
+    options = [text_of(c, path, f"item {n}", f"caption_options[{k}]") for k, c in enumerate(item["caption_options"])]
+    file = Path(text_of(item["image_path"], path, f"item {n}", "image_path")).name
+    if len(file.split("_")) < 3:
+        raise BenchmarkDataError(f"{path}: item {n}'s image {file!r} is not named <object>_<preposition>_<object> "
+                                 "(mug_left_of_plate.jpeg), which the pair and set accuracies read; use the "
+                                 "release's file names")
+    unit, _ = object_pair(file)
+    return file, Crop(image_path(folder, file)), options, f"{subset}/{unit}"
+
+
+def _question(subset: str, path: Path, n: int, item, folder: Path) -> tuple:
+    """A COCO-QA or VG-QA item ``[image id, right caption, wrong caption]``; the id must name one image exactly (a
+    COCO id ``1.7`` would read image 1)."""
+    if not isinstance(item, list) or len(item) != 3:
+        raise BenchmarkDataError(f"{path}: item {n} is not [image id, right caption, wrong caption]; expected "
+                                 f"layout: {LAYOUT}")
+    image_id, right, wrong = item
+    whole = (isinstance(image_id, int) and not isinstance(image_id, bool) and image_id >= 0) or \
+        (isinstance(image_id, str) and image_id.isascii() and image_id.isdigit())
+    if subset.startswith("coco") and not whole:
+        raise BenchmarkDataError(f"{path}: item {n} has the image id {shown(image_id)}, which names no COCO image "
+                                 "exactly; COCO-QA ids are whole numbers (the COCO image id)")
+    if subset.startswith("vg") and not (whole or isinstance(image_id, str) and image_id.strip() == image_id != ""):
+        raise BenchmarkDataError(f"{path}: item {n} has the image id {shown(image_id)}, which names no image "
+                                 "exactly; VG-QA ids are the image's file name without .jpg")
+    file = f"{int(image_id):012d}.jpg" if subset.startswith("coco") else f"{image_id}.jpg"
+    options = [text_of(right, path, f"item {n}", "right caption [1]"),
+               text_of(wrong, path, f"item {n}", "wrong caption [2]")]
+    return str(n), Crop(image_path(folder, file)), options, file
 
 
 def _listed(path: Path) -> list:

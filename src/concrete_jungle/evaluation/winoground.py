@@ -13,8 +13,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from ..records import read_jsonl
 from ..stats import metric_values, series
+from .checks import file_sha256, numbered_lines, shown, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path
 
 LAYOUT = "<root>/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and " \
@@ -48,13 +48,32 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     if not path.is_file():
         raise BenchmarkDataError(f"{path} not found; expected layout: {LAYOUT} (or export the HF dataset with "
                                  "concrete_jungle.evaluation.winoground.export_hf)")
-    items = read_jsonl(path)
-    for it in items:
+    items, lines = [], {}
+    for n, line in numbered_lines(path):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BenchmarkDataError(f"{path}, line {n}: not valid JSON ({e.msg}); expected layout: {LAYOUT}") from None
+        if not isinstance(item, dict):
+            raise BenchmarkDataError(f"{path}, line {n}: {shown(item)} is not an object; expected layout: {LAYOUT}")
+        if "id" not in item or isinstance(item["id"], (dict, list)) or item["id"] is None:
+            raise BenchmarkDataError(f"{path}, line {n}: the item has no id (a number or text); expected layout: "
+                                     f"{LAYOUT}")
+        key = str(item["id"])
+        if key in lines:
+            raise BenchmarkDataError(f"{path}: id {key} is on lines {lines[key]} and {n}; each example needs an id of "
+                                     "its own (results match items by it)")
+        lines[key] = n
+        for field in ("caption_0", "caption_1", "image_0", "image_1"):
+            text_of(item.get(field), path, f"line {n}", field)
         for k in (0, 1):
-            it[f"path_{k}"] = image_path(root / "images", f"{it[f'image_{k}']}.png")
-    problems = check_images([it[f"path_{k}"] for it in items for k in (0, 1)], LAYOUT, skip_missing)
+            item[f"path_{k}"] = image_path(root / "images", f"{item[f'image_{k}']}.png")
+        items.append(item)
+    if not items:
+        raise BenchmarkDataError(f"{path} holds no examples; expected layout: {LAYOUT}")
+    problems, sha256 = check_images([it[f"path_{k}"] for it in items for k in (0, 1)], LAYOUT, skip_missing)
     kept = [it for it in items if it["path_0"] not in problems and it["path_1"] not in problems]
-    return {"items": kept, "skipped": len(items) - len(kept)}
+    return {"items": kept, "skipped": len(items) - len(kept), "files": {path: file_sha256(path)} | sha256}
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:

@@ -9,6 +9,11 @@ dataset, else ImageNet's 80 prompts). Or a dataset root clip_benchmark prepared 
 (``cifar10``, ``vtab/eurosat``, ... with ``/`` written as ``__`` in the folder name), read with its builder, its
 class names and prompts its own. The result says which.
 
+Every prompt fills in the class name at ``{c}`` and nothing else. Class names from ``classnames.txt`` or the
+folders must be distinct (two classes of one name get the same weights, and the second is never predicted): an
+error naming the file and both lines. clip_benchmark's own names are its rule and are kept, repeats included
+(ImageNet-1k's give "missile" and "sunglasses" to two classes each), with a note in the result.
+
 The rule (clip_benchmark's ``metrics/zeroshot_classification.py``): each class's weight is the L2-normalised mean
 of the L2-normalised text features of its prompts; logits are image features · weights; top-1 and top-5 accuracy
 (top-5 only with at least 5 classes) and the mean per-class recall (scikit-learn's balanced accuracy: the mean over
@@ -25,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..stats import reported, series
+from .checks import checked_templates, distinct_names, file_sha256, numbered_lines, repeated_names, tree_sha256
 from .clip_benchmark_data import build, features
 from .encoding import BenchmarkDataError, Encoder, check_images, unit_of
 from .linear_probe import IMAGE_EXTS
@@ -33,63 +39,121 @@ LAYOUT = ("<root>/zeroshot/<dataset>/test/<class>/<image>, optionally with class
           "(one a line, {c} for the class name)")
 
 
-def _clip_benchmark_file(name: str) -> dict:
+def _clip_benchmark_file(name: str) -> tuple[dict, Path | None]:
+    """One of clip_benchmark's packaged JSON files (class names, prompts) and where it is; ``{}`` without it."""
     try:
         import clip_benchmark.datasets as datasets
     except ImportError:
-        return {}
-    return json.loads((Path(datasets.__file__).parent / name).read_text())
+        return {}, None
+    path = Path(datasets.__file__).parent / name
+    return json.loads(path.read_text(encoding="utf-8")), path
 
 
 def load(root: str | Path, skip_missing: bool = False) -> dict:
     """Per dataset folder under ``root``: its test images with class indices, its class names and prompts, and
-    where they came from."""
+    where they came from; every check the evaluation makes, made here."""
     root = Path(root)
     folders = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
     if not folders:
         raise BenchmarkDataError(f"{root} holds no dataset folder; expected layout: {LAYOUT}")
-    known_names, known_templates = (_clip_benchmark_file("en_classnames.json"),
-                                    _clip_benchmark_file("en_zeroshot_classification_templates.json"))
-    datasets, skipped = {}, {}
+    packaged = {kind: _clip_benchmark_file(name) for kind, name in
+                (("classnames", "en_classnames.json"), ("templates", "en_zeroshot_classification_templates.json"))}
+    datasets, skipped, files = {}, {}, {}
     for folder in folders:
-        if not (folder / "test").is_dir():  # a clip_benchmark dataset root: its builder reads it with the model
-            datasets[folder.name] = {"items": [], "clip_benchmark": folder.name.replace("__", "/"), "root": folder,
-                                     "sources": {"classnames": "clip_benchmark's builder",
-                                                 "templates": "clip_benchmark's builder"}}
-            skipped[folder.name] = 0
-            continue
-        classes = sorted(p.name for p in (folder / "test").iterdir() if p.is_dir())
-        items = [(p, i) for i, c in enumerate(classes) for p in sorted((folder / "test" / c).iterdir())
-                 if p.suffix.lower() in IMAGE_EXTS]
-        if (folder / "classnames.txt").is_file():
-            names, names_from = _lines(folder / "classnames.txt"), "classnames.txt"
-        elif len(known_names.get(folder.name, [])) == len(classes):
-            names, names_from = known_names[folder.name], f"clip_benchmark ({folder.name})"
-        else:
-            names, names_from = [c.replace("_", " ") for c in classes], "the class folders' names"
-        if len(names) != len(classes):
-            raise BenchmarkDataError(f"{folder / 'classnames.txt'} has {len(names)} names for {len(classes)} class "
-                                     "folders; give one name a line, in the sorted order of the folders")
-        if (folder / "templates.txt").is_file():
-            templates, templates_from = _lines(folder / "templates.txt"), "templates.txt"
-        elif folder.name in known_templates or "imagenet1k" in known_templates:
-            key = folder.name if folder.name in known_templates else "imagenet1k"
-            templates, templates_from = known_templates[key], f"clip_benchmark ({key})"
-        else:
-            raise BenchmarkDataError(f"no prompts for {folder}: put templates.txt there (one a line, {{c}} for the "
-                                     "class name) or install clip_benchmark: pip install 'concrete-jungle[eval]'")
-        if not all("{c}" in t for t in templates):
-            raise BenchmarkDataError(f"{folder}: every prompt needs {{c}} where the class name goes")
-        problems = check_images([p for p, _ in items], LAYOUT, skip_missing)
-        datasets[folder.name] = {"items": [(p, y) for p, y in items if p not in problems], "classes": names,
-                                 "templates": templates, "sources": {"classnames": names_from,
-                                                                     "templates": templates_from}}
-        skipped[folder.name] = len(problems)
-    return {"items": {name: d["items"] for name, d in datasets.items()}, "datasets": datasets, "skipped": skipped}
+        if (folder / "test").is_dir():
+            datasets[folder.name], found = _image_folder(folder, packaged, skip_missing)
+        else:  # a clip_benchmark dataset root
+            datasets[folder.name], found = _prepared(folder, packaged)
+        skipped[folder.name] = datasets[folder.name].pop("skipped")
+        files |= found
+    notes = [note for d in datasets.values() for note in d.pop("notes")]
+    return {"items": {name: d["items"] for name, d in datasets.items()}, "datasets": datasets, "skipped": skipped,
+            "notes": notes, "files": files}
 
 
-def _lines(path: Path) -> list[str]:
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _kept_as_clip_benchmark(dataset: str, names: list[str]) -> list[str]:
+    """clip_benchmark's own class names of a dataset are its rule, repeats included (ImageNet-1k's give "missile"
+    and "sunglasses" to two classes each): kept, so its numbers are reproduced, and said."""
+    return [f"{dataset}: clip_benchmark's class names give {name!r} to two classes (entries {a} and {b}); kept as "
+            "clip_benchmark scores them, so the second can never be predicted" for name, a, b in repeated_names(names)]
+
+
+def _image_folder(folder: Path, packaged: dict, skip_missing: bool) -> tuple[dict, dict]:
+    """An ImageFolder test split with its class names and prompts; and the files read, with their sha256."""
+    test = folder / "test"
+    classes = sorted(p.name for p in test.iterdir() if p.is_dir())
+    if not classes:
+        raise BenchmarkDataError(f"{test} holds no class folder; expected layout: {LAYOUT}")
+    items = [(p, i) for i, c in enumerate(classes) for p in sorted((test / c).iterdir())
+             if p.suffix.lower() in IMAGE_EXTS]
+    if not items:
+        raise BenchmarkDataError(f"{test} holds no image ({', '.join(sorted(IMAGE_EXTS))}) in its class folders; "
+                                 f"expected layout: {LAYOUT}")
+    names, names_from, notes, files = _class_names(folder, classes, packaged)
+    templates, templates_from, prompt_files = _prompts(folder, packaged)
+    problems, sha256 = check_images([p for p, _ in items], LAYOUT, skip_missing)
+    return {"items": [(p, y) for p, y in items if p not in problems], "classes": names, "templates": templates,
+            "sources": {"classnames": names_from, "templates": templates_from}, "skipped": len(problems),
+            "notes": notes}, files | prompt_files | sha256
+
+
+def _class_names(folder: Path, classes: list[str], packaged: dict) -> tuple[list[str], str, list[str], dict]:
+    """The class names of the sorted class folders, where they come from, notes on them, and the file read."""
+    mine = folder / "classnames.txt"
+    known, known_file = packaged["classnames"]
+    if mine.is_file():
+        lines = numbered_lines(mine)
+        if len(lines) != len(classes):
+            raise BenchmarkDataError(f"{mine} has {len(lines)} names for {len(classes)} class folders; give one name "
+                                     "a line, in the sorted order of the folders")
+        names = [name for _, name in lines]
+        distinct_names(names, [f"line {n}" for n, _ in lines], str(mine))
+        return names, "classnames.txt", [], {mine: file_sha256(mine)}
+    if len(known.get(folder.name, [])) == len(classes):
+        names = known[folder.name]
+        return names, f"clip_benchmark ({folder.name})", _kept_as_clip_benchmark(folder.name, names), \
+            {known_file: file_sha256(known_file)}
+    names = [c.replace("_", " ") for c in classes]
+    distinct_names(names, [f"folder {c}" for c in classes], str(folder / "test"))
+    return names, "the class folders' names", [], {}
+
+
+def _prompts(folder: Path, packaged: dict) -> tuple[list[str], str, dict]:
+    """The prompts (``{c}`` for the class name), where they come from, and the file read."""
+    mine = folder / "templates.txt"
+    known, known_file = packaged["templates"]
+    if mine.is_file():
+        lines = numbered_lines(mine)
+        if not lines:
+            raise BenchmarkDataError(f"{mine} holds no prompt; give one a line, {{c}} for the class name")
+        templates = [t for _, t in lines]
+        checked_templates(templates, [f"line {n}" for n, _ in lines], str(mine))
+        return templates, "templates.txt", {mine: file_sha256(mine)}
+    if folder.name in known or "imagenet1k" in known:
+        key = folder.name if folder.name in known else "imagenet1k"
+        checked_templates(known[key], [f"entry {i}" for i in range(len(known[key]))], f"{known_file} ({key})")
+        return known[key], f"clip_benchmark ({key})", {known_file: file_sha256(known_file)}
+    raise BenchmarkDataError(f"no prompts for {folder}: put templates.txt there (one a line, {{c}} for the class "
+                             "name) or install clip_benchmark: pip install 'concrete-jungle[eval]'")
+
+
+def _prepared(folder: Path, packaged: dict) -> tuple[dict, dict]:
+    """A dataset root clip_benchmark prepared, opened with its builder here (so that a missing or damaged one fails
+    before any model loads) and again by `evaluate` with the model's preprocessing; its prompts checked as ours, its
+    class names kept as clip_benchmark's rule (noted where two are alike). Every file under it counts for the
+    digest (the builder decides which it reads), with clip_benchmark's class names and prompts."""
+    name = folder.name.replace("__", "/")
+    splits = [s for s in ("train", "val", "valid") if (folder / s).is_dir()]
+    fix = (f"it has {', '.join(s + '/' for s in splits)} but no test/: put its test split in {folder / 'test'}"
+           "/<class>/<image>") if splits else f"export it as {LAYOUT}"
+    dataset = build(name, folder, None, "test", fix)
+    if not isinstance(dataset.templates, dict):  # class-specific prompts are whole sentences
+        checked_templates(list(dataset.templates), [f"entry {i}" for i in range(len(dataset.templates))],
+                          f"clip_benchmark's prompts of {name}")
+    files = tree_sha256(folder) | {path: file_sha256(path) for _, path in packaged.values() if path is not None}
+    return {"items": [], "clip_benchmark": name, "root": folder, "skipped": 0, "classes": list(dataset.classes),
+            "notes": _kept_as_clip_benchmark(folder.name, list(dataset.classes)),
+            "sources": {"classnames": "clip_benchmark's builder", "templates": "clip_benchmark's builder"}}, files
 
 
 def classifier(encoder: Encoder, classes: list[str], templates: list[str] | dict[str, list[str]]) -> torch.Tensor:
@@ -138,5 +202,5 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     outcomes = {"series": answers, "metrics": recipes}
     n = {k: len(answers[f"{k}/acc1"]["keys"]) for k in data["datasets"]}
     return {"metrics": reported(outcomes), "n": n,
-            "skipped": data["skipped"], "outcomes": outcomes,
+            "skipped": data["skipped"], "notes": data["notes"], "outcomes": outcomes,
             "sources": {k: v["sources"] for k, v in data["datasets"].items()}}

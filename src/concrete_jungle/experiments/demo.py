@@ -24,7 +24,7 @@ from pathlib import Path
 from ..records import atomic_write_json, atomic_write_text
 from ..toyworld.build import WorldConfig
 from .report import TEST_COLUMNS, plot_training_curves, results_table, signed, table_markdown
-from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, log
+from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, baseline_label, log
 
 DemoConfig = StageConfig  # the demo runs the stages at their defaults
 QUICK = dict(world=WorldConfig(train=800, test=300), pretrain_steps=120, finetune_steps=25, seeds=(0,),
@@ -64,11 +64,58 @@ class Demo(Stages):
         table = results_table(scores)
         result = {"table": table, "scores": {f"{k[0]}|{k[1]}": v for k, v in scores.items()},
                   "findings": findings(table, world_info["test_items"]), "analysis": analysed,
-                  "seconds": self.seconds, "config": asdict(c)}
+                  "seconds": self.seconds, "stage_seconds": self.stage_times, "config": asdict(c)}
         atomic_write_json(self.out / "results.json", result)
         atomic_write_text(self.out / "report.md", report(c, result, world_info, datasets, analysed, gallery, curves,
                                                          self.out))
         return result
+
+
+def held_out_sentence(c: DemoConfig, world_info: dict) -> str:
+    """What the held-out test scenes share with training under these settings (docs/studies/study2.md, "A world
+    that cannot leak"): no test scene is a training scene, but the demo's defaults let the two meet."""
+    shared = []
+    if c.world.held_out == "content":
+        shared.append("a test scene can share its things and relations with a training scene and differ only in "
+                      "the light or the mood, which the test's captions do not name")
+    if not c.no_leak:
+        shared.append("a hard negative planted from a training scene can describe a test scene")
+    sentence = f"{world_info['test']} held-out test scenes, none of them a training scene"
+    if shared:
+        sentence += (" (but " + ", and ".join(shared) + "; docs/studies/study2.md, \"A world that cannot leak\", "
+                     "has the settings that rule this out)")
+    return sentence
+
+
+def timing_sentence(stage_times: dict[str, list[tuple[float | None, bool]]], seconds: dict[str, float]) -> str:
+    """The time each stage took when it was made, kept in its folder (`Stages.account`), so a run that reuses it
+    still reports what it cost; which stages were reused; and this invocation's own time. ``seconds``: this
+    invocation's per stage (the gallery and the report are made every time)."""
+    parts, made_in_all = [], 0.0
+    for stage, now in seconds.items():
+        if stage == "total":
+            continue
+        entries = stage_times.get(stage) or [(now, False)]
+        kept = [s for s, _ in entries if s is not None]
+        reused = sum(r for _, r in entries)
+        made_in_all += sum(kept)
+        n = len(entries)
+        runs = f"{n} runs, " if n > 1 and len(kept) == n else ""
+        notes = [runs + ("reused" if n == 1 else "all reused" if reused == n else f"{reused} reused")] if reused \
+            else [runs.rstrip(", ")] if runs else []
+        if len(kept) < n:
+            untimed = n - len(kept)
+            notes.append(("it was" if n == 1 else f"{untimed} of them {'was' if untimed == 1 else 'were'}") +
+                         " made before stages kept their time")
+        spent = (_duration(sum(kept)) + (f" for {len(kept)} of {n} runs" if len(kept) < n else "")) if kept else \
+            "time not kept"
+        parts.append(f"{stage} {spent}" + (f" ({'; '.join(notes)})" if notes else ""))
+    return (f"Time each stage took when it was made (a reused stage: by the run that made it): {', '.join(parts)}; "
+            f"{_duration(made_in_all)} in all. This invocation took {_duration(seconds.get('total', 0.0))}.")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
 def findings(table: dict, n_items: dict[str, int]) -> list[str]:
@@ -119,14 +166,12 @@ def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analys
     from ..analysis.figures import LABELS
 
     rel = lambda p: Path(p).resolve().relative_to(out.resolve()).as_posix()  # noqa: E731
-    seconds = ", ".join(f"{k} {v:.0f} s" for k, v in result["seconds"].items())
     lines = [
         "# concrete-jungle demo: the method on a rendered toy world", "",
-        f"{world_info['train']} training scenes, {world_info['test']} held-out test scenes (no training scene "
-        f"among them); model `{c.model}` from random init, pretrained {c.pretrain_steps} steps with CLIP loss, "
-        f"then fine-tuned {c.finetune_steps} steps at batch size {c.batch_size} per setting, seeds "
-        f"{', '.join(map(str, c.seeds))}. Time of this invocation (a stage reused from an earlier run counts "
-        f"~0 s): {seconds}.", "",
+        f"{world_info['train']} training scenes, {held_out_sentence(c, world_info)}; model `{c.model}` from random "
+        f"init, pretrained {c.pretrain_steps} steps with CLIP loss, then fine-tuned {c.finetune_steps} steps at "
+        f"batch size {c.batch_size} per setting, seeds {', '.join(map(str, c.seeds))}. "
+        f"{timing_sentence(result['stage_seconds'], result['seconds'])}", "",
         "## Compositional test and retrieval (like the paper's Table 2)", "",
         "Accuracy (%) on the toy SugarCrepe subsets (items per subset: " +
         ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + ") and Recall@1 (%) on the test "
@@ -150,11 +195,16 @@ def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analys
         "columns are COCO with SDXL-Turbo edits under PE-Core-L, shown for orientation only: the toy world has "
         "a few dozen words and 64-pixel renders, so its values (unique keywords above all) are not comparable; "
         "compare the toy datasets with each other.", "",
-        table1_markdown(analysed["summaries"], analysed["modes"], f"the CLIP baseline ({c.model})"), "",
+        table1_markdown(analysed["summaries"], analysed["modes"], baseline_label(c.model)), "",
         dataset_finding(analysed["summaries"]), "",
         f"Full analysis: [{rel(Path(analysed['dir']) / 'report.md')}]({rel(Path(analysed['dir']) / 'report.md')}); "
         f"gallery of D_hc and D_lc side by side: [{rel(gallery)}]({rel(gallery)}).", "",
         "## Training curves", "", f"![training curves]({rel(curves)})", "",
+        f"Per fine-tuning step, {'the mean over ' + str(len(c.seeds)) + ' seeds' if len(c.seeds) > 1 else 'one seed'}"
+        " of each row. Left: each row's loss divided by its own value at the first step; the losses themselves are "
+        "not one quantity (the control's over its N anchors' rows, the others' over 2N rows, static margin and "
+        "Cement with margins), so their levels do not compare: each curve says how its own loss moved from its "
+        "start. Right: the share of the gradient that reaches the hard negative (the control has none).", "",
         "## Hard-negative gradient share against batch size (like the paper's Fig. 6)", "",
         f"![gradient share]({rel(Path(analysed['dir']) / 'gradient_share.png')})", "",
     ]

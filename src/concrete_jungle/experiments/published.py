@@ -2,18 +2,30 @@
 
 ``<study>/published/`` holds ``design.json`` (the rules' inputs and choices, the validation curve), ``world.json``
 (the world's settings and test counts), ``recipes.json`` (how each metric is made from the answers, `stats`),
-``answers.jsonl.gz`` (one line per model, seed and answer: row, seed, series, item key, its test scene, value)
-and ``run.json`` (the run time). `concrete-jungle study report DIR` rebuilds every table, interval and verdict
-from these files: no model, no world, seconds.
+``answers.jsonl.gz`` (one line per model, seed and answer: row, seed, series, item key, its test scene, value),
+``run.json`` (the run time) and ``digests.json`` (the sha256 of each of those five, written last).
+`concrete-jungle study report DIR` rebuilds every table, interval and verdict from these files: no model, no world,
+seconds. It refuses a file whose digest differs from the recorded one (an edit, however consistent, would make its
+report print other verdicts as the study's), and the counts it prints come from the answers, checked against
+``world.json``.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 
-from ..records import atomic_write_json
+from ..records import atomic_write_json, file_digest
+
+FILES = ("design.json", "world.json", "recipes.json", "answers.jsonl.gz", "run.json")
+DIGESTS = "digests.json"
+RESTORE = "restore the files as the study published them"
+
+
+class PublishedError(ValueError):
+    """A published folder whose files are missing, damaged, changed since publishing, or not of one study."""
 
 
 def publish(folder: Path, design: dict, world_info: dict, items: dict, seconds: float) -> None:
@@ -22,7 +34,9 @@ def publish(folder: Path, design: dict, world_info: dict, items: dict, seconds: 
     atomic_write_json(folder / "design.json", design)
     atomic_write_json(folder / "world.json", world_info)
     atomic_write_json(folder / "recipes.json", next(iter(items.values()))["outcomes"]["metrics"])
-    atomic_write_json(folder / "run.json", {"seconds": seconds})
+    # "starts": the seconds are the sum over every start of the study (`stages.WallClock`); files published before
+    # it lack the key, and their seconds are the last start's
+    atomic_write_json(folder / "run.json", {"seconds": seconds, "starts": "all"})
     tmp = folder / ".answers.jsonl.gz.tmp"
     with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
         for (row, seed), result in items.items():
@@ -30,25 +44,135 @@ def publish(folder: Path, design: dict, world_info: dict, items: dict, seconds: 
                 for key, unit, value in zip(data["keys"], data["units"], data["values"]):
                     f.write(json.dumps([row, seed, name, key, unit, value], ensure_ascii=False) + "\n")
     tmp.rename(folder / "answers.jsonl.gz")
+    write_digests(folder)
+
+
+def write_digests(folder: Path) -> None:
+    """``digests.json``: the sha256 of every published file, written after them all (a folder holding it is whole)."""
+    atomic_write_json(folder / DIGESTS, {"sha256": {name: file_digest(folder / name) for name in FILES}})
 
 
 def load(folder: str | Path) -> tuple[dict, dict, dict, float]:
-    """(design, world settings, items as `publish` took them, seconds) read back from ``folder``."""
+    """(design, world settings, items as `publish` took them, seconds) read back from ``folder``, every file checked
+    against ``digests.json``; the world's test counts are the answers' (`answer_counts`)."""
     folder = Path(folder)
-    missing = [n for n in ("design.json", "world.json", "recipes.json", "answers.jsonl.gz", "run.json")
-               if not (folder / n).is_file()]
+    missing = [n for n in FILES + (DIGESTS,) if not (folder / n).is_file()]
+    if missing == [DIGESTS]:
+        raise PublishedError(f"{folder} has no {DIGESTS}, so its files cannot be checked against what the study "
+                             "published; a study run writes it when it publishes (the same `concrete-jungle study run` "
+                             "command reuses every finished stage and publishes again)")
     if missing:
-        raise ValueError(f"{folder} is not a study's published folder: {', '.join(missing)} missing (a study writes "
-                         "them to <out>/published)")
-    recipes = json.loads((folder / "recipes.json").read_text())
+        raise PublishedError(f"{folder} is not a study's published folder: {', '.join(missing)} missing (a study "
+                             "writes them to <out>/published)")
+    check_digests(folder)
+    recipes = read_json(folder / "recipes.json")
+    items = read_answers(folder / "answers.jsonl.gz", recipes)
+    seconds = read_json(folder / "run.json").get("seconds")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+        raise PublishedError(f"{folder / 'run.json'}: 'seconds' must be the run's wall time in seconds, got "
+                             f"{seconds!r}; {RESTORE}")
+    world = checked_world(folder / "world.json", items)
+    return read_json(folder / "design.json"), world, items, seconds
+
+
+def counts_all_starts(folder: str | Path) -> bool:
+    """Whether a study's published wall time is the sum over all its starts (studies published before that sum was
+    kept record their last start's alone)."""
+    return read_json(Path(folder) / "run.json").get("starts") == "all"
+
+
+def wall_time_words(seconds: float, all_starts: bool = True) -> str:
+    """A study's wall time, in words that say what it counts: every start of the study, or the last start's alone,
+    which understates a study that was resumed."""
+    minutes = f"{seconds / 60:.0f} minutes"
+    if all_starts:
+        return f"{minutes} (wall time over all its starts)"
+    return (f"{minutes} (the wall time of its last start only: these files predate the record of every start's, "
+            "so a study that was stopped and resumed took longer, and the total is not in its files)")
+
+
+def check_digests(folder: Path) -> None:
+    """Every published file has the sha256 ``digests.json`` records for it; else the file that differs."""
+    recorded = read_json(folder / DIGESTS).get("sha256")
+    if not isinstance(recorded, dict) or sorted(recorded) != sorted(FILES):
+        raise PublishedError(f"{folder / DIGESTS} does not list the sha256 of {', '.join(FILES)}; {RESTORE}")
+    for name in FILES:
+        if file_digest(folder / name) != recorded[name]:
+            raise PublishedError(f"{folder / name} is not the file the study published: its sha256 differs from "
+                                 f"the one {DIGESTS} records ({recorded[name][:12]}...); {RESTORE} (a report of "
+                                 "changed files would print other numbers as the study's)")
+
+
+def read_json(path: Path) -> dict:
+    """A published JSON object, or an error naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PublishedError(f"{path} is damaged (not JSON: {e}); {RESTORE}") from None
+    if not isinstance(data, dict):
+        raise PublishedError(f"{path} holds a {type(data).__name__}, not the JSON object a study publishes; {RESTORE}")
+    return data
+
+
+def read_answers(path: Path, recipes: dict) -> dict:
+    """The answers file as `publish` took it: ``{(row, seed): {"outcomes": {"series": ..., "metrics": recipes}}}``."""
     items: dict = {}
-    with gzip.open(folder / "answers.jsonl.gz", "rt", encoding="utf-8") as f:
-        for line in f:
-            row, seed, name, key, unit, value = json.loads(line)
-            series = items.setdefault((row, seed), {"outcomes": {"series": {}, "metrics": recipes}})
-            data = series["outcomes"]["series"].setdefault(name, {"keys": [], "units": [], "values": []})
-            data["keys"].append(key)
-            data["units"].append(unit)
-            data["values"].append(value)
-    return (json.loads((folder / "design.json").read_text()), json.loads((folder / "world.json").read_text()), items,
-            json.loads((folder / "run.json").read_text())["seconds"])
+    line_number = 0
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line_number, line in enumerate(f, 1):
+                try:
+                    answer = json.loads(line)
+                except json.JSONDecodeError:
+                    answer = None
+                if not isinstance(answer, list) or len(answer) != 6:
+                    raise PublishedError(f"{path} line {line_number} is not an answer [row, seed, series, item key, "
+                                         f"test scene, value]: {line[:80].strip()!r}; {RESTORE}")
+                row, seed, name, key, unit, value = answer
+                series = items.setdefault((row, seed), {"outcomes": {"series": {}, "metrics": recipes}})
+                data = series["outcomes"]["series"].setdefault(name, {"keys": [], "units": [], "values": []})
+                data["keys"].append(key)
+                data["units"].append(unit)
+                data["values"].append(value)
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:
+        raise PublishedError(f"{path} is damaged after line {line_number} ({e or type(e).__name__}); "
+                             f"{RESTORE}") from None
+    if not items:
+        raise PublishedError(f"{path} holds no answers; {RESTORE}")
+    return items
+
+
+def answer_counts(items: dict) -> tuple[int, dict[str, int]]:
+    """(test scenes, items per series) of the answers: those of the first model (`stats.check_same_items` holds
+    every other to the same items)."""
+    series = next(iter(items.values()))["outcomes"]["series"]
+    scenes = {unit for data in series.values() for unit in data["units"]}
+    return len(scenes), {name: len(data["keys"]) for name, data in series.items()}
+
+
+def checked_world(path: Path, items: dict) -> dict:
+    """``world.json`` with its test counts recomputed from the answers; an error naming both where they differ."""
+    world = read_json(path)
+    missing = [k for k in ("train", "val", "test", "test_items") if k not in world]
+    if missing or not isinstance(world["test_items"], dict):
+        raise PublishedError(f"{path} lacks the world's {', '.join(missing) or 'test_items'} (a study publishes "
+                             f"train, val, test and test_items); {RESTORE}")
+    scenes, counts = answer_counts(items)
+    answers = path.with_name("answers.jsonl.gz")
+    if world["test"] != scenes:
+        raise PublishedError(f"{path} says {world['test']} test scenes, {answers} holds answers on {scenes}; the "
+                             f"two are not of one study: {RESTORE}")
+    for subset, stated in world["test_items"].items():
+        if counts.get(subset) != stated:
+            raise PublishedError(f"{path} says {subset} has {stated} test items, {answers} holds "
+                                 f"{counts.get(subset, 0)}; the two are not of one study: {RESTORE}")
+    return world | {"test": scenes, "test_items": {subset: counts[subset] for subset in world["test_items"]}}
+
+
+def check_rows(folder: str | Path, items: dict, labels: set[str], seeds: list) -> None:
+    """The answers hold every row a study's contrasts need, for every seed of its design."""
+    lacking = sorted(f"{label!r} seed {seed}" for label in labels for seed in seeds if (label, seed) not in items)
+    if lacking:
+        raise PublishedError(f"{Path(folder) / 'answers.jsonl.gz'} holds no answers of {', '.join(lacking[:3])}"
+                             f"{f' (and {len(lacking) - 3} more)' if len(lacking) > 3 else ''}, which the study's "
+                             f"contrasts need; {RESTORE}")

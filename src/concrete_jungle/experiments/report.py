@@ -24,9 +24,12 @@ def results_table(scores: dict) -> dict[str, dict[str, tuple[float, float, int]]
 
 
 def training_curves_figure(runs: dict):
-    """Loss and hard-negative gradient share per step of every fine-tune (mean over seeds). One colour per row in
-    both panels, from one mapping, and each panel with its own legend: a row missing from a panel (the control
-    has no hard-negative share) cannot shift the colours of the others."""
+    """Per fine-tuning step, the mean over each row's seeds of its loss, relative to its own first logged step, and
+    of its hard-negative gradient share. Relative, because the rows' losses are not one quantity: the control's
+    runs over its N anchors' rows, the others' over 2N rows, with margins for static and Cement; drawn as they
+    are, the control would read as the lowest loss. One colour per row in both panels, from one mapping, and each
+    panel with its own legend: a row missing from a panel (the control has no hard-negative share) cannot shift
+    the colours of the others."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,25 +38,45 @@ def training_curves_figure(runs: dict):
     labels = list(dict.fromkeys(k[0] for k in runs))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colour = {label: palette[i % len(palette)] for i, label in enumerate(labels)}
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), dpi=110)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.6), dpi=110)
+    seeds = {}
     for label in labels:
         logs = [[r for r in read_jsonl(ckpt.parent.parent / "metrics.jsonl") if "loss" in r]
                 for (name, _), ckpt in runs.items() if name == label]
+        seeds[label] = len(logs)
         steps = [r["step"] for r in logs[0]]
         for ax, key in zip(axes, ("loss", "hn_grad_share")):
             values = [[log_[i][key] for log_ in logs] for i in range(len(steps))]
             if all(v is not None for row in values for v in row):  # the control has no hard-negative share
-                ax.plot(steps, [statistics.fmean(row) for row in values], label=label, color=colour[label])
-    for ax, title in zip(axes, ("Cement / InfoNCE loss", "hard-negative gradient share")):
+                mean = [statistics.fmean(row) for row in values]
+                if key == "loss":
+                    mean = [v / mean[0] for v in mean]
+                ax.plot(steps, mean, label=label, color=colour[label])
+    counts = sorted(set(seeds.values()))
+    over = (f"mean over {counts[0]} seeds" if counts[0] > 1 else "one seed") if len(counts) == 1 else \
+        f"mean over {counts[0]}-{counts[-1]} seeds per row"
+    for ax, title, ylabel in zip(axes, (f"Loss relative to its first step ({over})",
+                                        f"Hard-negative gradient share ({over})"),
+                                 (f"loss / loss at step {steps[0]}", "hard-negative gradient share")):
         ax.set_xlabel("fine-tuning step")
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+        # below the panel: inside, it covers part of the curves
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    fig.text(0.01, 0.01, LOSS_CAPTION, fontsize=8, color="#444", ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
+LOSS_CAPTION = ("Each row's loss is divided by its own value at the first step: the control's loss runs over its N "
+                "anchors' rows, the other rows' over 2N rows (anchors and negatives), static margin and Cement add "
+                "margins, so their levels are not comparable with each other: each curve says how its own loss "
+                "moved from its start.")
+
+
 def plot_training_curves(runs: dict, path: Path) -> Path:
+    """`training_curves_figure` as a PNG at ``path``."""
     import matplotlib.pyplot as plt
 
     fig = training_curves_figure(runs)

@@ -1,7 +1,8 @@
 """The stages every toy-world experiment shares (the demo, the studies), their cache and their rows.
 
 A stage lives in ``<out>/<stage>-<hash of its settings>`` and is reused when it has finished, so a second run
-with the same settings only re-writes the report, and changing a setting re-runs what depends on it.
+with the same settings only re-writes the report, and changing a setting re-runs what depends on it. A stage keeps
+the seconds it took in its folder (``seconds.json``), so a report made from reused stages still says what they cost.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ class Finetune:
 # the fine-tune that separates "hard negatives teach" from "more training on these captions teaches"
 CONTROL = Finetune("control (D_hc anchors, no negatives)", "infonce", "hc", negatives=False)
 BASELINE = "CLIP baseline"
+STAGE_SECONDS = "seconds.json"  # in a stage's folder: the seconds the stage took when it was made
+
+
+def baseline_label(model: str) -> str:
+    """The baseline as the reports and the figures name it."""
+    return f"the {BASELINE} ({model})"
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,9 @@ class Stages:
         self.out = Path(config.out)
         self.progress = progress
         self.console = console
-        self.seconds: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}  # this start's, per stage
+        # per stage: (seconds it took when it was made, or None if its folder kept none; whether reused now)
+        self.stage_times: dict[str, list[tuple[float | None, bool]]] = {}
 
     def timed(self, name: str, fn, *args):
         start = time.perf_counter()
@@ -121,11 +130,24 @@ class Stages:
     def reused(self, what: str) -> None:
         log(f"    reused: {what} (finished by an earlier run with the same settings)", self.console)
 
+    def account(self, stage: str, record: Path, start: float, reused: bool) -> None:
+        """Note the seconds a stage took: measured from ``start`` and kept in ``record`` (in the stage's folder)
+        when it was made now, read back from ``record`` when it was reused."""
+        if reused:
+            seconds = json.loads(record.read_text())["seconds"] if record.is_file() else None
+        else:
+            seconds = time.perf_counter() - start
+            atomic_write_json(record, {"seconds": seconds})
+        self.stage_times.setdefault(stage, []).append((seconds, reused))
+
     def world(self) -> Path:
         d = stage_dir(self.out, "world", asdict(self.c.world))
-        if (d / "world.json").is_file():
+        reused = (d / "world.json").is_file()
+        if reused:
             self.reused(f"the toy world in {d.name}")
+        start = time.perf_counter()
         build_world(d, self.c.world, progress=self.progress)
+        self.account("world", d / STAGE_SECONDS, start, reused)
         return d
 
     def train(self, name: str, settings: dict, config, label: str) -> Path:
@@ -136,13 +158,15 @@ class Stages:
         checkpoints = d / "run" / "checkpoints"
         latest = json.loads((checkpoints / "latest.json").read_text()) if (checkpoints / "latest.json").is_file() \
             else None
-        if latest is not None and latest["reason"] == "final":
+        start, reused = time.perf_counter(), latest is not None and latest["reason"] == "final"
+        if reused:
             self.reused(label)
         else:
             # a stage folder is the stage's own: a run killed before its first checkpoint starts over
             train(config(str(d / "run")), resume="latest" if latest else None, progress=self.progress, label=label,
                   overwrite=True)
             latest = json.loads((checkpoints / "latest.json").read_text())
+        self.account(name.split("-")[0], d / STAGE_SECONDS, start, reused)  # baseline, finetune
         return checkpoints / latest["name"]
 
     def baseline(self, world: Path, save_every: int = 0) -> Path:
@@ -165,7 +189,8 @@ class Stages:
 
         settings = {"world": str(world), "mode": mode} | ({"no_leak": True} if self.c.no_leak else {})
         d = stage_dir(self.out, f"D_{mode}", settings) / f"D_{mode}"
-        if (d / "summary.json").is_file():
+        start, reused = time.perf_counter(), (d / "summary.json").is_file()
+        if reused:
             self.reused(f"D_{mode}")
         else:
             # the toy world's captioner and editor by class path: the registered names (`toyworld`) need the
@@ -176,6 +201,7 @@ class Stages:
                                   editor="concrete_jungle.toyworld.rewrite:ToyEditor",
                                   editor_options={"world": str(world)}, batch_size=64, samples_per_shard=500),
                       progress=self.progress)
+        self.account("plant", d.parent / STAGE_SECONDS, start, reused)
         link_latest(self.out / f"D_{mode}", d)
         return d
 
@@ -212,7 +238,10 @@ class Stages:
         from ..models import load_model
 
         path = checkpoint / name
+        record = path.with_name(f"{path.stem}.{STAGE_SECONDS}")  # beside the answers: one per evaluation
+        start = time.perf_counter()
         if path.is_file():
+            self.account("evaluate", record, start, True)
             return json.loads(path.read_text())
         device = "cuda" if torch.cuda.is_available() else "cpu"
         encoder = Encoder(load_model(checkpoint=checkpoint, device=device), device=device, batch_size=256,
@@ -223,25 +252,29 @@ class Stages:
         # both benchmarks' answers as one set of outcomes: the series and recipes have distinct names
         outcomes = {part: scored["outcomes"][part] | ranked["outcomes"][part] for part in ("series", "metrics")}
         result = {"metrics": metrics, "outcomes": outcomes} if per_item else metrics
+        self.account("evaluate", record, start, False)  # before the answers, whose file marks it finished
         atomic_write_json(path, result)
         return result
 
     def analyse(self, baseline: Path, datasets: dict[str, Path]) -> dict:
         """Table 1 and Fig. 5 (`analysis.analyze_datasets`) and Fig. 6 (gradient share), under the baseline."""
         from ..analysis import statistics as analysis
-        from ..analysis.figures import plot_gradient_share
+        from ..analysis.figures import gradient_share_title, plot_gradient_share
         from ..models import load_model
 
         c = self.c
         settings = {"baseline": str(baseline), "datasets": {k: str(v) for k, v in datasets.items()},
                     "pairs": c.analysis_pairs, "batch_sizes": list(c.gradient_batch_sizes)} | self.text_setting()
         d = stage_dir(self.out, "analysis", settings)
+        start = time.perf_counter()
         if (d / "done.json").is_file():
             self.reused("the analysis")
+            self.account("analysis", d / STAGE_SECONDS, start, True)
             return json.loads((d / "done.json").read_text())
         clip = load_model(checkpoint=baseline)
         stats = analysis.analyze_datasets(list(datasets.values()), clip, d, limit=c.analysis_pairs,
-                                          progress=self.progress, trim_text=c.trim_text)
+                                          progress=self.progress, trim_text=c.trim_text,
+                                          reference=baseline_label(c.model))
         # the same features Table 1 used, from the analysis's cache
         image, text, conc, _, _ = analysis.concretebatch_features(clip, datasets["hc"], limit=c.analysis_pairs,
                                                                   cache_dir=d / "embeddings", progress=False,
@@ -251,20 +284,22 @@ class Stages:
         samples = analysis.gradient_share_samples(image, text, conc, clip.model.logit_scale.exp().item(), sizes,
                                                   batches=batches)
         curves = analysis.means(samples)
-        plot_gradient_share(curves, d / "gradient_share.png", f"Hard-negative gradient share on D_hc "
-                            f"({conc.shape[0]} pairs) under the CLIP baseline ({c.model}) (Fig. 6)",
+        plot_gradient_share(curves, d / "gradient_share.png",
+                            gradient_share_title("D_hc", conc.shape[0], baseline_label(c.model)),
                             analysis.spread(samples), batches)
         done = {"dir": str(d), "summaries": {k: v["summary"] for k, v in stats["datasets"].items()},
                 "modes": {k: v["mode"] for k, v in stats["datasets"].items()},
                 "gradient_share": {s: {str(n): v for n, v in pts.items()} for s, pts in curves.items()}}
+        self.account("analysis", d / STAGE_SECONDS, start, False)  # before done.json, which marks it finished
         atomic_write_json(d / "done.json", done)
         return done
 
     def gallery(self, datasets: dict[str, Path], analysis_dir: Path) -> Path:
         from ..analysis.gallery import build_gallery
 
+        # the gallery is drawn again at every start (the stages it shows may have changed): its own page is replaced
         return build_gallery([datasets["hc"], datasets["lc"]], self.out / "gallery", sample=self.c.gallery_sample,
-                             stats=analysis_dir / "stats.json")
+                             stats=analysis_dir / "stats.json", overwrite=True)
 
     def test_data(self, world: Path, split: str = "test") -> dict:
         """The world's held-out compositional subsets and retrieval split (``test``, or ``val`` to choose on)."""

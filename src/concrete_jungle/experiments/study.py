@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..records import atomic_write_json, atomic_write_text
 from ..toyworld.build import WorldConfig
-from .published import publish
+from .published import publish, wall_time_words
 from .report import results_table, signed, table_markdown
 from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, WallClock, log, stage_dir
 
@@ -48,6 +48,8 @@ HYPOTHESES = (
      {"D_hc + Cement": 1, "D_lc + Cement": -1}),
 )
 PRIMARY = ("H1", "H2")
+# the rows the contrasts compare: the answers of each, for every seed, must be there
+CONTRASTED = frozenset(label for _, _, weights in HYPOTHESES for label in weights)
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,9 @@ def recall_curve(curve: dict) -> str:
     return ", ".join(f"{100 * v['R@1']:.1f} at {s}" for s, v in sorted(curve.items(), key=lambda kv: int(kv[0])))
 
 
-def study_report(result: dict, world_info: dict) -> str:
+def study_report(result: dict, world_info: dict, all_starts: bool = True) -> str:
+    """The study's report; ``all_starts``: its wall time is the sum over every start (false for files published
+    before that sum was kept)."""
     design = result["design"]
     c = design["config"]
     curve = design["steps_choice"]["curve"]
@@ -250,7 +254,8 @@ def study_report(result: dict, world_info: dict) -> str:
         f"Design: docs/studies/study1.md, \"The study\" (pre-registered). {world_info['train']} training, "
         f"{world_info['val']} validation and {world_info['test']} test scenes (test items per subset: "
         + ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + f"); model `{c['model']}` pretrained "
-        f"{c['pretrain_steps']} steps; seeds {', '.join(map(str, c['seeds']))}; {result['seconds'] / 60:.0f} minutes.",
+        f"{c['pretrain_steps']} steps; seeds {', '.join(map(str, c['seeds']))}; "
+        f"{wall_time_words(result['seconds'], all_starts)}.",
         "",
         batch_size_sentence(design), "",
         f"**T = {design['steps']}** steps: the control's validation Recall@1 (mean of both directions) was "

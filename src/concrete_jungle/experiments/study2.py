@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..records import atomic_write_json
 from ..toyworld.build import WorldConfig
+from .published import wall_time_words
 from .report import results_table, signed, table_markdown
 from .stages import CONTROL, Finetune, StageConfig, Stages, log
 from .study import Study, batch_size_sentence, recall_curve
@@ -63,6 +64,7 @@ SECONDARY = (
 ) + tuple((f"{name}{suffix}", f"{claim}, on {METRICS[metric]}", metric, weights)
           for name, claim, _, weights in PRIMARY
           for suffix, metric in (("-targeted", "REPLACE+SWAP"), ("-add", "ADD")))
+CONTRASTED = frozenset(label for *_, weights in PRIMARY + SECONDARY for label in weights)
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,9 @@ def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, alpha: float 
     return primary, secondary
 
 
-def study_report(result: dict, world_info: dict) -> str:
+def study_report(result: dict, world_info: dict, all_starts: bool = True) -> str:
+    """The study's report; ``all_starts``: its wall time is the sum over every start (false for files published
+    before that sum was kept)."""
     design = result["design"]
     c = design["config"]
     curve = design["steps_choice"]["curve"]
@@ -209,7 +213,7 @@ def study_report(result: dict, world_info: dict) -> str:
         f"Design: docs/studies/study2.md, \"Study 2\" (pre-registered). {world_info['train']} training, "
         f"{world_info['val']} validation and {world_info['test']} test scenes (test items per subset: "
         + ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + f"); model `{c['model']}`; seeds "
-        f"{', '.join(map(str, c['seeds']))}; {result['seconds'] / 60:.0f} minutes.", "",
+        f"{', '.join(map(str, c['seeds']))}; {wall_time_words(result['seconds'], all_starts)}.", "",
         f"**Baseline: {base['steps']} pretraining steps**: validation Recall@1 (mean of both directions) "
         + recall_curve(base["curve"]) + f" (rule: the first checkpoint within {c['plateau']} points of the best).",
         "", batch_size_sentence(design), "",

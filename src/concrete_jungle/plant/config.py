@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -86,12 +87,24 @@ class PlantConfig:
         if (out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file():
             raise PlantError(f"--out {out} holds a training run (checkpoints/, metrics.jsonl); write the dataset "
                              "to a folder of its own")
+        check_dataset_folder(out)
         if not Path(self.images).is_dir():
             raise PlantError(f"image directory not found: {self.images}; pass the folder the captions' image "
                              "paths are relative to with --images")
         load_class("captioner", self.captioner)  # imported and checked, not built: that may load a model
         load_class("editor", self.editor)
         self.check_images()
+
+    def check_plugins(self, captioner: bool = True, editor: bool = True) -> list[str]:
+        """The captioner and editor take their options and can work with them (a server that answers, weights
+        that can be had; `plugins.check`), without loading a model: checked before the keyword stage writes
+        anything. ``captioner`` or ``editor`` False: one handed in already built, not checked. Returns the notes
+        they give (what their options will cost)."""
+        from ..plugins import check
+
+        notes = [check("captioner", self.captioner, self.captioner_options) if captioner else None,
+                 check("editor", self.editor, self.editor_options) if editor else None]
+        return [note for note in notes if note]
 
     def check_images(self, probe: int = 20) -> None:
         """A wrong --images is an error before any file is written or model loaded, not a run of rejects: some
@@ -124,6 +137,41 @@ class PlantConfig:
         for runtime in ("out", "shard_index", "batch_size", "spacy_model", "engine"):
             d.pop(runtime)
         return d
+
+
+# what `plant` writes into its --out (and `cache` into a dataset: cache/); hidden files are locks and temporary files
+PART = r"-\d{5,}-of-\d{5,}"
+DATASET_ENTRY = re.compile(rf"shard-\d{{6,}}\.tar|(manifest|rejects)({PART})?\.jsonl|summary({PART})?\.json"
+                           rf"|config\.yaml|keywords{PART}(\.jsonl|\.config\.json|\.summary\.json)|manifests|cache")
+STARTED = re.compile(rf"keywords{PART}\.config\.json")  # the first file a run writes
+
+
+def check_dataset_folder(out: Path) -> None:
+    """``out`` is new, empty or a dataset `plant` made (which is resumed): a folder holding anything else is refused
+    naming the file, which is kept. A file of one of plant's names (summary.json, config.yaml, ...) is plant's only
+    beside the keyword settings plant writes first: in any other folder it is someone else's."""
+    if not out.is_dir():
+        return
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    stray = next((n for n in names if not DATASET_ENTRY.fullmatch(n)), None)
+    if stray is None and names and not any(map(STARTED.fullmatch, names)):
+        stray = names[0]
+    if stray is not None:
+        raise PlantError(f"--out {out} holds {out / stray}, which is not a file of a dataset `plant` made; it is "
+                         "kept: write the dataset to a new or empty folder (a folder plant made is resumed)")
+
+
+def hoist_mode(data: dict, where: str) -> dict:
+    """A config's settings (a file and its --set) with the keyword mode at the top level, where `PlantConfig` reads
+    it: given as ``sampler.mode`` it moves there. Given both ways it is an error naming both keys: one would silently
+    win, and the other's dataset be made."""
+    sampler = data.get("sampler")
+    if not (isinstance(sampler, dict) and "mode" in sampler):
+        return data
+    if "mode" in data:
+        raise ConfigError(f"{where}: the mode is given twice, as mode ({data['mode']}) and sampler.mode "
+                          f"({sampler['mode']}); give it once, as mode")
+    return {**data, "mode": sampler["mode"], "sampler": {k: v for k, v in sampler.items() if k != "mode"}}
 
 
 def shard_from_environment() -> tuple[int, int]:

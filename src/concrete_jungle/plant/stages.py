@@ -71,6 +71,18 @@ def load_image(root: Path, name: str | None) -> tuple[Image.Image | None, bytes 
     return image.convert("RGB"), data, None
 
 
+def check_part_count(out: Path, num_shards: int) -> None:
+    """A folder split into K parts takes parts of K only. The part files (and the lock of a part in progress) say
+    what K is before config.yaml does, which a part writes only after its keywords: so a second job started with
+    another --num-shards while the first runs is refused too, instead of writing parts no merge can join."""
+    for path in sorted(out.iterdir()):
+        found = re.fullmatch(r"(\.plant|keywords|manifest|rejects|summary)-\d{5,}-of-(\d{5,})\..*", path.name)
+        if found and int(found[2]) != num_shards:
+            k = int(found[2])
+            raise PlantError(f"{out} is split into {k} part(s) by another run, running or stopped ({path.name}); "
+                             f"run this one with --num-shards {k} too, or write to another --out")
+
+
 def check_config_matches(out: Path, settings: dict) -> None:
     import yaml
 
@@ -137,6 +149,8 @@ class Plant:
         c = self.config
         started, self.first_batch_at = time.perf_counter(), None
         c.check_inputs()
+        for note in c.check_plugins(captioner=self.given_captioner is None, editor=self.given_editor is None):
+            print(f"plant: {note}", file=sys.stderr)
         with locked(self.out / f".plant-{c.part}.lock", f"part {c.part} of {self.out}", "concrete-jungle plant"):
             return self._run(engine, started)
 
@@ -144,6 +158,7 @@ class Plant:
         c = self.config
         self.out.mkdir(parents=True, exist_ok=True)
         settings = c.dataset_settings()
+        check_part_count(self.out, c.num_shards)
         check_config_matches(self.out, settings)
         records = self.sample_keywords(engine.extractor(c))
         ok = [r for r in records if r["status"] == "ok"]

@@ -14,16 +14,19 @@ for detection); detected from the file, or set with ``--format``:
 
 The three stores hold their images: a sample names its image by a locator inside the store (`stores`), and no
 ``--images`` folder is needed. Inputs may use brace notation (``shards/{000000..000099}.tar``); a folder is read
-for every caption file and store in it (img2dataset's metadata Parquet beside a shard is the shard's, not an
-input).
+for every caption file and store in it (img2dataset's metadata Parquet and ``_stats.json`` beside a shard are the
+shard's, not inputs); a file named twice (a folder and a shard in it) is read once.
 
 A new format is a module here with the same ``read`` and an entry in `READERS`. A file that cannot be read
 raises `SourceError` naming the file and the fix. A single bad record (a malformed JSONL line, a record without
-captions) is yielded with ``error`` set, so the caller can log it as skipped and go on.
+captions, text that is not UTF-8, a sample of a damaged shard) is yielded with ``error`` set, so the caller can log
+it as skipped and go on.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,30 +76,54 @@ def _json_kind(file: SourceFile) -> str:
 
 
 INPUT_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".tar", ".parquet")
+STATS = "_stats.json"  # img2dataset's counts of a shard, beside it
 
 
 def expand_paths(paths: list[str | Path]) -> list[Path]:
-    """Files named directly (brace notation expanded), plus every input inside a named directory (sorted); a saved
-    Hugging Face dataset is its folder."""
+    """The distinct input files of ``paths`` in the order first named: files named directly (brace notation
+    expanded), plus every input inside a named directory (sorted); a saved Hugging Face dataset is its folder. A file
+    named twice (a folder and a shard in it, one file by two paths) is read once."""
     from braceexpand import braceexpand
 
     out: list[Path] = []
+    seen: set[str] = set()
     for p in (Path(q) for given in paths for q in braceexpand(str(given))):
         if stores.is_saved_dataset(p):
-            out.append(p)
+            found = [p]
         elif p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.suffix.lower() in INPUT_SUFFIXES or stores.is_saved_dataset(q))
-            shards = {q.stem for q in found if q.suffix == ".tar"}
-            found = [q for q in found if not (q.suffix == ".parquet" and q.stem in shards)]  # img2dataset's metadata
-            if not found:
-                raise SourceError(f"directory {p} holds no caption file or store (.json, .jsonl, .csv, .tar, "
-                                  ".parquet, a save_to_disk folder)")
-            out.extend(found)
+            found = _folder_inputs(p)
         elif p.exists():
-            out.append(p)
+            found = [p]
         else:
             raise SourceError(f"captions file not found: {p}")
+        for q in found:
+            real = os.path.realpath(q)
+            if real not in seen:
+                seen.add(real)
+                out.append(q)
     return out
+
+
+def _folder_inputs(folder: Path) -> list[Path]:
+    """The caption files and stores in ``folder``, sorted, without img2dataset's metadata beside its shards
+    (``00000.parquet`` beside ``00000.tar``, ``00000_stats.json`` beside either): those are the shard's, not
+    inputs."""
+    if (folder / "dataset_dict.json").is_file():
+        try:
+            splits = list(json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8"))["splits"])
+        except (ValueError, KeyError, TypeError):
+            splits = sorted(q.name for q in folder.iterdir() if stores.is_saved_dataset(q))
+        raise SourceError(f"{folder} holds a DatasetDict (splits {', '.join(map(str, splits))}), not one dataset; "
+                          f"pass one split's folder: {folder}/{splits[0] if splits else '<split>'}")
+    found = sorted(q for q in folder.iterdir() if q.suffix.lower() in INPUT_SUFFIXES or stores.is_saved_dataset(q))
+    shards = {q.stem for q in found if q.suffix == ".tar"}
+    stored = shards | {q.stem for q in found if q.suffix == ".parquet"}
+    found = [q for q in found if not (q.suffix == ".parquet" and q.stem in shards)
+             and not (q.name.endswith(STATS) and q.name[: -len(STATS)] in stored)]
+    if not found:
+        raise SourceError(f"directory {folder} holds no caption file or store (.json, .jsonl, .csv, .tar, .parquet, a "
+                          "save_to_disk folder)")
+    return found
 
 
 def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | None = None,
@@ -111,9 +138,12 @@ def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | N
     if unknown:
         raise SourceError(f"--columns: unknown {unknown}; name caption, image or id, e.g. caption=text")
     files = expand_paths(paths)
-    options = ReadOptions(split=split, columns=dict(columns or {}))
     kinds = [fmt or _kind_from_suffix(path) for path in files]
-    stored = [(kind, str(path), split, options.columns) for kind, path in zip(kinds, files) if kind in STORES]
+    # the stores' locators are relative to the folder they all lie under: same-named stores in two folders differ
+    root = stores.stores_folder([path for kind, path in zip(kinds, files) if kind in STORES])
+    options = ReadOptions(split=split, columns=dict(columns or {}), root=root)
+    stored = [(kind, str(path), split, options.columns, root and str(root)) for kind, path in zip(kinds, files)
+              if kind in STORES]
     parts = iter(map_files(stored)) if map_files is not None and stored else None
     for kind, path in zip(kinds, files):
         file = SourceFile(path)
@@ -121,21 +151,23 @@ def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | N
             kind = _json_kind(file)
         if parts is not None and kind in STORES:  # read elsewhere, put in order here
             read = next(parts)
-            samples = webdataset.name_repeated(iter(read), path, options.seen_ids) if kind == "webdataset" else \
-                (sample for sample, _ in read)
+            samples = webdataset.name_repeated(iter(read), stores.store_name(path, root), options.seen_ids) \
+                if kind == "webdataset" else (sample for sample, _ in read)
         else:
             samples = READERS[kind].read(file, options)
         yield from map(_valid_text, samples)
 
 
-def read_store_file(task: tuple[str, str, str | None, dict[str, str]]) -> list[tuple[CaptionSample, bool]]:
+def read_store_file(task: tuple) -> list[tuple[CaptionSample, bool]]:
     """One store file's samples, read on their own (in any process: an engine's worker): ``task`` is (format, path,
-    split, columns); each sample comes with whether a repeated WebDataset key renames it (`read_samples` does,
-    in file order)."""
-    kind, path, split, columns = task
+    split, columns) and, last, the folder the stores of the read lie under (`stores.stores_folder`; without it the
+    store is named by its file name); each sample comes with whether a repeated WebDataset key renames it
+    (`read_samples` does, in file order)."""
+    kind, path, split, columns, root = (*task, None)[:5]
+    root = Path(root) if root else None
     if kind == "webdataset":
-        return list(webdataset.read_shard(Path(path), columns.get("caption")))
-    options = ReadOptions(split=split, columns=dict(columns))
+        return list(webdataset.read_shard(Path(path), columns.get("caption"), stores.store_name(Path(path), root)))
+    options = ReadOptions(split=split, columns=dict(columns), root=root)
     return [(sample, False) for sample in READERS[kind].read(SourceFile(Path(path)), options)]
 
 

@@ -29,12 +29,14 @@ class CaptionSample:
 @dataclass
 class ReadOptions:
     """What a reader may need beyond its file: ``split`` filters Karpathy files (``train`` or ``train,restval``);
-    ``columns`` names a store's caption, image and id columns (``{"caption": "text"}``); ``seen_captions`` and
-    ``seen_ids`` are shared by all files of one read (SugarCrepe de-duplicates across its subsets; WebDataset keys
-    that repeat across shards get the shard's name)."""
+    ``columns`` names a store's caption, image and id columns (``{"caption": "text"}``); ``root`` is the folder the
+    stores of this read lie under, which their locators are relative to (`stores.stores_folder`); ``seen_captions``
+    and ``seen_ids`` are shared by all files of one read (SugarCrepe de-duplicates across its subsets; WebDataset
+    keys that repeat across shards get the shard's name)."""
 
     split: str | None = None
     columns: dict[str, str] = field(default_factory=dict)
+    root: Path | None = None
     seen_captions: set[str] = field(default_factory=set)
     seen_ids: set[str] = field(default_factory=set)
 
@@ -54,6 +56,12 @@ class SourceFile:
             raise SourceError(f"{self.path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
         except UnicodeDecodeError as e:
             raise SourceError(f"{self.path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def not_utf8(path: Path, lineno: int, raw: bytes, error: UnicodeDecodeError, start: int) -> str:
+    """Why line ``lineno`` of ``path`` (``raw``, from byte ``start`` of the file) is skipped: it is not UTF-8."""
+    return (f"{path.name} is not UTF-8 text on line {lineno} (byte 0x{raw[error.start]:02x} at byte "
+            f"{start + error.start} of the file); save it as UTF-8")
 
 
 def join_under(root: str | Path, name: str) -> Path:

@@ -1,19 +1,36 @@
-"""CSV (or TSV): a header with ``id``, one or more ``caption*`` columns, optional ``image``."""
+"""CSV (or TSV): a header with ``id``, one or more ``caption*`` columns, optional ``image``. A row whose text is not
+UTF-8 is a skip naming the line and byte; a header that is not UTF-8 is an error."""
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
 
-from .base import CaptionSample, ReadOptions, SourceError, SourceFile
+from .base import CaptionSample, ReadOptions, SourceError, SourceFile, not_utf8
+
+
+def _lines(f, bad: dict[int, str], path) -> Iterator[str]:
+    """The file's lines as text; a line that is not UTF-8 is decoded with its bytes kept as escapes (so the csv
+    parser still sees its quotes and separators) and its reason put in ``bad`` by line number."""
+    end = 0
+    for lineno, raw in enumerate(f, start=1):
+        start, end = end, end + len(raw)
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad[lineno] = not_utf8(path, lineno, raw, e, start)
+            yield raw.decode("utf-8", "surrogateescape")
 
 
 def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
     path = file.path
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    bad: dict[int, str] = {}
+    with open(path, "rb") as f:
         dialect = "excel-tab" if path.suffix.lower() == ".tsv" else "excel"
-        reader = csv.DictReader(f, dialect=dialect)
+        reader = csv.DictReader(_lines(f, bad, path), dialect=dialect)
         header = reader.fieldnames or []
+        if bad:
+            raise SourceError(f"{path}: cannot read its header: {bad[min(bad)]}")
         id_col = next((c for c in ("id", "image_id", "key") if c in header), None)
         cap_cols = [c for c in header if c.lower().startswith("caption")]
         if id_col is None or not cap_cols:
@@ -21,7 +38,13 @@ def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
                 f"{path}: a caption CSV needs an 'id' column and at least one 'caption' column; its header is {header}"
             )
         image_col = next((c for c in ("image", "filename") if c in header), None)
+        after = reader.line_num  # the row read next starts on the line after this one
         for lineno, row in enumerate(reader, start=2):
+            first, after = after + 1, reader.line_num
+            why = next((bad[n] for n in range(first, after + 1) if n in bad), None)
+            if why:
+                yield CaptionSample(f"{path.name}:{first}", error=why)
+                continue
             caps = [row[c] for c in cap_cols if row.get(c)]
             sid = (row.get(id_col) or "").strip()
             if not sid:

@@ -1,12 +1,12 @@
 """JSONL: one object per line with ``id`` and ``caption`` (string) or ``captions`` (list), optional ``image``.
-A malformed line or record is yielded as a skipped sample with its reason."""
+A malformed line or record, or a line that is not UTF-8, is yielded as a skipped sample with its reason."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 
-from .base import CaptionSample, ReadOptions, SourceFile
+from .base import CaptionSample, ReadOptions, SourceFile, not_utf8
 
 
 def _record_sample(record, where: str) -> CaptionSample:
@@ -28,8 +28,15 @@ def _record_sample(record, where: str) -> CaptionSample:
 
 def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
     path = file.path
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        end = 0
+        for lineno, raw in enumerate(f, start=1):
+            start, end = end, end + len(raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:  # a guessed character would change the caption: the line is a skip
+                yield CaptionSample(f"{path.name}:{lineno}", error=not_utf8(path, lineno, raw, e, start))
+                continue
             if not line.strip():
                 continue
             try:

@@ -6,18 +6,22 @@ column was named with ``--columns image=...``).
 The caption readers (`sources.webdataset`, `sources.parquet`, `sources.hf`) write locators where a caption file
 would name an image file, so every stage after them (the keyword records, resume, the reject log) works as for a
 folder of images; `read_located` reads the bytes back. A store is opened once per process and kept: a tar's member
-index (name -> offset, size) is built by one pass over its headers, a Parquet file reads the row group holding the
-row (and keeps the last one), a saved dataset is memory-mapped.
+index (name -> offset, size) is built by one pass over its headers (`tar_archive`), a Parquet file reads the row group
+holding the row (and keeps the last one), a saved dataset is memory-mapped.
+
+The stores of one read are named relative to the folder they all lie under (`stores_folder`): ``00000.tar`` for
+shards in one folder, ``a/00000.tar`` and ``b/00000.tar`` for same-named shards in two, so a locator always names
+the store its sample was read from.
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import os
-import tarfile
 from functools import lru_cache
 from pathlib import Path
+
+from .tar_archive import TarScan, scan_tar
 
 SEP = "::"
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")  # a WebDataset sample's image, in the order looked for
@@ -70,10 +74,12 @@ def read_located(root: str | Path, name: str) -> bytes:
     if not store.exists():
         raise StoreError(f"the store {store} does not exist (named by {name!r})")
     if store.suffix == ".tar":
-        members = tar_index(str(store))
-        if where not in members:
+        index = tar_index(str(store))
+        if where in index.repeated:
+            raise StoreError(f"{store} holds its member {where!r} {len(index.repeated[where])} times")
+        if where not in index.members:
             raise StoreError(f"{store} has no member {where!r}")
-        offset, size = members[where]
+        offset, size = index.members[where]
         data = os.pread(_shard_fd(str(store)), size, offset)  # one call: no open, seek and close an image
         if len(data) != size:
             raise StoreError(f"{store} is cut short inside {where!r}")
@@ -86,53 +92,10 @@ def read_located(root: str | Path, name: str) -> bytes:
     raise StoreError(f"{store} is not a store this project reads (.tar, .parquet or a save_to_disk folder)")
 
 
-def scan_tar(path: str | Path) -> tuple[dict[str, tuple[int, int]], str | None]:
-    """(member name -> (offset of its data, size), the damage that stopped the scan or None). Plain ustar headers
-    are read directly from the memory-mapped file (no call per member; 6x faster than `tarfile` before the map); an
-    archive with extended headers (long names, pax records) is read with `tarfile`. A damaged archive gives the
-    members before the damage."""
-    import mmap
-
-    members: dict[str, tuple[int, int]] = {}
-    end = os.path.getsize(path)
-    with open(path, "rb") as f, (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if end else
-                                 contextlib.nullcontext(b"")) as data:
-        at = 0
-        while True:
-            header = data[at: at + 512]
-            if not header or header == bytes(512):
-                return members, None
-            if len(header) < 512:
-                return members, f"the archive ends inside a header after {len(members)} members"
-            kind = header[156:157]
-            if kind not in (b"0", b"\0", b"5") or header[257:262] != b"ustar":
-                break  # an extension (GNU long name, pax): tarfile reads it
-            try:
-                name = header[:100].split(b"\0", 1)[0].decode("utf-8")
-                prefix = header[345:500].split(b"\0", 1)[0].decode("utf-8")
-                size = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
-            except (ValueError, UnicodeDecodeError):
-                return members, f"an unreadable header after {len(members)} members"
-            if at + 512 + size > end:
-                return members, f"the archive ends inside {name!r} after {len(members)} members"
-            if kind != b"5":
-                members[f"{prefix}/{name}" if prefix else name] = (at + 512, size)
-            at += 512 + (size + 511) // 512 * 512
-    members = {}
-    try:
-        with tarfile.open(path, "r:") as tar:
-            for member in tar:
-                if member.isfile():
-                    members[member.name] = (member.offset_data, member.size)
-    except (tarfile.TarError, OSError, EOFError) as e:
-        return members, f"{type(e).__name__}: {e}"
-    return members, None
-
-
 @lru_cache(maxsize=8)
-def tar_index(path: str) -> dict[str, tuple[int, int]]:
-    """`scan_tar`'s members of a shard, kept for the process (a few shards: inputs are read in order)."""
-    return scan_tar(path)[0]
+def tar_index(path: str) -> TarScan:
+    """`scan_tar`'s index of a shard, kept for the process (a few shards: inputs are read in order)."""
+    return scan_tar(path)
 
 
 @lru_cache(maxsize=8)
@@ -186,8 +149,13 @@ def parquet_image(path: str, row: int, column: str | None = None) -> bytes:
     group = bisect.bisect_right(starts, row) - 1
     key = (path, group, column)
     if key not in _last_group:
+        try:
+            images = _parquet_file(path).read_row_group(group, columns=[column]).column(0).to_pylist()
+        except Exception as e:  # pyarrow's own errors (OSError, ArrowInvalid) for a damaged column chunk
+            raise StoreError(f"{path}: row group {group} of column {column!r} cannot be read ({type(e).__name__}: "
+                             f"{e}); the file is damaged: download or write it again") from None
         _last_group.clear()
-        _last_group[key] = _parquet_file(path).read_row_group(group, columns=[column]).column(0).to_pylist()
+        _last_group[key] = images
     data = image_bytes(_last_group[key][row - starts[group]])
     if data is None:
         raise StoreError(f"{path} row {row} holds no image bytes in column {column!r}")
@@ -202,10 +170,29 @@ def saved_dataset(path: str):
     except ImportError:
         raise StoreError("reading a Hugging Face dataset folder needs `datasets`: pip install "
                          "'concrete-jungle[stores]'") from None
-    ds = datasets.load_from_disk(path)
+    try:
+        ds = datasets.load_from_disk(path)
+    except Exception as e:  # pyarrow's own errors (OSError, ArrowInvalid) for a truncated or damaged Arrow file
+        raise StoreError(damaged_dataset(path, e)) from None
     if isinstance(ds, datasets.DatasetDict):
         raise StoreError(f"{path} holds several splits ({', '.join(ds)}); pass the folder of one: {path}/<split>")
     return ds
+
+
+def damaged_dataset(path: str, error: Exception) -> str:
+    """The message for a saved dataset that cannot be read: the Arrow file that fails, and the fix."""
+    import pyarrow as pa
+
+    for arrow in sorted(Path(path).glob("*.arrow")):
+        try:
+            with pa.memory_map(str(arrow)) as source:
+                for _ in pa.ipc.open_stream(source):  # memory-mapped batches: their layout is read, not copied
+                    pass
+        except Exception as e:
+            return (f"{path}: its file {arrow.name} is truncated or damaged ({type(e).__name__}: {e}); save the "
+                    "dataset again with save_to_disk (or copy it again)")
+    return (f"{path}: the saved dataset cannot be read ({type(error).__name__}: {error}); save it again with "
+            "save_to_disk (or copy it again)")
 
 
 @lru_cache(maxsize=4)
@@ -234,10 +221,26 @@ def is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
 
 
+def is_store(path: Path) -> bool:
+    return path.suffix in (".tar", ".parquet") or is_saved_dataset(path)
+
+
+def stores_folder(paths: list[Path]) -> Path | None:
+    """The folder all of ``paths`` (stores) lie under, the root their locators are relative to; None for none."""
+    folders = [os.path.dirname(os.path.abspath(p)) for p in paths]
+    return Path(os.path.commonpath(folders)) if folders else None
+
+
+def store_name(path: Path, root: Path | None) -> str:
+    """A store's name in its locators and ids: its path relative to ``root`` (`stores_folder`), else its name."""
+    if root is None:
+        return path.name
+    return Path(os.path.relpath(os.path.abspath(path), root)).as_posix()
+
+
 def store_root(paths: list[Path]) -> Path | None:
-    """The folder the stores among ``paths`` lie in, when every input is a store and all lie in one folder: the
-    image root of their locators."""
-    if not paths or not all(p.suffix in (".tar", ".parquet") or is_saved_dataset(p) for p in paths):
+    """The image root of ``paths`` when every input is a store: the folder they all lie under (`stores_folder`);
+    else None."""
+    if not paths or not all(map(is_store, paths)):
         return None
-    parents = {os.path.dirname(os.path.abspath(p)) for p in paths}
-    return Path(parents.pop()) if len(parents) == 1 else None
+    return stores_folder(paths)

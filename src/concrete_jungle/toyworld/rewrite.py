@@ -3,8 +3,8 @@
 `ToyCaptioner` rewrites the sampled keyword into another word of its slot (a colour into another colour,
 `to the left of` into `above`, `calm` into `busy`), always into something false of the scene; `ToyEditor`
 parses the rewritten caption and renders it with the anchor's layout, so the negative image differs from
-the anchor exactly where the caption does. `plant --captioner toyworld --editor toyworld --toy-world DIR` runs
-them like any other captioner and editor.
+the anchor exactly where the caption does. `plant --captioner toyworld --editor toyworld --editor-option world=DIR`
+runs them like any other captioner and editor (DIR: a world `concrete-jungle demo` wrote, `<out>/world-<hash>`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..records import read_jsonl
 from .world import COLOURS, LIGHTS, MOODS, RELATION_OF_PHRASE, RELATIONS, SHAPES, SIZES, SYNONYMS, TEXTURES, \
     WORD_VALUE, parse_caption, pixel_hash, render
 
+WORLD_FOLDER = "concrete-jungle demo --out OUT writes one as OUT/world-<hash>"
 # for `A <rel> B`, relations that are false of the same picture (`next to` touches, so `left of` is not false)
 FALSE_RELATIONS = {"left": ("right", "above", "below"), "right": ("left", "above", "below"),
                    "above": ("below", "left", "right"), "below": ("above", "left", "right"),
@@ -28,6 +29,14 @@ FALSE_RELATIONS = {"left": ("right", "above", "below"), "right": ("left", "above
 
 class WorldInputError(ValueError):
     """A toy-world plugin given a folder that is not a toy world, or an image the world did not render."""
+
+
+def scenes_file(world: str | Path, flag: str) -> Path:
+    """The world's scenes.jsonl; a folder without one is an error naming the flag that gave it."""
+    path = Path(world) / "scenes.jsonl"
+    if not path.is_file():
+        raise WorldInputError(f"{path} not found; {flag} world=DIR must name a toy world's folder ({WORLD_FOLDER})")
+    return path
 
 
 class ToyCaptioner:
@@ -43,11 +52,15 @@ class ToyCaptioner:
     def __init__(self, world: str | Path | None = None):
         self.held_out: dict[str, str] = {}
         if world is not None:
-            path = Path(world) / "scenes.jsonl"
-            if not path.is_file():
-                raise WorldInputError(f"{path} not found; world=DIR must name a directory made by the toy world")
-            self.held_out = {parse_caption(row["captions"][0]).key(): row["id"] for row in read_jsonl(path)
+            self.held_out = {parse_caption(row["captions"][0]).key(): row["id"]
+                             for row in read_jsonl(scenes_file(world, "--captioner-option"))
                              if row["split"] != "train"}
+
+    @classmethod
+    def check_options(cls, world: str | Path | None = None) -> None:
+        """The world's folder holds a world, before a run writes anything."""
+        if world is not None:
+            scenes_file(world, "--captioner-option")
 
     def rewrite(self, requests: list[RewriteRequest]) -> list[Reply]:
         return [self._refuse_held_out(self._one(r)) for r in requests]
@@ -95,11 +108,12 @@ class ToyEditor:
     reuses_anchor = False
 
     def __init__(self, world: str | Path):
-        path = Path(world) / "scenes.jsonl"
-        if not path.is_file():
-            raise WorldInputError(f"{path} not found; --toy-world DIR must name a directory made by "
-                                   "the toy world (concrete-jungle demo writes one under <out>/world)")
-        self.layouts = {row["pixel_hash"]: row["layout"] for row in read_jsonl(path)}
+        self.layouts = {row["pixel_hash"]: row["layout"] for row in read_jsonl(scenes_file(world, "--editor-option"))}
+
+    @classmethod
+    def check_options(cls, world: str | Path) -> None:
+        """The world's folder holds a world, before a run writes anything."""
+        scenes_file(world, "--editor-option")
 
     def edit(self, images: list[Image.Image], prompts: list[str], seeds: list[int]) -> list[Image.Image]:
         out = []

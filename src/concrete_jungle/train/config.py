@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..configs import apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
+from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
 from ..sources import SourceError, expand_paths
 
 LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
@@ -35,13 +35,19 @@ class ModelConfig:
             raise_problems([f"model.precision {self.precision!r} is not one of {', '.join(PRECISIONS)}"])
 
 
+def default_workers() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(4, cores)
+
+
 @dataclass(frozen=True)
 class DataConfig:
     concretebatch: list[str] = field(default_factory=list)  # ConcreteBatch directories
     pairs: list[str] = field(default_factory=list)  # caption files of plain pairs (no negative: masked)
     pairs_images: str | None = None  # not needed when every pairs input is a store in one folder
     pairs_split: str | None = None  # Karpathy files: which split(s), e.g. train,restval (never the test images)
-    workers: int = 4
+    # DataLoader worker processes: at most 4, and no more than the CPUs this process may use (more only contend)
+    workers: int = field(default_factory=default_workers)
     # decode and preprocess the whole training set once into memory when it takes at most this many MiB
     # (0: never); each step then reads tensors, no JPEG decoding
     preload_mib: int = 2048
@@ -124,8 +130,16 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class WandbConfig:
+    """Weights & Biases logging of the metrics.jsonl rows, on when ``project`` is set (the ``wandb`` extra)."""
+    project: str | None = None
+    entity: str | None = None
+    name: str | None = None  # the run's name there; default: wandb's
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    out: str
+    out: str = field(metadata={"flag": "--out DIR"})
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -140,7 +154,8 @@ class TrainConfig:
     # the final checkpoint of a finished run keeps only the weights (what evaluation and fine-tuning read);
     # true keeps the optimizer and RNG state too, as every intermediate checkpoint does
     keep_final_state: bool = False
-    tensorboard: bool = False
+    tensorboard: bool = False  # needs the tensorboard extra
+    wandb: WandbConfig = field(default_factory=WandbConfig)
     device: str | None = None
 
     def __post_init__(self):
@@ -157,6 +172,16 @@ class TrainConfig:
         raise_problems(problems)
 
 
+def warmup_warning(config: TrainConfig, total: int) -> str | None:
+    """A run shorter than its warmup never reaches its learning rate: said at its start, naming both numbers."""
+    o = config.optim
+    if total >= o.warmup:
+        return None
+    return (f"warning: the run has {total} steps, fewer than optim.warmup {o.warmup}: the learning rate only climbs, "
+            f"to {o.lr * total / o.warmup:.3g} of optim.lr {o.lr:g}; set optim.warmup below {total} "
+            f"(--set optim.warmup={max(total // 10, 0)}) to train at the intended rate")
+
+
 def non_finite(section, name: str) -> list[str]:
     """A NaN or infinite number in a config section is an error where it is read, not a failure steps later."""
     import math
@@ -168,7 +193,8 @@ def non_finite(section, name: str) -> list[str]:
 
 def load_config(path: str | None, overrides: list[str]) -> TrainConfig:
     data = load_yaml(path) if path else {}
-    return from_dict(TrainConfig, apply_overrides(data, overrides, TrainConfig), where=str(path or "config"))
+    return from_dict(TrainConfig, apply_overrides(data, overrides, TrainConfig), where=str(path or "config"),
+                     overrides=overrides)
 
 
 def pairs_are_stores(paths: list[str]) -> bool:
@@ -181,6 +207,25 @@ def pairs_are_stores(paths: list[str]) -> bool:
         return False
 
 
+def does_not_exist(path: str) -> str:
+    """A missing path in words, with what a relative one was resolved against: paths in a config file, in --set
+    and in flags are all relative to the current directory (not to the config file), as docs/commands.md says."""
+    if Path(path).is_absolute():
+        return "does not exist"
+    return (f"does not exist (relative to the current directory {Path.cwd()}: paths in a config file resolve "
+            "against the directory the command runs in, not the file's)")
+
+
+def missing_log_packages(config: TrainConfig) -> list[str]:
+    """The optional loggers a config turns on whose package is not installed, each with the extra that brings it."""
+    import importlib.util
+
+    wanted = [("tensorboard", "tensorboard: true", config.tensorboard),
+              ("wandb", f"wandb.project {config.wandb.project}", config.wandb.project)]
+    return [f"{what} needs the {package} package: pip install 'concrete-jungle[{package}]' (or turn it off)"
+            for package, what, on in wanted if on and importlib.util.find_spec(package) is None]
+
+
 def check_config(config: TrainConfig) -> None:
     """Everything a config points at that can be wrong, all reported at once, before any data is read or
     any model built (and before torch is imported). The pretrained tag is checked by `models.load_model`."""
@@ -190,8 +235,10 @@ def check_config(config: TrainConfig) -> None:
         if not m.name:
             problems.append("model: give model.name (flag --model) or model.checkpoint (flag --checkpoint)")
         elif m.name.startswith("local-dir:"):
-            if not Path(m.name.removeprefix("local-dir:")).is_dir():
-                problems.append(f"model.name {m.name}: no such directory")
+            folder = m.name.removeprefix("local-dir:")
+            if not Path(folder).is_dir():
+                problems.append(f"model.name {m.name}: {folder} "
+                                + (does_not_exist(folder) if not Path(folder).exists() else "is not a directory"))
         elif not m.name.startswith("hf-hub:") and m.name not in open_clip_model_names():
             problems.append(f"model.name {m.name!r} is not an open_clip model (see open_clip.list_models())")
     else:
@@ -206,7 +253,9 @@ def check_config(config: TrainConfig) -> None:
         problems.append("no training data: pass --data DIR [DIR ...] (ConcreteBatch directories), or set "
                         "data.concretebatch and/or data.pairs + data.pairs_images in the config")
     for path in d.concretebatch:
-        if not Path(path).is_dir() or not list(Path(path).glob("shard-*.tar")):
+        if not Path(path).exists():
+            problems.append(f"data.concretebatch {path} {does_not_exist(path)}")
+        elif not Path(path).is_dir() or not list(Path(path).glob("shard-*.tar")):
             problems.append(f"data.concretebatch {path} is not a ConcreteBatch directory (no shard-*.tar in it)")
     for path in d.pairs:
         try:
@@ -217,7 +266,9 @@ def check_config(config: TrainConfig) -> None:
         problems.append("data.pairs needs data.pairs_images, the folder their images are in (stores in one folder "
                         "hold their own: WebDataset, Parquet, a saved dataset)")
     elif d.pairs_images and not Path(d.pairs_images).is_dir():
-        problems.append(f"data.pairs_images {d.pairs_images} is not a directory")
+        images = d.pairs_images
+        problems.append(f"data.pairs_images {images} "
+                        + (does_not_exist(images) if not Path(images).exists() else "is not a directory"))
     if config.eval.every:
         from ..evaluation.names import BENCHMARKS
 
@@ -226,12 +277,73 @@ def check_config(config: TrainConfig) -> None:
         unknown = sorted(set(config.eval.benchmarks) - set(BENCHMARKS))
         if unknown:
             problems.append(f"eval.benchmarks {unknown} unknown; choose from {', '.join(BENCHMARKS)}")
-        if config.eval.data_root and not Path(config.eval.data_root).is_dir():
-            problems.append(f"eval.data_root {config.eval.data_root} is not a directory")
+        root = config.eval.data_root
+        if root and not Path(root).is_dir():
+            problems.append(f"eval.data_root {root} "
+                            + (does_not_exist(root) if not Path(root).exists() else "is not a directory"))
+    problems += missing_log_packages(config)
     world = int(os.environ.get("WORLD_SIZE", 1))
     if config.batch_size % world:
         problems.append(f"batch_size {config.batch_size} is not divisible by the {world} processes")
     raise_problems(problems)
+
+
+# what a resumed run may change: how long it runs, what it logs, evaluates and keeps, where and how fast it runs.
+# Everything else (model, data, loss, optimiser, batch size, seed, precision, text trimming) made the steps so far,
+# and config.json records it for the whole run
+RESUMABLE = ("out", "steps", "epochs", "log_every", "save_every", "keep_final_state", "tensorboard", "device",
+             "eval.benchmarks", "eval.data_root", "eval.every", "eval.subset", "data.workers", "data.preload_mib",
+             "model.compile", "model.grad_checkpointing", "wandb.project", "wandb.entity", "wandb.name")
+
+
+def flat_settings(settings: dict, prefix: str = "") -> dict:
+    """``{"optim": {"lr": 1}}`` as ``{"optim.lr": 1}``."""
+    out = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            out |= flat_settings(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_resumable(config: TrainConfig, resume: str | None) -> None:
+    """A resumed run keeps the settings it was made with: a change to anything but `RESUMABLE` is refused, naming
+    each setting with its recorded and its new value. The record is ``<out>/config.json`` (or, resuming another
+    run's checkpoint into a new ``out``, that run's); a key one of them lacks (a field of another version) is not
+    compared."""
+    import json
+    from dataclasses import asdict
+
+    from ..checkpoints import CheckpointError, resolve_checkpoint
+
+    if not resume:
+        return
+    out = Path(config.out)
+    recorded = out / "config.json"
+    if resume == "latest":
+        if not (out / "checkpoints" / "latest.json").is_file():
+            return  # nothing to resume: the run says so
+    elif not recorded.is_file():
+        try:
+            recorded = resolve_checkpoint(resume).parents[1] / "config.json"
+        except CheckpointError:
+            return  # the run names the missing checkpoint
+    if not recorded.is_file():
+        raise ConfigError(f"--resume {resume}: {recorded} is missing, so the run's settings cannot be checked (a run "
+                          "writes it before its first step); restore it, or start over with --overwrite")
+    try:
+        before = flat_settings(json.loads(recorded.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise ConfigError(f"--resume {resume}: {recorded} is damaged ({e}); it records the run's settings: restore "
+                          "it, or start over with --overwrite") from None
+    now = flat_settings(json.loads(json.dumps(asdict(config))))
+    changed = [f"{k} {json.dumps(before[k])} -> {json.dumps(now[k])}" for k in now
+               if k in before and k not in RESUMABLE and before[k] != now[k]]
+    if changed:
+        raise ConfigError(f"--resume {resume} continues a run made with other settings: {'; '.join(changed)} "
+                          f"(recorded in {recorded}); a resumed run may change only {', '.join(RESUMABLE[1:])}. "
+                          "Resume with the recorded settings, or start a new run (another --out, or --overwrite)")
 
 
 def count_records(config: TrainConfig) -> int:

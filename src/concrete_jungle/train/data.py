@@ -188,3 +188,16 @@ def _epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: boo
                                                num_workers=workers, pin_memory=pin_memory)
         return
     yield from torch.utils.data.DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory)
+
+
+def data_path(dataset, workers: int) -> tuple[str, str]:
+    """Which way a run's batches are made (``cache``, ``preload`` or ``decode``), and that in words with why: the
+    three differ by an order of magnitude in speed, and a run says which one it took."""
+    if hasattr(dataset, "normalize"):
+        return "cache", "the image cache (preprocessed pixels, memory-mapped: no decoding)"
+    if isinstance(dataset, PreloadedSet):
+        return "preload", ("decoded once into memory (it fits data.preload_mib); each step reads tensors")
+    by = f"{workers} worker process(es)" if workers else "the main process (data.workers 0)"
+    return "decode", (f"decoded every step by {by} (larger than data.preload_mib; "
+                      "`concrete-jungle cache` builds an image cache that needs no decoding)")
+

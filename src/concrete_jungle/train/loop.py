@@ -18,26 +18,29 @@ process (rank, signals) `process`, the config `config`, the batches `data`.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import shutil
+import sys
 import time
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from ..checkpoints import resolve_checkpoint
+from ..checkpoints import WEIGHTS_FILE, resolve_checkpoint
 from ..configs import ConfigError
 from ..errors import Interrupted, TrainingError
 from ..locks import locked
 from ..loss import CementLoss
 from ..records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
 from ..text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
-from .config import LOSS_SCHEDULES, TrainConfig, check_config, count_records
-from .data import EpochBatches, epoch_batches, training_set
+from .config import LOSS_SCHEDULES, TrainConfig, check_config, check_resumable, count_records, warmup_warning
+from .data import EpochBatches, data_path, epoch_batches, training_set
 from .process import StopSignals, distributed
-from .state import load_trainer_state, lr_at, param_groups, save_trainer_state
+from .state import how_to_continue, load_trainer_state, lr_at, param_groups, save_trainer_state
 
 
 def check_pretrained(config: TrainConfig) -> None:
@@ -67,9 +70,10 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
     """Train; ``stop_at`` ends the run after that step with a checkpoint (continue with ``resume``).
     ``label`` names the run on its progress bar (the demo runs many). An ``out`` that holds a run is refused
     unless the run is resumed or ``overwrite`` starts it over (its checkpoints and metrics removed first); one
-    job at a time writes into ``out``."""
+    job at a time writes into ``out``. A resumed run keeps its settings but for those `config.RESUMABLE` names."""
     check_config(config)
     check_pretrained(config)
+    check_resumable(config, resume)
     rank, _, _ = distributed()
     if rank != 0:  # rank 0 alone writes into out: it holds the lock
         return run(config, resume, progress, stop_at, label)
@@ -78,11 +82,11 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
         previous = used_run(out)
         if previous and not resume:
             if not overwrite:
-                raise ConfigError(f"--out {out} holds a training run ({previous}); continue it with --resume "
-                                  "latest, start it over with --overwrite, or choose another --out")
-            for old in ("checkpoints", "tensorboard"):
+                raise ConfigError(f"--out {out} holds a training run ({previous}); "
+                                  f"{how_to_continue(out / 'checkpoints')}")
+            for old in ("checkpoints", "tensorboard", "wandb"):
                 shutil.rmtree(out / old, ignore_errors=True)
-            for old in ("metrics.jsonl", "skipped_pairs.jsonl"):
+            for old in ("metrics.jsonl", "skipped_pairs.jsonl", WANDB_RUN):
                 (out / old).unlink(missing_ok=True)
         remove_orphans(out / "checkpoints")
         return run(config, resume, progress, stop_at, label)
@@ -119,7 +123,7 @@ class Run:
         self.ckpt_root = self.out / "checkpoints"
         self.step_count, self.epoch, self.step_in_epoch = 0, 0, 0
         self.saved_at = -1  # the step of the last checkpoint this run wrote
-        self.log_file = self.tb = self.eval_data = None
+        self.log_file = self.tb = self.wandb = self.eval_data = None
 
     def set_up(self) -> None:
         """The device, the seeded model, the training set and the optimizer."""
@@ -147,6 +151,11 @@ class Run:
                               "records)")
         self.steps_per_epoch = len(self.dataset) // config.batch_size
         self.total = config.steps or config.epochs * self.steps_per_epoch
+        self.data_path, how = data_path(self.dataset, config.data.workers)
+        if self.rank == 0:
+            print(f"data: {how}", file=sys.stderr)
+            if warning := warmup_warning(config, self.total):
+                print(warning, file=sys.stderr)
         # the fused CUDA kernel updates every parameter in one launch; the CPU keeps the reference implementation
         o = config.optim
         self.optimizer = torch.optim.AdamW(param_groups(self.model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2),
@@ -161,11 +170,20 @@ class Run:
                               "start")
         directory = resolve_checkpoint(self.ckpt_root / "latest" if resume == "latest" else resume)
         if not (directory / "trainer_state.json").exists():
-            raise ConfigError(f"cannot resume from {directory}: no trainer_state.json there")
+            finished = resume == "latest" or directory.parent == self.ckpt_root
+            raise ConfigError(f"cannot resume from {directory}: no trainer_state.json there"
+                              + (f"; {how_to_continue(self.ckpt_root)}" if finished else ""))
+        from safetensors import SafetensorError
         from safetensors.torch import load_model as load_weights
 
-        load_weights(self.model, str(directory / "open_clip_model.safetensors"))
-        position = load_trainer_state(directory, self.optimizer)
+        weights = directory / WEIGHTS_FILE
+        try:
+            load_weights(self.model, str(weights))
+        except (SafetensorError, OSError, RuntimeError) as e:  # cut short, or tensors of another model
+            reason = " ".join(str(e).split())[:300]
+            raise TrainingError(f"{weights} cannot be read into the run's model ({reason}); "
+                                f"{earlier_checkpoint(directory)}") from None
+        position = load_trainer_state(directory, self.optimizer, earlier_checkpoint(directory))
         self.step_count, self.epoch, self.step_in_epoch = (position["step"], position["epoch"],
                                                            position["step_in_epoch"])
 
@@ -194,7 +212,8 @@ class Run:
         if self.rank != 0:
             return
         self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.out / "config.json", asdict(self.config))
+        # the settings, and how the batches were made (cache, preload or decode: `data_path`)
+        atomic_write_json(self.out / "config.json", asdict(self.config) | {"data_path": self.data_path})
         metrics_path = self.out / "metrics.jsonl"
         kept = [r for r in read_jsonl_repairing(metrics_path) if r.get("step", 0) <= self.step_count]
         atomic_write_jsonl(metrics_path, kept)
@@ -203,6 +222,8 @@ class Run:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(self.out / "tensorboard"))
+        if self.config.wandb.project:
+            self.wandb = open_wandb(self.config)
         if self.config.eval.every:
             self.eval_data = load_eval_data(self.config)
 
@@ -234,6 +255,8 @@ class Run:
         if self.tb is not None:
             for k, v in row.items():
                 self.tb.add_scalar(k, v, self.step_count)
+        if self.wandb is not None:
+            self.wandb.log(row, step=self.step_count)
 
     def evaluate(self) -> None:
         """The evaluation hook, every ``eval.every`` steps, logged to metrics.jsonl."""
@@ -243,6 +266,8 @@ class Run:
         self.model.train()
         if self.log_file is not None:
             self.log_file.write({"step": self.step_count, **scores})
+        if self.wandb is not None:
+            self.wandb.log(scores, step=self.step_count)
 
     def save(self, tag: str) -> None:
         """A checkpoint of this step (``periodic``, ``final``, ``interrupted``, ``stopped``), written by rank 0."""
@@ -312,10 +337,34 @@ class Run:
             self.log_file.close()
         if self.tb is not None:
             self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
         if stopped_by and self.step_count < self.total:
             raise Interrupted(f"{stopped_by} received: stopped after step {self.step_count} of {self.total} with a "
                               f"checkpoint in {self.ckpt_root / f'step-{self.step_count:07d}'}; continue with the "
                               "same command and --resume latest")
+
+
+WANDB_RUN = "wandb_run.json"  # the Weights & Biases run id, so that a resumed run logs into the same run
+
+
+def open_wandb(config: TrainConfig):
+    """A Weights & Biases run for ``config`` (wandb's documented `wandb.init`), the one a resumed run started."""
+    import wandb
+
+    out = Path(config.out)
+    recorded = out / WANDB_RUN
+    run_id = json.loads(recorded.read_text())["id"] if recorded.is_file() else uuid.uuid4().hex[:12]
+    atomic_write_json(recorded, {"id": run_id})
+    w = config.wandb
+    return wandb.init(project=w.project, entity=w.entity, name=w.name, id=run_id, resume="allow", dir=str(out),
+                      config=asdict(config))
+
+
+def earlier_checkpoint(directory: Path) -> str:
+    """What to do when a checkpoint cannot be resumed from."""
+    return (f"resume from an earlier checkpoint of the run (--resume {directory.parent}/step-NNNNNNN), or start over "
+            "with --overwrite")
 
 
 def run(config: TrainConfig, resume: str | None, progress: bool, stop_at: int | None, label: str) -> dict:

@@ -57,6 +57,12 @@ class OpenAICaptioner:
         if check_server:
             self.check_servers()
 
+    @classmethod
+    def check_options(cls, **options) -> None:
+        """The servers answer and serve the model, before a run writes anything: building one checks them, and
+        costs nothing else."""
+        cls(**options).close()
+
     def close(self) -> None:
         pass
 

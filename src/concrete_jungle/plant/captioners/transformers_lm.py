@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..hub import check_model_available
 from ..keywords import sample_rng
 from . import Reply, RewriteRequest
 from .prompt import build_prompt
@@ -37,6 +38,12 @@ class TransformersCaptioner:
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         self.retry_temperature = retry_temperature
+
+    @classmethod
+    def check_options(cls, model: str, **_) -> None:
+        """The model can be had (a folder, cached, or the Hub in reach), before a run writes anything; nothing is
+        loaded."""
+        check_model_available(model, "--model", "config.json")
 
     def close(self) -> None:
         pass

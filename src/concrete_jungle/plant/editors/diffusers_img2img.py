@@ -12,6 +12,16 @@ from __future__ import annotations
 import torch
 from PIL import Image
 
+from ..hub import check_model_available
+
+
+def check_schedule(strength: float, steps: int) -> None:
+    if not 0 < strength <= 1:
+        raise ValueError(f"strength must be in (0, 1], got {strength}")
+    if int(steps * strength) < 1:
+        raise ValueError(f"steps x strength = {steps} x {strength} runs no denoising step "
+                         "(int(steps * strength) must be >= 1); raise --steps or --strength")
+
 
 class DiffusersEditor:
     reuses_anchor = False
@@ -29,11 +39,7 @@ class DiffusersEditor:
         vae: str | None = None,
         compile: bool = False,
     ):
-        if not 0 < strength <= 1:
-            raise ValueError(f"strength must be in (0, 1], got {strength}")
-        if int(steps * strength) < 1:
-            raise ValueError(f"steps x strength = {steps} x {strength} runs no denoising step "
-                             "(int(steps * strength) must be >= 1); raise --steps or --strength")
+        check_schedule(strength, steps)
         from diffusers import AutoencoderKL, AutoPipelineForImage2Image
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -49,6 +55,16 @@ class DiffusersEditor:
         self.name = f"diffusers:{model}:s{strength}:n{steps}"
         self.strength, self.steps, self.guidance_scale = strength, steps, guidance_scale
         self.size, self.batch_size = size, batch_size
+
+    @classmethod
+    def check_options(cls, model: str = "stabilityai/sdxl-turbo", strength: float = 0.75, steps: int = 4,
+                      vae: str | None = None, **_) -> None:
+        """The schedule runs a step and the model (and VAE) can be had, before a run writes anything; nothing is
+        loaded (the other options need no check)."""
+        check_schedule(strength, steps)
+        check_model_available(model, "--editor-model", "model_index.json")
+        if vae:
+            check_model_available(vae, "--vae", "config.json")
 
     @torch.inference_mode()
     def edit(self, images: list[Image.Image], prompts: list[str], seeds: list[int]) -> list[Image.Image]:

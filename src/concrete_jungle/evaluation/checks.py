@@ -1,0 +1,155 @@
+"""What a benchmark file's items must hold for the evaluation to use them, checked by each benchmark's ``load`` so
+that ``eval --check`` finds what the run would trip over after its model loaded; and the digest of the files a
+result was computed on, which `report.compare` matches.
+
+Every check is an error of one line naming the file, the item (or line) and the field, and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import string
+from pathlib import Path
+
+from .encoding import BenchmarkDataError
+
+
+def shown(value) -> str:
+    """A value as the file has it, cut short: ``null``, ``3``, ``"a dog"``, ``{...}``."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def text_of(value, path: Path, where: str, field: str) -> str:
+    """``value`` if it is a string; else an error naming the file, ``where`` in it (the item) and the field."""
+    if not isinstance(value, str):
+        raise BenchmarkDataError(f"{path}: {where} has {field} {shown(value)}, not text; give it as a JSON string")
+    return value
+
+
+def items_of(raw, path: Path, kind: type, layout: str) -> list:
+    """``raw``'s items as ``(key, item)`` pairs: a non-empty list (keyed by position) or dict (by key) of
+    ``kind`` (``dict``, ``list``, or ``object`` for any); else an error naming the file and the first item that is
+    not one."""
+    pairs = list(raw.items()) if isinstance(raw, dict) else list(enumerate(raw)) if isinstance(raw, list) else None
+    if pairs is None:
+        raise BenchmarkDataError(f"{path}: expected a list or a dict of items, found {type(raw).__name__}; "
+                                 f"expected layout: {layout}")
+    if not pairs:
+        raise BenchmarkDataError(f"{path} holds no items; remove it or give it the benchmark's items")
+    for key, item in pairs:
+        if not isinstance(item, kind):
+            what = {dict: "an object", list: "a list"}[kind]
+            raise BenchmarkDataError(f"{path}: item {key!r} is {shown(item)}, not {what}; expected layout: {layout}")
+    return pairs
+
+
+def checked_items(path: Path, items, fields: tuple[str, ...], layout: str) -> list[tuple[str, dict]]:
+    """``(key, item)`` pairs of a subset file (a dict keyed by item, or a list), each item a mapping with every
+    field a string; a malformed item or an empty file is an error naming the file, the item and the field."""
+    pairs = items_of(items, path, object, layout)
+    for key, item in pairs:
+        missing = [f for f in fields if not isinstance(item, dict) or not isinstance(item.get(f), str)]
+        if missing:
+            raise BenchmarkDataError(f"{path}: item {key!r} has no text in {', '.join(missing)}; every item needs "
+                                     f"{', '.join(fields)}")
+    return [(str(key), item) for key, item in pairs]
+
+
+def pixel_box(item: dict, path: Path, where: str) -> tuple[float, float, float, float]:
+    """``(x, y, w, h)`` from ``bbox_x/y/w/h``: numbers whose crop, cut to whole pixels as PIL cuts it (each
+    corner rounded), is at least one pixel wide and high; a zero-size or negative box would fail in the run."""
+    box = []
+    for k in "xywh":
+        value = item[f"bbox_{k}"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise BenchmarkDataError(f"{path}: {where} has bbox_{k} {shown(value)}, not a number; a box is four "
+                                     "numbers (x, y, width, height in pixels)")
+        box.append(float(value))
+    x, y, w, h = box
+    if round(x + w) <= round(x) or round(y + h) <= round(y):
+        raise BenchmarkDataError(f"{path}: {where} has a box of zero or negative size (bbox_w {shown(item['bbox_w'])},"
+                                 f" bbox_h {shown(item['bbox_h'])}, less than a pixel once cut to whole pixels); give "
+                                 "it a width and height of at least one pixel, or remove the item")
+    return x, y, w, h
+
+
+def outside(box: tuple[float, float, float, float], size: tuple[int, int]) -> bool:
+    """Whether the crop of ``box`` lies wholly outside an image of ``size``: PIL fills it with black."""
+    x, y, w, h = box
+    return round(x) >= size[0] or round(y) >= size[1] or round(x + w) <= 0 or round(y + h) <= 0
+
+
+def numbered_lines(path: Path) -> list[tuple[int, str]]:
+    """The non-blank lines of a text file, stripped, with their line numbers (from 1)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise BenchmarkDataError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    return [(n, line.strip()) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
+
+
+def repeated_names(names: list[str]) -> list[tuple[str, int, int]]:
+    """``(name, first position, later position)`` of each class name given again: two classes of one name get the
+    same weights, so the later one can never be predicted."""
+    first: dict[str, int] = {}
+    repeated = []
+    for i, name in enumerate(names):
+        if name in first:
+            repeated.append((name, first[name], i))
+        else:
+            first[name] = i
+    return repeated
+
+
+def distinct_names(names: list[str], where: list[str], source: str) -> None:
+    """Each class name once; ``where[i]`` names the place of ``names[i]`` in ``source`` (a line, a class folder)."""
+    for name, a, b in repeated_names(names)[:1]:
+        raise BenchmarkDataError(f"{source}: class name {name!r} is given twice ({where[a]} and {where[b]}); each "
+                                 "class needs a name of its own, or the second can never be predicted")
+
+
+def checked_templates(templates: list[str], where: list[str], source: str) -> None:
+    """Each prompt fills in the class name at ``{c}`` and nothing else (``str.format(c=...)`` is how it is used)."""
+    for template, at in zip(templates, where):
+        try:
+            fields = {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
+        except ValueError as e:
+            raise BenchmarkDataError(f"{source}, {at}: prompt {template!r} is not a format string ({e}); write a "
+                                     "literal brace as {{ or }}") from None
+        unknown = sorted(fields - {"c"})
+        if unknown:
+            raise BenchmarkDataError(f"{source}, {at}: prompt {template!r} has the placeholder(s) "
+                                     f"{', '.join('{' + f + '}' for f in unknown)}; only {{c}} (the class name) "
+                                     "is filled in: remove them, or write a literal brace as {{ or }}")
+        if "c" not in fields:
+            raise BenchmarkDataError(f"{source}, {at}: prompt {template!r} has no {{c}} where the class name goes")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_sha256(root: Path) -> dict[Path, str]:
+    """Every file under ``root`` (a dataset root clip_benchmark's builder reads: it decides which files it opens)."""
+    return {p: file_sha256(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def files_digest(files: dict[Path, str], data_root: Path) -> str:
+    """One sha256 of the files a benchmark read (file -> its sha256): over the lines ``<sha256>  <name>`` sorted
+    by name, each file named by its path under the data root (or, outside it, by its file name), so the same
+    files give the same digest wherever the data root is."""
+    def name(path: Path) -> str:
+        try:
+            return Path(path).relative_to(data_root).as_posix()
+        except ValueError:
+            return Path(path).name
+
+    lines = sorted((name(path), sha) for path, sha in files.items())
+    return hashlib.sha256("".join(f"{sha}  {name}\n" for name, sha in lines).encode()).hexdigest()
