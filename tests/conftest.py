@@ -5,6 +5,11 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # under pytest-xdist the workers share the cores: one torch thread each (and in the commands the tests start),
+    # rather than every worker running as many threads as there are cores, taking turns
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
