@@ -25,7 +25,8 @@ from pathlib import Path
 from PIL import Image
 
 from ..stats import reported, series
-from .checks import file_sha256, items_of, numbered_lines, outside, pixel_box, text_of
+from ..records import file_digest
+from .checks import items_of, numbered_lines, outside, pixel_box, text_of
 from .choice import picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 
@@ -49,7 +50,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         raw = load_json_file(path, LAYOUT)
         if not isinstance(raw, list):
             raise BenchmarkDataError(f"{path}: ARO files are a list of items; expected layout: {LAYOUT}")
-        files[path] = file_sha256(path)
+        files[path] = file_digest(path)
         rows = [_row(subset, path, n, item, root) for n, item in items_of(raw, path, dict, LAYOUT)]
         problems, sha256 = check_images([r[1].path for r in rows], LAYOUT, skip_missing)
         files |= sha256
@@ -64,7 +65,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     excluded = None
     if symmetric.is_file():
         excluded = sorted({line for _, line in numbered_lines(symmetric)})
-        files[symmetric] = file_sha256(symmetric)
+        files[symmetric] = file_digest(symmetric)
     # the official loader crops such a box as PIL does, to black pixels, and scores the item: so do we, and say so
     notes = [f"{subset}: {len(keys)} item(s) have a box wholly outside their image (items "
              f"{', '.join(keys[:5])}{', ...' if len(keys) > 5 else ''}); each is scored on an all-black crop, as the "

@@ -13,6 +13,7 @@ import math
 import string
 from pathlib import Path
 
+from ..records import file_digest
 from .encoding import BenchmarkDataError
 
 
@@ -128,17 +129,9 @@ def checked_templates(templates: list[str], where: list[str], source: str) -> No
             raise BenchmarkDataError(f"{source}, {at}: prompt {template!r} has no {{c}} where the class name goes")
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def tree_sha256(root: Path) -> dict[Path, str]:
     """Every file under ``root`` (a dataset root clip_benchmark's builder reads: it decides which files it opens)."""
-    return {p: file_sha256(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    return {p: file_digest(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def files_digest(files: dict[Path, str], data_root: Path) -> str:

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from ..stats import metric_values, series
-from .checks import file_sha256, shown, text_of
+from ..records import file_digest
+from .checks import shown, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
@@ -59,7 +60,7 @@ def load_coco(root: str | Path, skip_missing: bool = False) -> dict:
     for split in ("train", "val"):
         path = root / "annotations" / f"instances_{split}2017.json"
         ann = load_json_file(path, COCO_LAYOUT)
-        files[path] = file_sha256(path)
+        files[path] = file_digest(path)
         lists = {key: ann.get(key) if isinstance(ann, dict) else None for key in ("images", "annotations",
                                                                                    "categories")}
         wrong = [key for key, value in lists.items() if not isinstance(value, list)]

@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from ..stats import metric_values, series
-from .checks import file_sha256, shown, text_of
+from ..records import file_digest
+from .checks import shown, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
 
 LAYOUT = "<karpathy json> (images[].split, filename, filepath?, sentences[].raw) and <image_dir>/[filepath/]filename"
@@ -63,7 +64,7 @@ def load(karpathy_json: str | Path, image_dir: str | Path, split: str = "test", 
              f"({', '.join(f'images[{n}]' for n in at)}): one image with the captions of each listing, as "
              "clip_benchmark reads a split" for image, at in listed.items() if len(at) > 1]
     return {"items": kept, "skipped": len(captions) - len(kept), "notes": notes,
-            "files": {path: file_sha256(path)} | sha256}
+            "files": {path: file_digest(path)} | sha256}
 
 
 def first_hit(similarity: torch.Tensor, positives: list[list[int]]) -> list[int]:

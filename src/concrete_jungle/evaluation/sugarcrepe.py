@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..stats import metric_values, series
-from .checks import checked_items, file_sha256
+from ..records import file_digest
+from .checks import checked_items
 from .encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
@@ -29,7 +30,7 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
     data, files = {}, {}
     for subset, path in subset_files(json_dir, SUBSETS, subsets, LAYOUT).items():
         raw = load_json_file(path, LAYOUT)
-        files[path] = file_sha256(path)
+        files[path] = file_digest(path)
         if not isinstance(raw, dict):
             raise BenchmarkDataError(f"{path}: SugarCrepe files are a dict keyed by item index; expected layout: "
                                      f"{LAYOUT}")

@@ -17,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..stats import reported, series
-from .checks import file_sha256, items_of, shown, text_of
+from ..records import file_digest
+from .checks import items_of, shown, text_of
 from .choice import picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 
@@ -36,7 +37,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         raw = load_json_file(path, LAYOUT)
         if not isinstance(raw, dict):
             raise BenchmarkDataError(f"{path}: VALSE files are a dict keyed by item id; expected layout: {LAYOUT}")
-        files[path] = file_sha256(path)
+        files[path] = file_digest(path)
         rows, dropped = [], 0
         for key, item in items_of(raw, path, dict, LAYOUT):
             if any(f not in item for f in ("image_file", "caption", "foil")):

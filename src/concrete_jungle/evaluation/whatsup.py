@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..stats import reported, series
-from .checks import file_sha256, items_of, shown, text_of
+from ..records import file_digest
+from .checks import items_of, shown, text_of
 from .choice import picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
 
@@ -50,14 +51,14 @@ def load(root: str | Path, coco_images: str | Path, skip_missing: bool = False) 
         path = root / name
         if path.is_file():
             raw = _listed(path)
-            files[path] = file_sha256(path)
+            files[path] = file_digest(path)
             data[subset] = [_controlled(subset, path, n, item, root / folder)
                             for n, item in items_of(raw, path, object, LAYOUT)]
     for subset, name in QA.items():
         path = root / name
         if path.is_file():
             raw = _listed(path)
-            files[path] = file_sha256(path)
+            files[path] = file_digest(path)
             folder = Path(coco_images) if subset.startswith("coco") else root / "vg_images"
             data[subset] = [_question(subset, path, n, item, folder) for n, item in items_of(raw, path, object, LAYOUT)]
     if not data:

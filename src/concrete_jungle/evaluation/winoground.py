@@ -14,7 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..stats import metric_values, series
-from .checks import file_sha256, numbered_lines, shown, text_of
+from ..records import file_digest
+from .checks import numbered_lines, shown, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path
 
 LAYOUT = "<root>/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and " \
@@ -73,7 +74,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         raise BenchmarkDataError(f"{path} holds no examples; expected layout: {LAYOUT}")
     problems, sha256 = check_images([it[f"path_{k}"] for it in items for k in (0, 1)], LAYOUT, skip_missing)
     kept = [it for it in items if it["path_0"] not in problems and it["path_1"] not in problems]
-    return {"items": kept, "skipped": len(items) - len(kept), "files": {path: file_sha256(path)} | sha256}
+    return {"items": kept, "skipped": len(items) - len(kept), "files": {path: file_digest(path)} | sha256}
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:

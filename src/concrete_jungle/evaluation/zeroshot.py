@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from ..stats import reported, series
-from .checks import checked_templates, distinct_names, file_sha256, numbered_lines, repeated_names, tree_sha256
+from ..records import file_digest
+from .checks import checked_templates, distinct_names, numbered_lines, repeated_names, tree_sha256
 from .clip_benchmark_data import build, features
 from .encoding import BenchmarkDataError, Encoder, check_images, unit_of
 from .linear_probe import IMAGE_EXTS
@@ -108,11 +109,11 @@ def _class_names(folder: Path, classes: list[str], packaged: dict) -> tuple[list
                                      "a line, in the sorted order of the folders")
         names = [name for _, name in lines]
         distinct_names(names, [f"line {n}" for n, _ in lines], str(mine))
-        return names, "classnames.txt", [], {mine: file_sha256(mine)}
+        return names, "classnames.txt", [], {mine: file_digest(mine)}
     if len(known.get(folder.name, [])) == len(classes):
         names = known[folder.name]
         return names, f"clip_benchmark ({folder.name})", _kept_as_clip_benchmark(folder.name, names), \
-            {known_file: file_sha256(known_file)}
+            {known_file: file_digest(known_file)}
     names = [c.replace("_", " ") for c in classes]
     distinct_names(names, [f"folder {c}" for c in classes], str(folder / "test"))
     return names, "the class folders' names", [], {}
@@ -128,11 +129,11 @@ def _prompts(folder: Path, packaged: dict) -> tuple[list[str], str, dict]:
             raise BenchmarkDataError(f"{mine} holds no prompt; give one a line, {{c}} for the class name")
         templates = [t for _, t in lines]
         checked_templates(templates, [f"line {n}" for n, _ in lines], str(mine))
-        return templates, "templates.txt", {mine: file_sha256(mine)}
+        return templates, "templates.txt", {mine: file_digest(mine)}
     if folder.name in known or "imagenet1k" in known:
         key = folder.name if folder.name in known else "imagenet1k"
         checked_templates(known[key], [f"entry {i}" for i in range(len(known[key]))], f"{known_file} ({key})")
-        return known[key], f"clip_benchmark ({key})", {known_file: file_sha256(known_file)}
+        return known[key], f"clip_benchmark ({key})", {known_file: file_digest(known_file)}
     raise BenchmarkDataError(f"no prompts for {folder}: put templates.txt there (one a line, {{c}} for the class "
                              "name) or install clip_benchmark: pip install 'concrete-jungle[eval]'")
 
@@ -150,7 +151,7 @@ def _prepared(folder: Path, packaged: dict) -> tuple[dict, dict]:
     if not isinstance(dataset.templates, dict):  # class-specific prompts are whole sentences
         checked_templates(list(dataset.templates), [f"entry {i}" for i in range(len(dataset.templates))],
                           f"clip_benchmark's prompts of {name}")
-    files = tree_sha256(folder) | {path: file_sha256(path) for _, path in packaged.values() if path is not None}
+    files = tree_sha256(folder) | {path: file_digest(path) for _, path in packaged.values() if path is not None}
     return {"items": [], "clip_benchmark": name, "root": folder, "skipped": 0, "classes": list(dataset.classes),
             "notes": _kept_as_clip_benchmark(folder.name, list(dataset.classes)),
             "sources": {"classnames": "clip_benchmark's builder", "templates": "clip_benchmark's builder"}}, files
