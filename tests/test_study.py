@@ -100,3 +100,33 @@ def test_study1_trains_and_scores_with_text_at_the_full_context_as_when_it_ran(t
         assert json.loads((run.parent / "stage.json").read_text()).get("trim_text", True) is trim
         baselines[trim] = run.parent
     assert baselines[True] != baselines[False]  # a run made with captions at their length keeps its folders
+
+
+def test_each_start_records_the_commit_and_dirty_flag_of_the_code_or_why_they_are_not_known(tmp_path, monkeypatch):
+    """A study's run.json records, for each start, the code it ran: where git is missing or the package is not in a
+    checkout that versions it (an installed wheel), the commit and dirty flag are null with the reason."""
+    import shutil
+    import subprocess
+
+    from concrete_jungle.experiments.stages import PACKAGE, StartRecord, code_version
+
+    here = code_version()
+    if shutil.which("git") and (PACKAGE.parents[1] / ".git").exists():
+        head = subprocess.run(["git", "-C", str(PACKAGE), "rev-parse", "HEAD"], capture_output=True, text=True)
+        assert here["commit"] == head.stdout.strip() and isinstance(here["dirty"], bool)
+        assert here["dirty"] == (here["changes_sha256"] is not None) == bool(here["changed"])
+    copy = tmp_path / "wheel" / "concrete_jungle"  # the package's files outside any checkout
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    outside = code_version(copy)
+    assert outside["commit"] is None and outside["dirty"] is None and "not in a git checkout" in outside["reason"]
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
+    assert code_version() == {"version": here["version"], "commit": None, "dirty": None,
+                              "reason": "git is not installed"}
+
+    record = tmp_path / "starts.json"
+    first = StartRecord(record)
+    second = StartRecord(record)  # a resumed run
+    assert len(second.lap()) == 2 and first.starts[0] == second.starts[0]
+    assert json.loads(record.read_text())["starts"][1]["code"]["reason"] == "git is not installed"
+    # a run begun before this record: its earlier starts left wall time, and are counted as not known
+    assert StartRecord(tmp_path / "other.json", earlier_seconds=60.0).starts[0]["code"] is None

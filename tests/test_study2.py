@@ -13,7 +13,8 @@ import pytest
 
 from concrete_jungle.cli import main
 from concrete_jungle.experiments import study2
-from concrete_jungle.experiments.stages import BASELINE, CONTROL, Stages
+from concrete_jungle.experiments.published import load, read_curves
+from concrete_jungle.experiments.stages import BASELINE, CONTROL, Stages, code_version
 from concrete_jungle.experiments.study2 import PRIMARY, ROWS, SECONDARY, Study2Config, contrasts
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -134,6 +135,9 @@ class Stop(Exception):
 
 def test_a_tiny_study2_stopped_midway_resumes_row_by_row_and_its_published_files_recompute_it(tmp_path, capsys,
                                                                                                monkeypatch):
+    """Stopped after three compared rows and started again: the finished rows are reused, the wall time counts both
+    starts, run.json records each start's code (commit and dirty flag), every row's training curve is published,
+    and the published files alone recompute the report."""
     tiny = dict(world=replace(Study2Config().world, train=160, test=40, val=30), pretrain_batch_size=16,
                 pretrain_max_steps=10, pretrain_every=5, batch_sizes=(8, 16), share_pairs=64, max_steps=10,
                 curve_every=5, seeds=(0, 1), bootstrap=50)
@@ -167,8 +171,15 @@ def test_a_tiny_study2_stopped_midway_resumes_row_by_row_and_its_published_files
     second_start = time.perf_counter() - began
     printed = capsys.readouterr().out
     # the report's wall time is both starts' (the first's up to its last finished row), not the last start's
-    seconds = json.loads((out / "published" / "run.json").read_text())["seconds"]
-    assert counted < seconds <= counted + second_start + 0.1
+    run = json.loads((out / "published" / "run.json").read_text())
+    assert counted < run["seconds"] <= counted + second_start + 0.1
+    # each start with the code it ran: this checkout's commit and dirty flag, or why they are not known
+    now = code_version()
+    assert len(run["starts"]) == 2 and run["starts"][0]["started"] <= run["starts"][1]["started"]
+    for start in run["starts"]:
+        assert start["code"]["commit"] == now["commit"] and start["code"]["version"] == now["version"]
+        assert isinstance(start["code"]["dirty"], bool) if now["commit"] else start["code"]["reason"]
+        assert start["last_stage"] >= start["started"] and start["code_at_last_stage"]["commit"] == now["commit"]
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # the finished rows were not trained again
     assert len(re.findall(r"reused: .*seed", printed)) == 3 + 1  # three rows and the control's curve
     design = json.loads((out / "design.json").read_text())
@@ -183,6 +194,13 @@ def test_a_tiny_study2_stopped_midway_resumes_row_by_row_and_its_published_files
     assert set(result["table"]) == {BASELINE, CONTROL.label, *(r.label for r in ROWS)}
     report = (out / "study.md").read_text()
     assert "Holm" in report and f"**N = {design['n']}**" in report
+    assert "2 start(s): start 1 (" in " ".join(report.split()) and "curves.jsonl.gz" in report
+    # the training curve of every row and seed, each step of its run: the baseline's pretraining, the fine-tunes'
+    curves = read_curves(out / "published" / "curves.jsonl.gz", load(out / "published")[2])
+    assert set(curves) == {(BASELINE, None)} | {(r.label, s) for r in ROWS for s in (0, 1)}
+    assert [r["step"] for r in curves[(BASELINE, None)]] == list(range(1, 11))
+    assert all([r["step"] for r in curves[(r.label, s)]] == list(range(1, design["steps"] + 1)) and
+               all(isinstance(step["loss"], float) for step in curves[(r.label, s)]) for r in ROWS for s in (0, 1))
     import shutil
 
     published = tmp_path / "published"
@@ -193,4 +211,81 @@ def test_a_tiny_study2_stopped_midway_resumes_row_by_row_and_its_published_files
     assert again["table"] == result["table"] and again["primary"] == result["primary"]
     assert again["secondary"] == result["secondary"]
     assert (tmp_path / "again" / "study.md").read_text() == report
+    (published / "curves.jsonl.gz").unlink()  # published with its digest: a folder without it is not the study's
+    assert main(["study", "report", str(published)]) == 2
+    assert "digests.json lists the sha256 of" in " ".join(capsys.readouterr().err.split())
 
+
+
+def errata_text() -> str:
+    text = (DOCS / "studies" / "study2.md").read_text()
+    return " ".join(text[text.index("## Errata (2026-12-02)"):].split())
+
+
+@pytest.mark.slow  # renders Study 2's world and plants its three datasets: minutes
+def test_errata_study2_s_negatives_edit_one_field_none_swaps_and_some_name_a_test_scene_s_things(tmp_path):
+    """The errata's numbers that need the training data Study 2 did not publish, from its world and datasets
+    rebuilt by its own stages and seed (the same samples planted and the same test counts as the run)."""
+    import gzip
+    from collections import Counter
+
+    from concrete_jungle.concretebatch import iter_records
+    from concrete_jungle.experiments.stages import StageConfig
+    from concrete_jungle.records import read_jsonl
+    from concrete_jungle.toyworld.build import named_part
+    from concrete_jungle.toyworld.world import parse_caption, word_kind
+
+    stages = Stages(StageConfig(out=str(tmp_path), world=Study2Config().world, no_leak=True), progress=False)
+    world = stages.world()
+    published = json.loads((DOCS / "studies" / "study2" / "world.json").read_text())
+    assert json.loads((world / "world.json").read_text())["test_items"] == published["test_items"]
+    text = errata_text()
+    subset = {"shape": "replace_obj", "colour": "replace_att", "size": "replace_att", "texture": "replace_att",
+              "relation": "replace_rel", "light": "none", "mood": "none"}
+    scenes = read_jsonl(world / "scenes.jsonl")
+    held_out = {split: {f"{split}/{r['image'].split('/')[-1]}": named_part(parse_caption(r["captions"][0]).key())
+                        for r in scenes if r["split"] == split} for split in ("test", "val")}
+    near, counts = {}, {}
+    for mode, planted in (("hc", 3999), ("lc", 3992), ("wo", 3994)):
+        records = list(iter_records(stages.plant(world, mode)))
+        assert len(records) == planted  # as the run planted
+        kinds = Counter()
+        for record in records:
+            anchor, negative = parse_caption(record["caption"]), parse_caption(record["neg_caption"])
+            fields = [(a, f) for a, b in zip(anchor.things, negative.things) for f in ("shape", "colour", "size",
+                                                                                       "texture")
+                      if getattr(a, f) != getattr(b, f)]
+            fields += [r for r, s in zip(anchor.relations, negative.relations) if r != s]
+            fields += [w for w in ("light", "mood") if getattr(anchor, w) != getattr(negative, w)]
+            assert len(anchor.things) == len(negative.things) and len(fields) == 1  # one field, no swap, no add
+            kinds[subset[word_kind(record["meta"]["keyword"])]] += 1
+        counts[mode] = kinds
+        shares = {k: f"{v:,} ({100 * v / planted:.1f} %)" for k, v in kinds.items()}
+        row = " | ".join(shares.get(k, "0") for k in ("replace_obj", "replace_att", "replace_rel", "none"))
+        assert f"| D_{mode} | {row} |" in text
+        negatives = [named_part(parse_caption(r["neg_caption"]).key()) for r in records]
+        named = set(negatives)
+        test_parts, any_parts = set(held_out["test"].values()), {*held_out["test"].values(), *held_out["val"].values()}
+        near[mode] = {scene for scene, part in held_out["test"].items() if part in named}
+        kinds["test negatives"] = sum(n in test_parts for n in negatives)
+        kinds["held-out negatives"] = sum(n in any_parts for n in negatives)
+    hc = counts["hc"]
+    assert f"**{100 * (hc['replace_obj'] + hc['replace_att']) / 3999:.1f} %** of D_hc's edits" in text
+    assert "**11,985** negatives (3,999 + 3,992 + 3,994)" in text
+    assert (f"**{' / '.join(str(counts[m]['test negatives']) for m in ('hc', 'lc', 'wo'))}** negatives of D_hc / "
+            f"D_lc / D_wo have exactly the things and relations of "
+            f"**{' / '.join(str(len(near[m])) for m in ('hc', 'lc', 'wo'))}** test scenes") in text
+    assert f"(**{' / '.join(str(counts[m]['held-out negatives']) for m in ('hc', 'lc', 'wo'))}** negatives" in text
+    # no advantage on those scenes' items: accuracy over the seven subsets' items and the three seeds
+    right = Counter()
+    with gzip.open(DOCS / "studies" / "study2" / "answers.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            row, _, series, _, unit, value = json.loads(line)
+            if unit in near["hc"] and series in published["test_items"]:
+                right[row] += value
+                right[(row, "answers")] += 1
+    items = right[(CONTROL.label, "answers")] // 3  # three seeds
+    assert f"D_hc's {len(near['hc'])} ({items} items, three seeds)" in text
+    for row in (CONTROL.label, "D_hc + InfoNCE", "D_hc + Cement", "augmentation control (negative pairs apart)"):
+        assert f"{100 * right[row] / right[(row, 'answers')]:.1f} %" in text
+    assert max(right[r] for r in ("D_hc + InfoNCE", "D_hc + Cement")) < right[CONTROL.label]

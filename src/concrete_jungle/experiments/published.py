@@ -3,7 +3,9 @@
 ``<study>/published/`` holds ``design.json`` (the rules' inputs and choices, the validation curve), ``world.json``
 (the world's settings and test counts), ``recipes.json`` (how each metric is made from the answers, `stats`),
 ``answers.jsonl.gz`` (one line per model, seed and answer: row, seed, series, item key, its test scene, value),
-``run.json`` (the run time) and ``digests.json`` (the sha256 of each of those five, written last).
+``run.json`` (the wall time over every start, and each start's time and code: `stages.StartRecord`),
+``curves.jsonl.gz`` (one line per training step of every row and seed, its metrics.jsonl row: the training curves;
+absent from folders published before it existed) and ``digests.json`` (the sha256 of each, written last).
 `concrete-jungle study report DIR` rebuilds every table, interval and verdict from these files: no model, no world,
 seconds. It refuses a file whose digest differs from the recorded one (an edit, however consistent, would make its
 report print other verdicts as the study's), and the counts it prints come from the answers, checked against
@@ -20,6 +22,7 @@ from pathlib import Path
 from ..records import atomic_write_json, file_digest
 
 FILES = ("design.json", "world.json", "recipes.json", "answers.jsonl.gz", "run.json")
+CURVES = "curves.jsonl.gz"  # published since the record of every start; older folders lack it
 DIGESTS = "digests.json"
 RESTORE = "restore the files as the study published them"
 
@@ -28,28 +31,39 @@ class PublishedError(ValueError):
     """A published folder whose files are missing, damaged, changed since publishing, or not of one study."""
 
 
-def publish(folder: Path, design: dict, world_info: dict, items: dict, seconds: float) -> None:
-    """Write the study's published files; ``items[(row, seed)]["outcomes"]`` are a model's test answers."""
+def publish(folder: Path, design: dict, world_info: dict, items: dict, seconds: float, starts: list[dict],
+            curves: dict[tuple, list[dict]]) -> None:
+    """Write the study's published files; ``items[(row, seed)]["outcomes"]`` are a model's test answers,
+    ``starts`` every start of the study (`stages.StartRecord`), ``curves[(row, seed)]`` a model's training log
+    (its metrics.jsonl rows)."""
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / "design.json", design)
     atomic_write_json(folder / "world.json", world_info)
     atomic_write_json(folder / "recipes.json", next(iter(items.values()))["outcomes"]["metrics"])
-    # "starts": the seconds are the sum over every start of the study (`stages.WallClock`); files published before
-    # it lack the key, and their seconds are the last start's
-    atomic_write_json(folder / "run.json", {"seconds": seconds, "starts": "all"})
-    tmp = folder / ".answers.jsonl.gz.tmp"
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
-        for (row, seed), result in items.items():
-            for name, data in result["outcomes"]["series"].items():
-                for key, unit, value in zip(data["keys"], data["units"], data["values"]):
-                    f.write(json.dumps([row, seed, name, key, unit, value], ensure_ascii=False) + "\n")
-    tmp.rename(folder / "answers.jsonl.gz")
+    # "starts": the seconds are the sum over every start of the study (`stages.WallClock`), and each start's code;
+    # files published before it lack the key (their seconds are the last start's), or hold "all" (no code recorded)
+    atomic_write_json(folder / "run.json", {"seconds": seconds, "starts": starts})
+    write_gzip_lines(folder / "answers.jsonl.gz", (
+        [row, seed, name, key, unit, value] for (row, seed), result in items.items()
+        for name, data in result["outcomes"]["series"].items()
+        for key, unit, value in zip(data["keys"], data["units"], data["values"])))
+    write_gzip_lines(folder / CURVES, ([row, seed, step] for (row, seed), log in curves.items() for step in log))
     write_digests(folder)
+
+
+def write_gzip_lines(path: Path, lines) -> None:
+    """One JSON value a line, gzip-compressed, written atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
+        for line in lines:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    tmp.rename(path)
 
 
 def write_digests(folder: Path) -> None:
     """``digests.json``: the sha256 of every published file, written after them all (a folder holding it is whole)."""
-    atomic_write_json(folder / DIGESTS, {"sha256": {name: file_digest(folder / name) for name in FILES}})
+    names = FILES + ((CURVES,) if (folder / CURVES).is_file() else ())
+    atomic_write_json(folder / DIGESTS, {"sha256": {name: file_digest(folder / name) for name in names}})
 
 
 def load(folder: str | Path) -> tuple[dict, dict, dict, float]:
@@ -72,13 +86,50 @@ def load(folder: str | Path) -> tuple[dict, dict, dict, float]:
         raise PublishedError(f"{folder / 'run.json'}: 'seconds' must be the run's wall time in seconds, got "
                              f"{seconds!r}; {RESTORE}")
     world = checked_world(folder / "world.json", items)
+    if (folder / CURVES).is_file():
+        read_curves(folder / CURVES, items)
     return read_json(folder / "design.json"), world, items, seconds
 
 
-def counts_all_starts(folder: str | Path) -> bool:
+def read_curves(path: Path, items: dict) -> dict[tuple, list[dict]]:
+    """The training curves as `publish` took them, ``{(row, seed): [metrics row, ...]}``; every model that answered
+    the test must have one, its steps in order."""
+    curves: dict[tuple, list[dict]] = {}
+    line_number = 0
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line_number, line in enumerate(f, 1):
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    entry = None
+                if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], dict)
+                        and isinstance(entry[2].get("step"), int)):
+                    raise PublishedError(f"{path} line {line_number} is not a training step [row, seed, metrics "
+                                         f"with its step]: {line[:80].strip()!r}; {RESTORE}")
+                curves.setdefault((entry[0], entry[1]), []).append(entry[2])
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:
+        raise PublishedError(f"{path} is damaged after line {line_number} ({e or type(e).__name__}); "
+                             f"{RESTORE}") from None
+    lacking = [f"{row!r} seed {seed}" for row, seed in items if not curves.get((row, seed))]
+    unordered = [f"{row!r} seed {seed}" for (row, seed), log in curves.items()
+                 if [r["step"] for r in log] != sorted(r["step"] for r in log)]
+    if lacking or unordered:
+        what = (f"has no training curve of {', '.join(lacking[:3])}" if lacking else
+                f"holds the steps of {', '.join(unordered[:3])} out of order")
+        raise PublishedError(f"{path} {what}; {RESTORE}")
+    return curves
+
+
+def run_record(folder: str | Path) -> dict:
+    """``run.json``: the wall time and, since it was recorded, every start with its code (`stages.StartRecord`)."""
+    return read_json(Path(folder) / "run.json")
+
+
+def counts_all_starts(run: dict) -> bool:
     """Whether a study's published wall time is the sum over all its starts (studies published before that sum was
     kept record their last start's alone)."""
-    return read_json(Path(folder) / "run.json").get("starts") == "all"
+    return run.get("starts") == "all" or isinstance(run.get("starts"), list)
 
 
 def wall_time_words(seconds: float, all_starts: bool = True) -> str:
@@ -91,12 +142,42 @@ def wall_time_words(seconds: float, all_starts: bool = True) -> str:
             "so a study that was stopped and resumed took longer, and the total is not in its files)")
 
 
+def code_words(code: dict | None) -> str:
+    """The code a start ran, in words: its commit and whether the package's files differed from it."""
+    if not code or code.get("commit") is None:
+        return f"code not known ({(code or {}).get('reason', 'not recorded')})"
+    if not code["dirty"]:
+        return f"commit {code['commit'][:12]}, clean"
+    return (f"commit {code['commit'][:12]} with {code['changed_count']} changed file(s) in the package (changes "
+            f"sha256 {code['changes_sha256'][:12]})")
+
+
+def starts_words(run: dict) -> str:
+    """Each start of a study and the code it ran (code that changed during a start named too), or that the files
+    predate that record."""
+    starts = run.get("starts")
+    if not isinstance(starts, list):
+        return ("The code each start ran is not recorded in these files (they predate that record), nor are the "
+                "training curves.")
+    parts = []
+    for k, start in enumerate(starts, 1):
+        words = f"start {k} ({start.get('started') or 'time not recorded'}): {code_words(start.get('code'))}"
+        if start.get("code") and start.get("code_at_last_stage") not in (None, start["code"]):
+            words += f"; by its last finished stage ({start['last_stage']}): {code_words(start['code_at_last_stage'])}"
+        parts.append(words)
+    return f"{len(starts)} start(s): " + "; ".join(parts) + f". Training curves of every row: {CURVES}."
+
+
 def check_digests(folder: Path) -> None:
-    """Every published file has the sha256 ``digests.json`` records for it; else the file that differs."""
+    """Every published file has the sha256 ``digests.json`` records for it; else the file that differs. The
+    training curves are checked where published (folders from before them lack the file and its digest)."""
     recorded = read_json(folder / DIGESTS).get("sha256")
-    if not isinstance(recorded, dict) or sorted(recorded) != sorted(FILES):
-        raise PublishedError(f"{folder / DIGESTS} does not list the sha256 of {', '.join(FILES)}; {RESTORE}")
-    for name in FILES:
+    names = FILES + ((CURVES,) if (folder / CURVES).is_file() else ())
+    if not isinstance(recorded, dict) or sorted(recorded) != sorted(names):
+        listed = ", ".join(sorted(recorded)) if isinstance(recorded, dict) else "nothing"
+        raise PublishedError(f"{folder / DIGESTS} lists the sha256 of {listed}, not of the folder's {', '.join(names)}"
+                             f"; {RESTORE}")
+    for name in names:
         if file_digest(folder / name) != recorded[name]:
             raise PublishedError(f"{folder / name} is not the file the study published: its sha256 differs from "
                                  f"the one {DIGESTS} records ({recorded[name][:12]}...); {RESTORE} (a report of "

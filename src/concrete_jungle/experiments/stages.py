@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..records import atomic_write_json
@@ -100,6 +102,81 @@ class WallClock:
         seconds = self.before + time.perf_counter() - self.started
         atomic_write_json(self.path, {"seconds": seconds})
         return seconds
+
+
+PACKAGE = Path(__file__).resolve().parents[1]  # the concrete_jungle package whose code a run runs
+
+
+def code_version(package: Path = PACKAGE) -> dict:
+    """The code a run runs: the package's version, the git commit of the checkout ``package`` is in, whether the
+    package's files differ from that commit (``dirty``: the changed and untracked paths, and a sha256 of the
+    changes, so two dirty starts can be told apart). Without git, or outside a checkout that versions the
+    package (an installed wheel), ``commit`` and ``dirty`` are None and ``reason`` says why."""
+    from .. import __version__
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, check=True,
+                              timeout=60).stdout
+
+    known = {"version": __version__}
+    try:
+        git("ls-files", "--error-unmatch", "__init__.py")  # the checkout versions this package, not only holds it
+        commit = git("rev-parse", "HEAD").strip()
+        root = Path(git("rev-parse", "--show-toplevel").strip())
+        status = git("status", "--porcelain", "-z", "--untracked-files=all", "--", ".").split("\0")
+        diff = subprocess.run(["git", "-C", str(package), "diff", "HEAD", "--binary", "--", "."], capture_output=True,
+                              check=True, timeout=60).stdout
+    except FileNotFoundError:
+        return known | {"commit": None, "dirty": None, "reason": "git is not installed"}
+    except subprocess.CalledProcessError as e:
+        first = (e.stderr or "").strip().splitlines()[:1]
+        return known | {"commit": None, "dirty": None,
+                        "reason": f"{package} is not in a git checkout that versions it ({' '.join(first)})"}
+    except subprocess.TimeoutExpired:
+        return known | {"commit": None, "dirty": None, "reason": "git did not answer within 60 seconds"}
+    entries = iter(status)
+    changed, untracked = [], []
+    for entry in entries:  # "XY path", and after a rename's entry the old path as an entry of its own
+        if entry:
+            changed.append(entry[3:])
+            if entry[0] in "RC":
+                next(entries, None)
+            elif entry.startswith("??"):
+                untracked.append(entry[3:])
+    digest = hashlib.sha256(diff)
+    for name in untracked:  # not in the diff: their contents go into the digest
+        path = root / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
+    return known | {"commit": commit, "dirty": bool(changed), "changed": changed[:20], "changed_count": len(changed),
+                    "changes_sha256": digest.hexdigest() if changed else None}
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StartRecord:
+    """Each start of an experiment (each time it is run or resumed), kept in ``path``: when it began, the code it
+    ran (`code_version`) and, read again at every `lap`, the code at its last finished stage, so that code changed
+    while a start ran shows as well as code changed between starts. A run begun before this record existed has its
+    earlier starts counted, unknown."""
+
+    def __init__(self, path: Path, earlier_seconds: float = 0.0):
+        self.path = path
+        if path.is_file():
+            self.starts = json.loads(path.read_text())["starts"]
+        else:  # earlier starts left wall time (`WallClock`) but no record of their code
+            self.starts = [{"started": None, "code": None, "reason": "a start made before the code of each start "
+                            "was recorded"}] if earlier_seconds else []
+        code = code_version()
+        self.starts.append({"started": utc_now(), "code": code, "last_stage": utc_now(), "code_at_last_stage": code})
+        atomic_write_json(path, {"starts": self.starts})
+
+    def lap(self) -> list[dict]:
+        """Record the code at this point of the start; every start so far."""
+        self.starts[-1] |= {"last_stage": utc_now(), "code_at_last_stage": code_version()}
+        atomic_write_json(self.path, {"starts": self.starts})
+        return self.starts
 
 
 class Stages:

@@ -23,11 +23,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..records import atomic_write_json, atomic_write_text
+from ..records import atomic_write_json, atomic_write_text, read_jsonl
 from ..toyworld.build import WorldConfig
-from .published import publish, wall_time_words
+from .published import counts_all_starts, publish, starts_words, wall_time_words
 from .report import results_table, signed, table_markdown
-from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, WallClock, log, stage_dir
+from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, StartRecord, WallClock, log, stage_dir
 
 ROWS = (CONTROL, Finetune("D_hc + InfoNCE", "infonce", "hc"), Finetune("D_hc + static margin", "static", "hc"),
         Finetune("D_hc + Cement", "cement", "hc"), Finetune("D_hc + inverse margin", "inverse", "hc"),
@@ -162,17 +162,24 @@ class Study:
             for row in ROWS:
                 runs[(row.label, seed)] = self.stages.finetune(baseline, datasets[row.mode], row, seed,
                                                                batch_size=batch["n"], steps=steps["steps"])
-                self.clock.lap()
+                self.lap()
         return self.conclude(world, baseline, runs, design, summarise, study_report)
 
     def start_clock(self) -> None:
-        """The study's wall time, over this start and the earlier ones (`WallClock`, ``<out>/wall_time.json``)."""
+        """The study's wall time, over this start and the earlier ones (`WallClock`, ``<out>/wall_time.json``), and
+        the record of every start with the code it ran (`StartRecord`, ``<out>/starts.json``)."""
         self.out.mkdir(parents=True, exist_ok=True)
         self.clock = WallClock(self.out / "wall_time.json")
+        self.starts = StartRecord(self.out / "starts.json", earlier_seconds=self.clock.before)
+
+    def lap(self) -> float:
+        """Record the wall time so far and the code this start runs now; the seconds over every start."""
+        self.starts.lap()
+        return self.clock.lap()
 
     def stage(self, message: str) -> None:
         """Announce a stage of the run, with the wall time so far recorded first."""
-        self.clock.lap()
+        self.lap()
         log(message, self.console)
 
     def conclude(self, world: Path, baseline: Path, runs: dict, design: dict, summarise, report) -> dict:
@@ -183,11 +190,15 @@ class Study:
         items = {key: self.stages.evaluate(ckpt, test, name="test_outcomes.json", per_item=True)
                  for key, ckpt in [((BASELINE, None), baseline), *runs.items()]}
         world_info = json.loads((world / "world.json").read_text())
-        seconds = round(self.clock.lap(), 1)  # every start's
-        publish(self.out / "published", design, world_info, items, seconds)
+        seconds = round(self.lap(), 1)  # every start's
+        # every model's training log: the baseline's pretraining and each fine-tune's (a checkpoint's run folder)
+        curves = {key: [r for r in read_jsonl(ckpt.parent.parent / "metrics.jsonl") if "loss" in r]
+                  for key, ckpt in [((BASELINE, None), baseline), *runs.items()]}
+        publish(self.out / "published", design, world_info, items, seconds, self.starts.starts, curves)
         result = summarise(design, items, seconds)
         atomic_write_json(self.out / "results.json", result)
-        atomic_write_text(self.out / "study.md", report(result, world_info))
+        atomic_write_text(self.out / "study.md", report(result, world_info, {"seconds": seconds,
+                                                                            "starts": self.starts.starts}))
         return result
 
 
@@ -243,9 +254,8 @@ def recall_curve(curve: dict) -> str:
     return ", ".join(f"{100 * v['R@1']:.1f} at {s}" for s, v in sorted(curve.items(), key=lambda kv: int(kv[0])))
 
 
-def study_report(result: dict, world_info: dict, all_starts: bool = True) -> str:
-    """The study's report; ``all_starts``: its wall time is the sum over every start (false for files published
-    before that sum was kept)."""
+def study_report(result: dict, world_info: dict, run: dict) -> str:
+    """The study's report; ``run``: its published ``run.json`` (the wall time, each start's code)."""
     design = result["design"]
     c = design["config"]
     curve = design["steps_choice"]["curve"]
@@ -255,8 +265,8 @@ def study_report(result: dict, world_info: dict, all_starts: bool = True) -> str
         f"{world_info['val']} validation and {world_info['test']} test scenes (test items per subset: "
         + ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + f"); model `{c['model']}` pretrained "
         f"{c['pretrain_steps']} steps; seeds {', '.join(map(str, c['seeds']))}; "
-        f"{wall_time_words(result['seconds'], all_starts)}.",
-        "",
+        f"{wall_time_words(result['seconds'], counts_all_starts(run))}.",
+        "", starts_words(run), "",
         batch_size_sentence(design), "",
         f"**T = {design['steps']}** steps: the control's validation Recall@1 (mean of both directions) was "
         + recall_curve(curve) + f" (rule: the first step within {c['plateau']} points of the best).", "",

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..records import atomic_write_json
 from ..toyworld.build import WorldConfig
-from .published import wall_time_words
+from .published import counts_all_starts, starts_words, wall_time_words
 from .report import results_table, signed, table_markdown
 from .stages import CONTROL, Finetune, StageConfig, Stages, log
 from .study import Study, batch_size_sentence, recall_curve
@@ -150,7 +150,7 @@ class Study2(Study):
             for seed in c.seeds:
                 runs[(row.label, seed)] = self.stages.finetune(baseline, datasets[row.mode], row, seed,
                                                                batch_size=batch["n"], steps=steps)
-                self.clock.lap()
+                self.lap()
         return self.conclude(world, baseline, runs, design, summarise, study_report)
 
 
@@ -201,9 +201,8 @@ def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, alpha: float 
     return primary, secondary
 
 
-def study_report(result: dict, world_info: dict, all_starts: bool = True) -> str:
-    """The study's report; ``all_starts``: its wall time is the sum over every start (false for files published
-    before that sum was kept)."""
+def study_report(result: dict, world_info: dict, run: dict) -> str:
+    """The study's report; ``run``: its published ``run.json`` (the wall time, each start's code)."""
     design = result["design"]
     c = design["config"]
     curve = design["steps_choice"]["curve"]
@@ -213,7 +212,8 @@ def study_report(result: dict, world_info: dict, all_starts: bool = True) -> str
         f"Design: docs/studies/study2.md, \"Study 2\" (pre-registered). {world_info['train']} training, "
         f"{world_info['val']} validation and {world_info['test']} test scenes (test items per subset: "
         + ", ".join(f"{k} {v}" for k, v in world_info["test_items"].items()) + f"); model `{c['model']}`; seeds "
-        f"{', '.join(map(str, c['seeds']))}; {wall_time_words(result['seconds'], all_starts)}.", "",
+        f"{', '.join(map(str, c['seeds']))}; {wall_time_words(result['seconds'], counts_all_starts(run))}.", "",
+        starts_words(run), "",
         f"**Baseline: {base['steps']} pretraining steps**: validation Recall@1 (mean of both directions) "
         + recall_curve(base["curve"]) + f" (rule: the first checkpoint within {c['plateau']} points of the best).",
         "", batch_size_sentence(design), "",
