@@ -8,11 +8,16 @@ two subsets, as in the real benchmark, so de-duplication is exercised; one subse
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
+import open_clip
+import torch
 from PIL import Image
+
+from concrete_jungle.models import ClipModel
 
 # subset -> (image number, caption, negative caption)
 SUGARCREPE = {
@@ -170,3 +175,74 @@ def write_coco_captions(path: Path) -> Path:
                    for n, caps in sorted(by_image.items()) for i, c in enumerate(dict.fromkeys(caps))]
     path.write_text(json.dumps({"images": images, "annotations": annotations}))
     return path
+
+
+# ------------------------------------------------------------------------------------------------ models
+
+
+class RandomFeatures(torch.nn.Module):
+    """A model that scores every option at random: each distinct picture (its pixels) and each distinct text (its
+    tokens) gets a random vector of its own, drawn from the seed, as a model's features are a function of them."""
+
+    def __init__(self, seed: int, dim: int = 8):
+        super().__init__()
+        self.visual = torch.nn.Linear(1, 1)  # the Encoder takes its pictures in the dtype of this tower
+        self.seed, self.dim = seed, dim
+
+    def vector(self, kind: str, x: torch.Tensor) -> torch.Tensor:
+        digest = hashlib.sha1(f"{self.seed}|{kind}|".encode() + x.numpy().tobytes()).digest()
+        return torch.randn(self.dim, generator=torch.Generator().manual_seed(int.from_bytes(digest[:7], "little")))
+
+    def encode_image(self, pixels):
+        return torch.stack([self.vector("image", p) for p in pixels])
+
+    def encode_text(self, tokens, normalize=False):
+        return torch.stack([self.vector("text", t) for t in tokens])
+
+
+class KeptTokens:
+    """open_clip's CLIP tokenizer, each text tokenized once (many seeds read the same captions)."""
+
+    def __init__(self):
+        self.tokenizer, self.rows = open_clip.get_tokenizer("ViT-B-32"), {}
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        new = list(dict.fromkeys(t for t in texts if t not in self.rows))
+        self.rows |= dict(zip(new, self.tokenizer(new))) if new else {}
+        return torch.stack([self.rows[t] for t in texts])
+
+
+CLIP_TOKENS = KeptTokens()
+
+
+def random_features(seed: int, rgb_after_resize: bool = False) -> ClipModel:
+    """`RandomFeatures` with a 6 x 6 preprocessing; ``rgb_after_resize``: converted to RGB after resizing, as
+    open_clip's transform converts, so a picture converted before differs (palette, RGBA, LA, CMYK, 16-bit)."""
+    def preprocess(im):
+        im = im.resize((6, 6)).convert("RGB") if rgb_after_resize else im.convert("RGB").resize((6, 6))
+        return torch.from_numpy(np.asarray(im, dtype=np.float32))
+
+    return ClipModel(RandomFeatures(seed), preprocess, CLIP_TOKENS, {},
+                     {"name": "random features", "pretrained": "none", "seed": seed,
+                      "rgb_after_resize": rgb_after_resize})
+
+
+def odd_mode_pictures(folder: Path, seed: int) -> list[Path]:
+    """Pictures whose RGB pixels depend on when they are converted: palette, RGBA and LA with varying alpha, CMYK
+    (JPEG) and 16-bit grey (PNG), one of each, from noise of ``seed``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    rgb = Image.fromarray(rng.integers(0, 255, (37, 53, 3), dtype=np.uint8))
+    alpha = Image.fromarray(rng.integers(0, 255, (37, 53), dtype=np.uint8))
+    paths = {name: folder / f"{seed}-{name}" for name in ("palette.png", "rgba.png", "la.png", "cmyk.jpg",
+                                                          "grey16.png")}
+    rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=16).save(paths["palette.png"])
+    rgba = rgb.convert("RGBA")
+    rgba.putalpha(alpha)
+    rgba.save(paths["rgba.png"])
+    la = rgb.convert("LA")
+    la.putalpha(alpha)
+    la.save(paths["la.png"])
+    rgb.convert("CMYK").save(paths["cmyk.jpg"])
+    Image.fromarray(rng.integers(0, 65535, (37, 53), dtype=np.uint16)).save(paths["grey16.png"])
+    return list(paths.values())

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .args import add_model_args, check_model_args, load_model_from_args, non_negative_int, positive_int
+from .tables import print_markdown
 
 
 EVAL_LAYOUT = """data root layout (only the benchmarks asked for are read):
@@ -62,7 +63,8 @@ def add_parser(sub) -> None:
                    "model); the runs are resampled within each side too")
     p.add_argument("--resamples", type=positive_int, default=2000,
                    help="bootstrap resamples of --compare (default %(default)s)")
-    p.add_argument("--compare-json", metavar="FILE", help="also write the comparison as JSON here")
+    p.add_argument("--compare-json", metavar="FILE", help="also write the comparison as JSON here, and its table as "
+                   "Markdown beside it (FILE with the suffix .md)")
     p.add_argument("--no-trim-text", action="store_true",
                    help="encode every caption at the full context (77 tokens) instead of the batch's longest caption; "
                    "the features are the same either way (docs/method.md §7)")
@@ -72,8 +74,6 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
-    from rich.markdown import Markdown
-
     from .. import evaluation
     from ..evaluation.report import compare, compare_markdown, layout_report, markdown
 
@@ -84,12 +84,17 @@ def run(args, console: Console) -> int:
             raise ValueError(f"--compare needs two or more result files, it got one ({args.compare[0]}): "
                              "concrete-jungle eval --compare A.json B.json [C.json ...], or --compare A.json "
                              "--vs B.json")
+        if args.compare_json and Path(args.compare_json).suffix == ".md":
+            raise ValueError(f"--compare-json {args.compare_json}: give the JSON a name ending in .json; its table is "
+                             "written beside it with the suffix .md")
         comparison = compare(args.compare, args.vs, resamples=args.resamples)
-        console.print(Markdown(compare_markdown(comparison)))
+        table = compare_markdown(comparison)
+        print_markdown(console, table)
         if args.compare_json:
-            from ..records import atomic_write_json
+            from ..records import atomic_write_json, atomic_write_text
 
             atomic_write_json(args.compare_json, comparison)
+            atomic_write_text(Path(args.compare_json).with_suffix(".md"), table)
         return 0
     if not args.data_root:
         raise ValueError("concrete-jungle eval needs --data-root (or --compare A.json B.json)")
@@ -109,7 +114,7 @@ def run(args, console: Console) -> int:
     # every benchmark's files are checked before the model is loaded
     loaded = {n: evaluation.load_data(n, root, args.skip_missing) for n in names}
     if args.check:
-        console.print(Markdown(layout_report(loaded)))
+        print_markdown(console, layout_report(loaded))
         return 0
     from ..evaluation.encoding import Encoder
 
@@ -121,7 +126,7 @@ def run(args, console: Console) -> int:
 
     with locked(Path(args.out) / ".eval.lock", f"--out {args.out}", "concrete-jungle eval"):
         results = evaluation.run(encoder, names, loaded, out=args.out, overwrite=args.overwrite)
-    console.print(Markdown(markdown(results)))
+    print_markdown(console, markdown(results))
     console.print(f"written: {Path(args.out) / 'results.md'} and one JSON per benchmark in {args.out}", highlight=False)
     return 0
 

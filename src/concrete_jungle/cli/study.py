@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
         "`study run study1` is `demo --study`. A stopped run resumes where it stopped, row by row. "
         "`study report DIR`: rebuild every table, interval and verdict of a study from the files it published "
         "(DIR: <study out>/published, or docs/studies/<name>): design.json, world.json, recipes.json, "
-        "answers.jsonl.gz, run.json, checked against the sha256 each has in digests.json; no model, no world.",
+        "answers.jsonl.gz, run.json (each start's code) and curves.jsonl.gz (the training curves; absent from older "
+        "folders), checked against the sha256 each has in digests.json; no model, no world.",
     )
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
     r = tasks.add_parser("run", help="run a study (its settings are its design's)")
@@ -54,10 +55,8 @@ def run_study(args, console: Console) -> int:
 
 
 def report(args, console: Console) -> int:
-    from rich.markdown import Markdown
-
     from ..experiments import study, study2
-    from ..experiments.published import RESTORE, PublishedError, check_rows, counts_all_starts, load
+    from ..experiments.published import RESTORE, PublishedError, check_rows, load, run_record
     from ..records import atomic_write_json, atomic_write_text
 
     design, world_info, items, seconds = load(args.folder)
@@ -65,11 +64,13 @@ def report(args, console: Console) -> int:
     try:
         check_rows(args.folder, items, module.CONTRASTED, design["config"]["seeds"])
         result = module.summarise(design, items, seconds)
-        text = module.study_report(result, world_info, counts_all_starts(args.folder))
+        text = module.study_report(result, world_info, run_record(args.folder))
     except KeyError as e:  # the answers were checked whole: what is missing is a setting of the design
         raise PublishedError(f"{Path(args.folder) / 'design.json'} has no {e} (not a design a study of this version "
                              f"wrote); {RESTORE}") from None
-    console.print(Markdown(text))
+    from .tables import print_markdown
+
+    print_markdown(console, text)
     if args.out:
         atomic_write_json(Path(args.out) / "results.json", result)
         atomic_write_text(Path(args.out) / "study.md", text)

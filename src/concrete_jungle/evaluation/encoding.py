@@ -117,10 +117,25 @@ def load_json_file(path: Path, layout: str):
 
 class Crop(NamedTuple):
     """An image converted to RGB first, then cut to ``box`` (x, y, width, height; the whole image when None): how
-    ARO and What'sUp read their pictures."""
+    ARO, What'sUp and VALSE read their pictures, and torchvision's loaders (clip_benchmark's zero-shot and retrieval
+    datasets): ``Image.open(file).convert("RGB")``, so a 16-bit picture is clipped as Pillow converts it, not
+    scaled."""
 
     path: Path
     box: tuple[float, float, float, float] | None = None
+
+
+def rgb_picture(path: Path):
+    """The picture as the official loaders read it, ``Image.open(path).convert("RGB")``, after the safety checks of
+    `images.open_image` (a regular file, a sane size from the header)."""
+    from PIL import Image
+
+    from ..images import check_file, check_header
+
+    check_file(path)
+    with Image.open(path) as image:
+        check_header(image, str(path))
+        return image.convert("RGB")
 
 
 class _Images(torch.utils.data.Dataset):
@@ -135,14 +150,13 @@ class _Images(torch.utils.data.Dataset):
 
         item = self.paths[i]
         if isinstance(item, Crop):
-            with open_image(item.path) as im:
-                rgb = im.convert("RGB")
+            rgb = rgb_picture(item.path)
             if item.box is not None:
                 x, y, w, h = item.box
                 rgb = rgb.crop((x, y, x + w, y + h))
             return self.preprocess(rgb)
-        # the image as opened, as the benchmarks' reference code passes it: open_clip's transform converts to
-        # RGB after resizing, and converting first gives other pixels for palette, RGBA and CMYK files
+        # the image as opened, as SugarCrepe's and Winoground's reference code passes it: open_clip's transform
+        # converts to RGB after resizing, and converting first gives other pixels for palette, RGBA and CMYK files
         with open_image(item) as im:
             return self.preprocess(im)
 
@@ -180,7 +194,8 @@ class Encoder:
     def images(self, paths: list[Path | Crop]) -> torch.Tensor:
         """One row per path or `Crop` (in order); each distinct one is encoded once."""
         unique = list(dict.fromkeys(paths))
-        stamps = [f"{p}|{st.st_size}|{st.st_mtime_ns}" for p, st in
+        # a Crop's key says how it is read (converted to RGB first): another reading is another embedding
+        stamps = [f"{p}|{'rgb|' if isinstance(p, Crop) else ''}{st.st_size}|{st.st_mtime_ns}" for p, st in
                   ((p, (p.path if isinstance(p, Crop) else p).stat()) for p in unique)]
 
         def compute():

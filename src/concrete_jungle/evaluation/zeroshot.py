@@ -1,10 +1,12 @@
 """Zero-shot classification, as clip_benchmark scores it: a class is the mean of its prompts' text features.
 
 Data: ``<root>/zeroshot/<dataset>/`` in one of two forms. An ImageFolder ``test/<class>/<image>`` (e.g.
-ImageNet-1k's val split by wnid) with, optionally, ``classnames.txt`` (one name a line, in the sorted order of the
-class folders) and ``templates.txt`` (one prompt a line with ``{c}`` for the class name); without them,
-clip_benchmark's own files are used (its ``en_classnames.json`` for a dataset it knows whose class count matches;
-else the folder names with ``_`` read as spaces; its ``en_zeroshot_classification_templates.json`` for the
+ImageNet-1k's val split by wnid), read as torchvision's ``ImageFolder`` reads it (`image_folder`: its extensions,
+sub-folders, class order), with, optionally, ``classnames.txt`` (one name a line, in the order of the class
+folders: sorted as text, or by number when every folder is named by a whole number, ``3 ... 10``) and
+``templates.txt`` (one prompt a line with ``{c}`` for the class name); without them, clip_benchmark's own files are
+used (its ``en_classnames.json`` for a dataset it knows whose class count matches, given to the folders in the same
+order; else the folder names with ``_`` read as spaces; its ``en_zeroshot_classification_templates.json`` for the
 dataset, else ImageNet's 80 prompts). Or a dataset root clip_benchmark prepared for the dataset of that name
 (``cifar10``, ``vtab/eurosat``, ... with ``/`` written as ``__`` in the folder name), read with its builder, its
 class names and prompts its own. The result says which.
@@ -14,11 +16,14 @@ folders must be distinct (two classes of one name get the same weights, and the 
 error naming the file and both lines. clip_benchmark's own names are its rule and are kept, repeats included
 (ImageNet-1k's give "missile" and "sunglasses" to two classes each), with a note in the result.
 
-The rule (clip_benchmark's ``metrics/zeroshot_classification.py``): each class's weight is the L2-normalised mean
-of the L2-normalised text features of its prompts; logits are image features · weights; top-1 and top-5 accuracy
-(top-5 only with at least 5 classes) and the mean per-class recall (scikit-learn's balanced accuracy: the mean over
-the classes present of the share of their images predicted right). Computed in fp32 (clip_benchmark with
-``--amp False``; its default mixed precision can move scores near a tie).
+The rule (clip_benchmark's ``metrics/zeroshot_classification.py``): each picture is converted to RGB before the
+model's transform (torchvision's loader: ``Image.open(file).convert("RGB")``); each class's weight is the
+L2-normalised mean of the L2-normalised text features of its prompts; logits are 100 · image features · weights;
+top-1 and top-5 accuracy from ``torch.topk`` (``topk(5)`` with at least 5 classes, else ``topk(1)`` and no top-5),
+and the mean per-class recall from ``argmax`` (scikit-learn's balanced accuracy: the mean over the classes present of
+the share of their images predicted right). The two differ under a tie (two classes of one name, such as
+ImageNet-1k's "missile"): ``argmax`` takes the first, ``topk`` may take another, and each metric keeps its own.
+Computed in fp32 (clip_benchmark with ``--amp False``; its default mixed precision can move scores near a tie).
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ from ..stats import reported, series
 from ..records import file_digest
 from .checks import checked_templates, distinct_names, numbered_lines, repeated_names, tree_sha256
 from .clip_benchmark_data import build, features
-from .encoding import BenchmarkDataError, Encoder, check_images, unit_of
-from .linear_probe import IMAGE_EXTS
+from .encoding import BenchmarkDataError, Crop, Encoder, check_images, unit_of
+from .image_folder import (IMG_EXTENSIONS, by_index, class_folders, empty_classes_note, naming_order,
+                           not_read_note, pictures)
 
 LAYOUT = ("<root>/zeroshot/<dataset>/test/<class>/<image>, optionally with classnames.txt and templates.txt "
           "(one a line, {c} for the class name)")
+NAMES_ORDER = "in the order of the class folders (sorted as text; by number when every folder is a whole number)"
 
 
 def _clip_benchmark_file(name: str) -> tuple[dict, Path | None]:
@@ -82,38 +89,43 @@ def _kept_as_clip_benchmark(dataset: str, names: list[str]) -> list[str]:
 def _image_folder(folder: Path, packaged: dict, skip_missing: bool) -> tuple[dict, dict]:
     """An ImageFolder test split with its class names and prompts; and the files read, with their sha256."""
     test = folder / "test"
-    classes = sorted(p.name for p in test.iterdir() if p.is_dir())
+    classes = class_folders(test)
     if not classes:
         raise BenchmarkDataError(f"{test} holds no class folder; expected layout: {LAYOUT}")
-    items = [(p, i) for i, c in enumerate(classes) for p in sorted((test / c).iterdir())
-             if p.suffix.lower() in IMAGE_EXTS]
+    items, others = pictures(test, classes)
     if not items:
-        raise BenchmarkDataError(f"{test} holds no image ({', '.join(sorted(IMAGE_EXTS))}) in its class folders; "
+        raise BenchmarkDataError(f"{test} holds no image ({' '.join(IMG_EXTENSIONS)}) in its class folders; "
                                  f"expected layout: {LAYOUT}")
     names, names_from, notes, files = _class_names(folder, classes, packaged)
     templates, templates_from, prompt_files = _prompts(folder, packaged)
     problems, sha256 = check_images([p for p, _ in items], LAYOUT, skip_missing)
+    notes = not_read_note(test, others) + empty_classes_note(test, classes, items) + notes
     return {"items": [(p, y) for p, y in items if p not in problems], "classes": names, "templates": templates,
             "sources": {"classnames": names_from, "templates": templates_from}, "skipped": len(problems),
             "notes": notes}, files | prompt_files | sha256
 
 
 def _class_names(folder: Path, classes: list[str], packaged: dict) -> tuple[list[str], str, list[str], dict]:
-    """The class names of the sorted class folders, where they come from, notes on them, and the file read."""
+    """The name of each class (by torchvision's class index), where they come from, notes on them, and the file
+    read. A list of names (``classnames.txt``, clip_benchmark's) gives them in `naming_order`."""
     mine = folder / "classnames.txt"
     known, known_file = packaged["classnames"]
+    order = naming_order(classes)
+    first = ", ".join(classes[k] for k in order[:3])
+    order_note = [f"{folder.name}: the class folders are named by numbers ({first}, ...), so the names are given "
+                  "to them in the order of their numbers"] if order != list(range(len(classes))) else []
     if mine.is_file():
         lines = numbered_lines(mine)
         if len(lines) != len(classes):
             raise BenchmarkDataError(f"{mine} has {len(lines)} names for {len(classes)} class folders; give one name "
-                                     "a line, in the sorted order of the folders")
+                                     f"a line, {NAMES_ORDER}")
         names = [name for _, name in lines]
         distinct_names(names, [f"line {n}" for n, _ in lines], str(mine))
-        return names, "classnames.txt", [], {mine: file_digest(mine)}
+        return by_index(classes, names), "classnames.txt", order_note, {mine: file_digest(mine)}
     if len(known.get(folder.name, [])) == len(classes):
         names = known[folder.name]
-        return names, f"clip_benchmark ({folder.name})", _kept_as_clip_benchmark(folder.name, names), \
-            {known_file: file_digest(known_file)}
+        return by_index(classes, names), f"clip_benchmark ({folder.name})", \
+            order_note + _kept_as_clip_benchmark(folder.name, names), {known_file: file_digest(known_file)}
     names = [c.replace("_", " ") for c in classes]
     distinct_names(names, [f"folder {c}" for c in classes], str(folder / "test"))
     return names, "the class folders' names", [], {}
@@ -158,19 +170,22 @@ def _prepared(folder: Path, packaged: dict) -> tuple[dict, dict]:
 
 
 def classifier(encoder: Encoder, classes: list[str], templates: list[str] | dict[str, list[str]]) -> torch.Tensor:
-    """(dim, classes): per class the normalised mean of its prompts' normalised text features. ``templates``:
-    prompts with ``{c}``, or (clip_benchmark's class-specific prompts) each class's own list."""
+    """(dim, classes): per class the normalised mean of its prompts' normalised text features, stacked as
+    clip_benchmark stacks them (``dim=1``: the same layout, so the same product). ``templates``: prompts with
+    ``{c}``, or (clip_benchmark's class-specific prompts) each class's own list."""
     prompts = [templates[c] if isinstance(templates, dict) else [t.format(c=c) for t in templates] for c in classes]
     texts = encoder.texts([p for ps in prompts for p in ps])
     weights, at = [], 0
     for ps in prompts:
         weights.append(F.normalize(texts[at: at + len(ps)].mean(dim=0), dim=-1))
         at += len(ps)
-    return torch.stack(weights).T
+    return torch.stack(weights, dim=1)
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
-    """acc1, acc5 and mean per-class recall per dataset, and acc1's mean over datasets; ``outcomes`` per image."""
+    """acc1, acc5 and mean per-class recall per dataset, and acc1's mean over datasets; ``outcomes`` per image.
+    The top-1 of acc1 is ``topk``'s first, the prediction of the per-class recall ``argmax``'s, as clip_benchmark
+    takes them (they differ only under a tie)."""
     answers, recipes = {}, {}
     for name, d in data["datasets"].items():
         if "clip_benchmark" in d:
@@ -182,10 +197,12 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
         else:
             items = data["items"][name]  # (cut to a few items a dataset when training evaluates)
             paths, labels = [p for p, _ in items], torch.tensor([y for _, y in items], dtype=torch.long)
-            images, names, templates = encoder.images(paths), d["classes"], d["templates"]
-        logits = images @ classifier(encoder, names, templates)
+            # each picture converted to RGB before the transform, as torchvision's loader reads it
+            images, names, templates = encoder.images([Crop(p) for p in paths]), d["classes"], d["templates"]
+        logits = (100.0 * images) @ classifier(encoder, names, templates)  # clip_benchmark's product, in its order
         units = [p if isinstance(p, str) else unit_of(p) for p in paths]
-        top = logits.topk(min(5, logits.shape[1]), dim=1).indices if len(paths) else torch.zeros(0, 1).long()
+        top = logits.topk(5 if len(names) >= 5 else 1, dim=1).indices if len(paths) else torch.zeros(0, 1).long()
+        predicted = logits.argmax(dim=1) if len(paths) else torch.zeros(0).long()
         answers[f"{name}/acc1"] = series(units, units, (top[:, 0] == labels).tolist())
         recipes[f"{name}/acc1"] = {"mean": f"{name}/acc1"}
         if len(names) >= 5:
@@ -195,7 +212,7 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
         for k in sorted(set(labels.tolist())):  # the classes present, as balanced accuracy counts them
             rows = (labels == k).nonzero().flatten().tolist()
             answers[f"{name}/class{k}"] = series([units[r] for r in rows], [units[r] for r in rows],
-                                                 [bool(top[r, 0] == k) for r in rows])
+                                                 [bool(predicted[r] == k) for r in rows])
             recipes[f"{name}/class{k}"] = {"mean": f"{name}/class{k}", "part": True}
             per_class.append(f"{name}/class{k}")
         recipes[f"{name}/mean_per_class_recall"] = {"macro": per_class}
