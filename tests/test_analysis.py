@@ -425,3 +425,76 @@ def test_the_encoding_progress_bar_counts_to_the_ok_records_of_the_manifest(plan
     first = sum(r["status"] == "ok" for r in read_jsonl(unfinished / "manifests" / "shard-000000.jsonl"))
     assert len(concretebatch_features(clip, unfinished, partial=True)[2]) == first < ok
     assert f"| 0/{first} " in capsys.readouterr().err
+
+
+def test_caption_only_negatives_leave_out_the_image_quantities_and_records_of_k_negatives_use_the_first(
+        tmp_path, scorers, capsys):
+    from transformers import AutoImageProcessor, AutoModel
+
+    from concrete_jungle.analysis.statistics import table1_markdown, word_edit_distance
+    from concrete_jungle.concretebatch import iter_records
+    from concrete_jungle.models import load_model
+    from test_gallery import make_k_negative_batch
+
+    data = make_k_negative_batch(tmp_path, "K")  # k1, k3: first negative without a picture; k2, k3: K > 1
+    dino_path, roberta_path = scorers
+    out = tmp_path / "report"
+    args = ["analyze", str(data), "--model", "cj-tiny", "--pretrained", "none", "--out", str(out), "--dino-model",
+            str(dino_path), "--bertscore-model", str(roberta_path), "--bertscore-layers", "2", "--no-rescale"]
+    assert main(args) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    text = (out / "stats.json").read_text()
+    stats = json.loads(text)
+    pairs, summary = stats["pairs"]["K"], stats["datasets"]["K"]["summary"]
+    assert "NaN" not in text  # a quantity left out is null
+
+    clip = load_model("cj-tiny", "none", seed=0)
+    processor, dino = AutoImageProcessor.from_pretrained(dino_path), AutoModel.from_pretrained(dino_path).eval()
+    scale = clip.model.logit_scale.exp().item()
+    image = lambda im: F.normalize(clip.model.encode_image(clip.preprocess(im)[None]), dim=-1)[0]  # noqa: E731
+    caption = lambda c: F.normalize(clip.model.encode_text(clip.tokenizer([c])), dim=-1)[0]  # noqa: E731
+    records = list(iter_records(data))
+    with torch.no_grad():
+        for r in records:
+            got = pairs[r["meta"]["id"]]
+            v, t, t2 = image(r["image"]), caption(r["caption"]), caption(r["negatives"][0]["caption"])
+            # the text-side quantities of every record, from its first negative
+            assert got["logit_gap"] == pytest.approx(scale * float(v @ t - v @ t2), abs=1e-4)
+            assert got["i2t"] == bool(v @ t > v @ t2) and got["clip_l"] == pytest.approx(float(t @ t2), abs=1e-5)
+            assert got["edit_distance"] == word_edit_distance(r["caption"], r["neg_caption"])
+            assert isinstance(got["bertscore"], float) and got["negatives"] == len(r["negatives"])
+            if r["neg_image"] is None:
+                assert got["negative_picture"] == "none"
+                assert got["t2i"] is None and got["clip_v"] is None and got["dino"] is None
+            else:
+                v2 = image(r["neg_image"])
+                d1, d2 = (F.normalize(dino(**processor(images=[im], return_tensors="pt")).pooler_output, dim=-1)[0]
+                          for im in (r["image"], r["neg_image"]))
+                assert got["negative_picture"] == "own" and got["t2i"] == bool(v @ t > v2 @ t)
+                assert got["clip_v"] == pytest.approx(float(v @ v2), abs=1e-5)
+                assert got["dino"] == pytest.approx(float(d1 @ d2), abs=1e-5)
+    pictured = [pairs[i] for i in ("k2", "k4")]
+    assert (summary["pairs"], summary["no_picture_pairs"], summary["more_negatives_pairs"]) == (4, 2, 2)
+    assert summary["clip_v"] == pytest.approx(sum(p["clip_v"] for p in pictured) / 2)
+    assert summary["clip_l"] == pytest.approx(sum(p["clip_l"] for p in pairs.values()) / 4)
+    report = " ".join((out / "report.md").read_text().split())
+    for note in ("K: image quantities (T2I, image-image cosine, DINOScore) over 2 of 4 records: the others' negatives "
+                 "have no picture; the text ones (I2T, the logit gap, text-text cosine, BERTScore, edit distance) "
+                 "over all 4.",
+                 "K: 2 of 4 records hold more than one negative; every statistic uses the first negative of each"):
+        assert note in printed and note in report
+    # again: the features (and DINO similarities, null where there is no picture) come from the cache alike
+    assert main(args) == 0 and json.loads((out / "stats.json").read_text()) == stats
+
+    # a dataset none of whose negatives has a picture has no image-side statistic at all
+    only_captions = dict(summary, pairs=2, no_picture_pairs=2, more_negatives_pairs=0, t2i=None, clip_v=None,
+                         dino=None)
+    table = table1_markdown({"K": only_captions}, {"K": None})
+    assert "| T2I acc. | n/a (no picture) |" in table and "| DINOScore | n/a (no picture) |" in table
+
+    assert main(["analyze", "gradient-share", "--data", str(data), "--model", "cj-tiny", "--pretrained", "none",
+                 "--batch-sizes", "2,4", "--batches", "2", "--out", str(tmp_path / "gs")]) == 0
+    saved = json.loads((tmp_path / "gs" / "gradient_share.json").read_text())
+    assert saved["negatives_without_picture"] == 2
+    assert all(0 < share < 1 for curve in saved["curves"].values() for share in curve.values())
+    assert "2 of 4 negatives have no picture" in " ".join(capsys.readouterr().out.split())

@@ -1,7 +1,9 @@
 """Checkpoints as commands take them (checkpoints.py): a run's folder, its checkpoints folder and
-checkpoints/latest for every command that takes one, and a path that names none."""
+checkpoints/latest for every command that takes one, a path that names none, a weights file that is not one; and a
+checkpoint folder published as it is (its model card, plain open_clip's `local-dir:` loading)."""
 
 import json
+import re
 
 from concrete_jungle.cli import main
 
@@ -26,3 +28,53 @@ def test_every_command_that_takes_a_checkpoint_accepts_latest_and_the_run_folder
     assert main(["train", "--data", str(planted), "--out", str(tmp_path / "ft"), "--checkpoint",
                  str(run / "checkpoints" / "latest"), "--steps", "1", "--set", "data.workers=0", "--batch-size", "8",
                  "--no-progress"]) == 0  # fine-tuning from a run's latest checkpoint
+
+
+def test_a_weights_file_given_as_a_checkpoint_is_refused_saying_how_to_name_its_architecture(tmp_path, capsys):
+    (tmp_path / "negclip.pth").write_bytes(b"weights")
+    assert main(["eval", "--data-root", str(tmp_path), "--checkpoint", str(tmp_path / "negclip.pth")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path / 'negclip.pth'} is a weights file without the config that records its architecture" in err
+    assert f"--model NAME --pretrained {tmp_path / 'negclip.pth'} (NAME-quickgelu for a fine-tune of OpenAI's " \
+           "weights), or --model peer:NAME" in err
+
+
+def test_a_published_checkpoint_folder_has_a_model_card_from_its_run_and_loads_in_open_clip_with_our_features(
+        run, data_root, tmp_path, capsys):
+    import open_clip
+    import torch
+    from PIL import Image
+
+    from concrete_jungle.checkpoints import resolve_checkpoint
+    from concrete_jungle.models import load_model
+
+    folder = resolve_checkpoint(run)
+    assert main(["eval", "--data-root", str(data_root), "--checkpoint", str(folder), "--out", str(tmp_path / "r"),
+                 "--no-progress"]) == 0
+    assert main(["model-card", str(run), "--results", str(tmp_path / "r"), "--repo", "me/cement-tiny",
+                 "--resamples", "200"]) == 0
+    card = (folder / "README.md").read_text()
+    for part in ("library_name: open_clip", "loss: cement", "for 3 of 3 steps at batch size 8",
+                 "ConcreteBatch `cb`: mode hc; captioner rules; editor none", "| sugarcrepe (compositional) |",
+                 "Start weights: none: trained from a random initialisation",
+                 'open_clip.create_model_and_transforms("hf-hub:me/cement-tiny")',
+                 f"hf upload me/cement-tiny {folder} . --exclude 'trainer_state.*'"):
+        assert part in card, part
+    assert re.search(r"\| \*\*compositional mean\*\* \| \*\*\d+\.\d\d\*\* \| \[\d+\.\d\d, \d+\.\d\d\] \|", card)
+    assert main(["eval", "--data-root", str(data_root), "--model", "cj-tiny", "--pretrained", "none",
+                 "--out", str(tmp_path / "other"), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["model-card", str(folder), "--results", str(tmp_path / "other")]) == 2  # another model's results
+    assert "holds the results of cj-tiny (random init, seed 0), not of" in " ".join(capsys.readouterr().err.split())
+
+    ours = load_model(checkpoint=folder)
+    plain, _, preprocess = open_clip.create_model_and_transforms(f"local-dir:{folder}")
+    picture = Image.new("RGB", (80, 60), (200, 30, 90))
+    pixels = ours.preprocess(picture).unsqueeze(0)
+    assert torch.equal(preprocess(picture).unsqueeze(0), pixels)
+    captions = ["a red square", "a cat under a table"]
+    tokens = ours.tokenizer(captions)
+    assert torch.equal(open_clip.get_tokenizer(f"local-dir:{folder}")(captions), tokens)
+    with torch.no_grad():
+        torch.testing.assert_close(plain.eval().encode_image(pixels), ours.model.encode_image(pixels), rtol=0, atol=0)
+        torch.testing.assert_close(plain.encode_text(tokens), ours.model.encode_text(tokens), rtol=0, atol=0)

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from concrete_jungle import __version__
 from concrete_jungle.cli import build_parser, main
 from conftest import TINY_TRAIN, cli
+from test_tradeoff import evaluated  # noqa: F401  (eval --out folders, for `tradeoff`)
 
 # runs the CLI in a fresh interpreter and reports which heavy packages the failed command imported
 PROBE = """import sys
@@ -56,6 +58,16 @@ def tree(folder):
     (["train", "--config", "bad.yaml"], "4 problems"),
     (["analyze", "gradient-share", "--data", "/nope", "--model", "cj-tiny"], "ConcreteBatch directory not found"),
     (["analyze", "/nope"], "ConcreteBatch directory not found: /nope"),
+    (["import", "negclip", "nope.tsv", "--images", ".", "--out", "cb"], "negclip input file not found: nope.tsv"),
+    (["import", "negclip", "caps.jsonl", "--images", ".", "--out", "cb", "--swaps", "2"],
+     "swaps: only for format coco-swaps, not negclip"),
+    (["grid"], "concrete-jungle grid needs a grid file or --toy OUT (not both)"),
+    (["grid", "nope.yaml"], "config file not found: nope.yaml"),
+    (["wise-ft", "/nope", "/nope2", "--alpha", "0.5", "--out", "w"], "START '/nope' names no model"),
+    (["wise-ft", "a", "b", "--alpha", "1.5", "--out", "w"], "argument --alpha: 1.5 must be in [0, 1]"),
+    (["tradeoff", "/nope", "--out", "t"], "error: /nope does not exist; give `concrete-jungle eval --out` folders"),
+    (["model-card", "/nope"], "/nope does not exist: name a checkpoint folder"),
+    (["model-card", ".", "--resamples", "0"], "argument --resamples: 0 must be >= 1"),
 ])
 def test_bad_arguments_fail_at_once_before_heavy_imports_and_leave_nothing(tmp_path, args, message):
     (tmp_path / "caps.jsonl").write_text(json.dumps({"id": "a", "caption": "A red ball", "image": "a.jpg"}) + "\n")
@@ -105,6 +117,16 @@ def test_every_option_has_help_and_there_is_a_version(capsys):
     with pytest.raises(SystemExit):
         main(["analyze", "gradient-share", "--help"])
     assert "--batch-sizes" in capsys.readouterr().out
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"import", "grid", "wise-ft", "tradeoff", "model-card"} <= set(commands)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = capsys.readouterr().out
+    for name in commands:  # every command is listed in the help, and has its own
+        assert re.search(rf"^ +{re.escape(name)}( |$)", listed, re.M), name
+        with pytest.raises(SystemExit) as done:
+            main([name, "--help"])
+        assert done.value.code == 0 and capsys.readouterr().out.startswith(f"usage: concrete-jungle {name} ")
 
 
 def test_eval_check_reports_the_layout_without_a_model(data_root, capsys):
@@ -138,7 +160,14 @@ def test_written_files_honour_the_umask(tmp_path, umask, mode):
 
 @pytest.mark.parametrize("args, meant", [(["plant", "--captoins", "x.jsonl"], "--captions"),
                                          (["train", "--stpes", "3"], "--steps"),
-                                         (["analyze", "gradient-share", "--data", "x", "--batchs", "3"], "--batches")])
+                                         (["analyze", "gradient-share", "--data", "x", "--batchs", "3"], "--batches"),
+                                         (["import", "negclip", "x", "--out", "cb", "--sample-per-shard", "4"],
+                                          "--samples-per-shard"),
+                                         (["grid", "--toyy", "runs/grid"], "--toy"),
+                                         (["wise-ft", "a", "b", "--alpha", "0.5", "--out", "w", "--ovewrite",
+                                           "x"], "--overwrite"),
+                                         (["tradeoff", "x", "--out", "t", "--resampels", "3"], "--resamples"),
+                                         (["model-card", "x", "--resampels", "3"], "--resamples")])
 def test_a_misspelled_flag_is_named_with_the_flag_meant(args, meant):
     done = cli(*args)
     assert done.returncode == 2
@@ -182,23 +211,40 @@ def read_only(folder):
         folder.chmod(mode)
 
 
-COMMANDS_THAT_WRITE = ["keywords", "plant", "train", "cache", "eval", "gallery", "analyze", "export"]
+COMMANDS_THAT_WRITE = ["keywords", "plant", "import", "train", "cache", "eval", "gallery", "analyze", "export",
+                       "grid", "wise-ft", "tradeoff", "model-card"]
 
 
-@pytest.mark.parametrize("command", COMMANDS_THAT_WRITE)
-def test_a_read_only_output_folder_is_one_line_naming_it(command, planted, data_root, tmp_path, capsys):
+def command_args(command, folder, planted, data_root, tmp_path, request) -> list:
+    """The arguments with which ``command`` writes into ``folder``, made here: empty, or a copy of the input the
+    command writes into (a dataset for `cache`, a checkpoint for `model-card`)."""
     from test_plant import make_dataset, plant_args
+    from test_wise_ft import checkpoint
 
-    if sys.platform != "linux" and os.geteuid() == 0:
-        pytest.skip("root writes into read-only folders; dropping that right needs Linux")
     captions, images = make_dataset(tmp_path, 4, image_size=8)
-    folder = tmp_path / "read-only"
     model = ["--model", "cj-tiny", "--pretrained", "none"]
     if command == "cache":  # the cache is written into the dataset's folder
         shutil.copytree(planted, folder)
+    elif command == "model-card":  # the card is written into the checkpoint's folder
+        shutil.copytree(checkpoint(tmp_path, "start"), folder)
     else:
         folder.mkdir()
-    args = {"keywords": ["keywords", "--captions", captions, "--mode", "hc", "--out", folder / "kw.jsonl",
+    if command == "import":
+        from test_import import write_negclip
+
+        tsv = write_negclip(tmp_path / "negclip")[0]
+        return ["import", "negclip", tsv, "--images", tmp_path / "negclip", "--out", folder / "cb", "--no-progress"]
+    if command == "grid":
+        from test_grid import grid_file
+
+        return ["grid", grid_file(tmp_path, {"cb": planted}, data_root, out=str(folder / "grid")), "--no-progress"]
+    if command == "wise-ft":
+        ends = checkpoint(tmp_path, "start"), checkpoint(tmp_path, "tuned", nudge=0.05)
+        return ["wise-ft", *ends, "--alpha", "0.5", "--out", folder / "wise"]
+    if command == "tradeoff":
+        evaluated = request.getfixturevalue("evaluated")
+        return ["tradeoff", evaluated["start"], evaluated["tuned"], "--out", folder / "tradeoff"]
+    return {"keywords": ["keywords", "--captions", captions, "--mode", "hc", "--out", folder / "kw.jsonl",
                          "--no-progress"],
             "plant": plant_args(captions, images, folder / "cb"),
             "train": ["train", "--data", planted, "--out", folder / "run", "--steps", "1", *TINY_TRAIN],
@@ -206,7 +252,16 @@ def test_a_read_only_output_folder_is_one_line_naming_it(command, planted, data_
             "eval": ["eval", "--data-root", data_root, *model, "--out", folder / "results", "--no-progress"],
             "gallery": ["gallery", planted, "--out", folder / "gallery"],
             "analyze": ["analyze", planted, *model, "--out", folder / "report"],
-            "export": ["export", planted, folder / "export", "--no-progress"]}[command]
+            "export": ["export", planted, folder / "export", "--no-progress"],
+            "model-card": ["model-card", folder]}[command]
+
+
+@pytest.mark.parametrize("command", COMMANDS_THAT_WRITE)
+def test_a_read_only_output_folder_is_one_line_naming_it(command, planted, data_root, tmp_path, capsys, request):
+    if sys.platform != "linux" and os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders; dropping that right needs Linux")
+    folder = tmp_path / "read-only"
+    args = command_args(command, folder, planted, data_root, tmp_path, request)
     before = tree(folder)
     capsys.readouterr()
     with read_only(folder):

@@ -8,10 +8,11 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
+import pytest
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_records
-from test_gallery import make_concretebatch
+from test_gallery import K_RECORDS, make_concretebatch, make_k_negative_batch
 
 
 def export(dataset, out, *extra):
@@ -109,3 +110,54 @@ def test_a_replacement_stopped_half_way_leaves_the_earlier_export_whole_and_the_
     assert not (out / ".export-staging").exists()
     meta = json.loads(pq.read_schema(out / "train-00000-of-00003.parquet").metadata[b"concrete_jungle"])
     assert meta["dataset"] == planted.name
+
+
+def test_every_negative_is_exported_and_one_without_a_picture_is_null(tmp_path):
+    from concrete_jungle.concretebatch import index_shards, read_member, shard_urls
+
+    data = make_k_negative_batch(tmp_path, "K")
+    out = tmp_path / "export"
+    assert export(data, out) == 0
+    stored = {json.loads(read_member(r["json"]))["id"]: r for r in index_shards(shard_urls(data))}
+    exported = {r["id"]: r for path in sorted(out.glob("*.parquet")) for r in pq.read_table(path).to_pylist()}
+    assert sorted(exported) == sorted(stored) == [sid for sid, _, _ in K_RECORDS]  # every record, none refused
+    for sid, caption, negatives in K_RECORDS:
+        row, members = exported[sid], stored[sid]
+        got = [{"caption": row["neg_caption"], "image": row["neg_image"], "concreteness": row["concreteness"]},
+               *row["more_negatives"]]
+        assert row["caption"] == caption and len(got) == len(negatives)
+        for k, ((text, has_picture, _, c), negative) in enumerate(zip(negatives, got)):
+            jpg = "neg.jpg" if k == 0 else f"neg{k + 1}.jpg"
+            assert negative["caption"] == text and negative["concreteness"] == c
+            # the stored JPEG unchanged, or null: never the anchor's picture in its place
+            assert negative["image"] == ({"bytes": read_member(members[jpg]), "path": None} if has_picture else None)
+
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    loaded = datasets.load_dataset("parquet", data_files=str(out / "*.parquet"), split="train",
+                                   cache_dir=str(tmp_path / "hf-cache"))
+    for row in loaded:
+        negatives = dict((sid, n) for sid, _, n in K_RECORDS)[row["id"]]
+        pictures = [row["neg_image"], *(n["image"] for n in row["more_negatives"])]
+        assert [p is not None for p in pictures] == [has for _, has, _, _ in negatives]
+        # decoded as pictures, the further negatives' as the first's (the feature description says so)
+        assert all(isinstance(p, Image.Image) and p.size == (48, 32) for p in pictures if p is not None)
+
+
+def test_an_export_written_before_a_column_was_added_is_written_again(tmp_path):
+    """Resuming into an export of the same dataset made without `more_negatives` must not leave a folder whose files
+    have two layouts (`datasets` refuses to load it)."""
+    import pyarrow as pa
+
+    data = make_k_negative_batch(tmp_path, "K")
+    out = tmp_path / "export"
+    assert export(data, out) == 0
+    path = out / "train-00000-of-00001.parquet"
+    table = pq.read_table(path)
+    older = table.drop_columns(["more_negatives"])
+    pq.write_table(older.replace_schema_metadata(table.schema.metadata), path)
+    assert "more_negatives" not in pq.read_schema(path).names
+    assert export(data, out) == 0
+    assert pq.read_table(path).equals(table) and pq.read_schema(path).metadata == table.schema.metadata
+    assert isinstance(table.schema.field("more_negatives").type, pa.ListType)

@@ -50,6 +50,35 @@ def make_concretebatch(root: Path, name: str, categories: dict[str, str] | None 
     return out
 
 
+K_RECORDS = [  # (id, caption, [(negative caption, has a picture, keyword, concreteness), ...]), as imported sets hold
+    ("k1", "A dog on a red sofa", [("A dog on a blue sofa", False, "red", 4.1)]),
+    ("k2", "A cup left of a plate", [("A cup right of a plate", True, "left", 3.2),
+                                     ("A plate left of a cup", False, "cup", 4.9)]),
+    ("k3", "A man riding a horse", [("A horse riding a man", False, "horse", 4.8),
+                                    ("A man riding a bike", True, "horse", 4.8),
+                                    ("A woman riding a horse", False, "man", 4.6)]),
+    ("k4", "A tree beside a house", [("A tree beside a car", True, "house", 4.9)]),
+]
+
+
+def make_k_negative_batch(root: Path, name: str) -> Path:
+    """A ConcreteBatch written here with the real shard writer whose records hold one to three negatives, some of
+    them captions without a picture (as `concrete-jungle import` writes NegCLIP's or CE-CLIP's); every picture a
+    colour of its own, so that no negative's picture can pass for its anchor's."""
+    out = root / name
+    out.mkdir(parents=True)
+    writer = ShardWriter(out / SHARD_PATTERN.format(0))
+    for i, (sid, cap, negatives) in enumerate(K_RECORDS):
+        pictures = [encode_jpeg(Image.new("RGB", (48, 32), (60 * i, 40 * k, 200 - 50 * k))) for k in range(4)]
+        entries = [{"keyword": kw, "category": "object", "concreteness": c} for _, _, kw, c in negatives]
+        meta = {"id": sid, "keyword": entries[0]["keyword"], "category": "object",
+                "concreteness": entries[0]["concreteness"], "neg_image_is_anchor": False, "negatives": entries}
+        given = [(pictures[k + 1] if has else None, text) for k, (text, has, _, _) in enumerate(negatives)]
+        writer.write(sid, pictures[0], cap, *given[0], meta, given[1:])
+    writer.commit()
+    return out
+
+
 def test_word_diff_escapes_and_marks_only_the_change():
     left, right = word_diff("A red <b>car</b>", "A blue <b>car</b>")
     assert left == 'A <mark class="del">red</mark> &lt;b&gt;car&lt;/b&gt;'
@@ -232,3 +261,37 @@ def test_gallery_refuses_a_folder_of_other_files_and_replaces_its_own_page_only_
     (out / "thumbs" / "notes.txt").unlink()
     assert main(["gallery", str(data), "--out", str(out), "--sample", "2", "--overwrite"]) == 0
     assert (out / "index.html").read_text().count('class="row"') == 2
+
+
+def test_every_negative_of_a_record_is_shown_and_one_without_a_picture_is_its_caption_alone(tmp_path):
+    data = make_k_negative_batch(tmp_path, "K")
+    out = tmp_path / "g"
+    assert main(["gallery", str(data), "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    rows = dict(re.findall(r'<h2>(\w+)</h2><div class="cards">(.*?)</section>', page, re.S))
+    assert sorted(rows) == [sid for sid, _, _ in K_RECORDS]
+    for i, (sid, caption, negatives) in enumerate(K_RECORDS):
+        row, k = rows[sid], len(negatives)
+        sides = re.findall(r'<div class="side">([^<]*)</div>', row)
+        assert sides == ["anchor"] + (["hard negative"] if k == 1 else [f"hard negative {j} of {k}"
+                                                                         for j in range(1, k + 1)])
+        figures = row.split("<figure>")[2:]  # one per negative, in order
+        assert [re.search(r'<figcaption class="negative">(.*?)</figcaption>', f).group(1) for f in figures] == \
+            [word_diff(caption, text)[1] for text, _, _, _ in negatives]
+        for j, (figure, (text, has_picture, _, _)) in enumerate(zip(figures, negatives)):
+            src = re.findall(r'<img src="thumbs/([^"]+)"', figure)
+            assert ('class="nopic"' in figure) == (not has_picture) and len(src) == has_picture
+            if has_picture:  # its own picture, not the anchor's: each picture is a colour of its own
+                thumb = np.asarray(Image.open(out / "thumbs" / src[0]).convert("RGB"), np.float32)
+                assert np.abs(thumb.mean((0, 1)) - (60 * i, 40 * (j + 1), 200 - 50 * (j + 1))).max() < 8
+    row_tags = re.findall(r'<section class="row"[^>]*data-text="([^"]*)"><h2>(\w+)</h2>', page)
+    assert all(all(text.lower() in search for text, _, _, _ in dict((s, n) for s, _, n in K_RECORDS)[sid])
+               for search, sid in row_tags)  # the page's search finds a record by any of its negatives
+    # the anchor's caption marks the words any negative changes; the card says how many negatives have pictures
+    assert '<figcaption class="anchor">A <mark class="del">man</mark> riding a <mark class="del">horse</mark>' \
+        '</figcaption>' in rows["k3"]
+    assert "<dt>negatives</dt><dd>3 (1 with a picture)</dd>" in rows["k3"]
+    assert "<dt>negatives</dt><dd>1 (0 with a picture)</dd>" in rows["k1"] and "<dt>negatives</dt>" not in rows["k4"]
+    assert sorted(p.name for p in (out / "thumbs").iterdir()) == sorted(
+        re.findall(r'<img src="thumbs/([^"]+)"', page))  # 4 anchors and 3 negative pictures, nothing else
+    assert len(list((out / "thumbs").iterdir())) == 7

@@ -107,6 +107,82 @@ def test_masked_loss_equals_the_hand_built_softmax_without_those_rows_and_column
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
+def k_negatives(n, k, d=24, seed=0):
+    """n anchors with k negatives each, [anchors; negatives] anchor-major, float64, some captions and pictures
+    missing (their rows hold noise that must not reach the loss)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = n * (1 + k)
+    image = F.normalize(torch.randn(rows, d, generator=g, dtype=torch.float64), dim=1)
+    text = F.normalize(image + 0.8 * torch.randn(rows, d, generator=g, dtype=torch.float64), dim=1)
+    c = 1 + 4 * torch.rand(n, k, generator=g, dtype=torch.float64)
+    has_negative = torch.rand(n, k, generator=g) > 0.25
+    has_image = has_negative & (torch.rand(n, k, generator=g) > 0.4)
+    return image.requires_grad_(), text.requires_grad_(), c, has_negative, has_image
+
+
+def cement_by_the_formula(image, text, c, has_negative, has_image, schedule):
+    """docs/method.md §5 written out row by row: each row that has its picture, image to text over the captions
+    that exist and text to image over the pictures that exist, m_ak at (a, j) and (j, a)."""
+    n, k = c.shape
+    rows = n * (1 + k)
+    text_ok = [True] * n + has_negative.flatten().tolist()
+    image_ok = [True] * n + (has_image & has_negative).flatten().tolist()
+    m = schedule(c)
+    margin = {}
+    for a in range(n):
+        for q in range(k):
+            margin[(a, n + a * k + q)] = margin[(n + a * k + q, a)] = m[a, q]
+    s = SCALE * image @ text.T
+    total, count = 0.0, 0
+    for i in range(rows):
+        if not image_ok[i]:
+            continue
+        count += 1
+        i2t = torch.stack([s[i, j] + margin.get((i, j), 0.0) for j in range(rows) if text_ok[j]])
+        t2i = torch.stack([s[j, i] + margin.get((j, i), 0.0) for j in range(rows) if image_ok[j]])
+        total = total - torch.log_softmax(i2t, 0)[sum(text_ok[:i])] - torch.log_softmax(t2i, 0)[sum(image_ok[:i])]
+    return total / (2 * count)
+
+
+@pytest.mark.parametrize("schedule", ["none", "static", "adaptive", "inverse"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_k_negatives_with_missing_captions_and_pictures_equal_the_formula(schedule, k):
+    image, text, c, has_negative, has_image = k_negatives(5, k, seed=k)
+    ours = CementLoss(schedule)(image, text, SCALE, c, has_negative, has_image)
+    reference = cement_by_the_formula(image, text, c, has_negative, has_image, make_schedule(schedule))
+    assert abs(ours.item() - reference.item()) < 1e-12
+    for a, b in zip(grads(ours, image, text), grads(reference, image, text)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def test_a_missing_row_s_values_never_reach_the_loss():
+    image, text, c, has_negative, has_image = k_negatives(4, 2, seed=7)
+    loss = CementLoss()(image, text, SCALE, c, has_negative, has_image)
+    missing_text = torch.cat([torch.zeros(4, dtype=torch.bool), ~has_negative.flatten()])
+    missing_image = torch.cat([torch.zeros(4, dtype=torch.bool), ~(has_image & has_negative).flatten()])
+    noisy_image, noisy_text = image.detach().clone(), text.detach().clone()
+    noisy_image[missing_image] = 1e6  # not even finite after the scale: masked, never multiplied in
+    noisy_text[missing_text] = -3.0
+    again = CementLoss()(noisy_image, noisy_text, SCALE, c, has_negative, has_image)
+    assert again.item() == loss.item()
+    g_image, g_text = grads(loss, image, text)
+    assert bool((g_image[missing_image] == 0).all()) and bool((g_text[missing_text] == 0).all())
+
+
+def test_captions_only_negatives_without_margin_are_negclip_s_batch():
+    """No picture of any negative, no margin: image to text over the true and negative captions, text to image over
+    the true pictures (NegCLIP's objective, as its trainer builds the batch)."""
+    n, k = 6, 2
+    image, text, c, has_negative, _ = k_negatives(n, k, seed=2)
+    has_negative = torch.ones(n, k, dtype=torch.bool)
+    loss = CementLoss("none")(image, text, SCALE, c, has_negative, torch.zeros(n, k, dtype=torch.bool))
+    i2t = SCALE * image[:n] @ text.T
+    t2i = SCALE * text[:n] @ image[:n].T
+    labels = torch.arange(n)
+    expected = (F.cross_entropy(i2t, labels) + F.cross_entropy(t2i, labels)) / 2
+    assert abs(loss.item() - expected.item()) < 1e-12
+
+
 def test_static_margin_raises_the_hard_negative_gradient_share_monotonically():
     image, text, c = features(64, seed=1)
     shares = [CementLoss(StaticMargin(m))(image, text, SCALE, c, output_dict=True)["hn_grad_share"].item()
@@ -173,8 +249,8 @@ def test_the_gradient_share_of_a_confident_model_in_float32_is_the_float64_share
 
 @pytest.mark.parametrize("call, match", [
     (lambda i, t, c: (i[:, :5], t, c), "must have the same shape"),
-    (lambda i, t, c: (i[:7], t[:7], c), "7 rows; expected 2n rows"),
-    (lambda i, t, c: (i, t, c[:3]), r"concreteness has shape \(3,\); expected \(4,\)"),
+    (lambda i, t, c: (i[:7], t[:7], c), r"7 rows for 4 anchors; expected n \* \(1 \+ K\) rows"),
+    (lambda i, t, c: (i, t, c[:3]), "8 rows for 3 anchors"),
     (lambda i, t, c: (i, t, torch.tensor([1.0, float("nan"), 2.0, 3.0])), "concreteness contains NaN"),
     (lambda i, t, c: (i[0], t[0], c), "must be 2-D"),
 ])
@@ -187,7 +263,7 @@ def test_bad_input_names_the_argument(call, match):
 
 def test_bad_mask_and_schedule():
     image, text, c = features(4)
-    with pytest.raises(ValueError, match="has_negative must be a bool tensor of shape"):
+    with pytest.raises(ValueError, match="has_negative must be a bool tensor"):
         CementLoss()(image, text, SCALE, c, has_negative=torch.ones(4))
     with pytest.raises(ValueError, match="not one of"):
         CementLoss("cosine")
@@ -211,13 +287,25 @@ WORLD = 2
 N_LOCAL = 6
 
 
-def _global_batch():
+def _global_batch(k=1):
     g = torch.Generator().manual_seed(11)
-    x_image = torch.randn(2 * WORLD * N_LOCAL, 10, generator=g)  # [all anchors; all negatives]
-    x_text = torch.randn(2 * WORLD * N_LOCAL, 10, generator=g)
-    c = 1 + 4 * torch.rand(WORLD * N_LOCAL, generator=g)
-    has_negative = torch.tensor([1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1], dtype=torch.bool)  # uneven per rank
-    return x_image, x_text, c, has_negative
+    n = WORLD * N_LOCAL
+    x_image = torch.randn((1 + k) * n, 10, generator=g)  # [all anchors; all negatives]
+    x_text = torch.randn((1 + k) * n, 10, generator=g)
+    if k == 1:
+        c = 1 + 4 * torch.rand(n, generator=g)
+        has_negative = torch.tensor([1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1], dtype=torch.bool)  # uneven per rank
+        return x_image, x_text, c, has_negative, None
+    c = 1 + 4 * torch.rand(n, k, generator=g)
+    has_negative = torch.rand(n, k, generator=g) > 0.3
+    return x_image, x_text, c, has_negative, has_negative & (torch.rand(n, k, generator=g) > 0.5)
+
+
+def _local(x, rank, k):
+    """This rank's [anchors; negatives] rows of a global [anchors; negatives] batch."""
+    n_global = WORLD * N_LOCAL
+    mine = slice(rank * N_LOCAL, (rank + 1) * N_LOCAL)
+    return torch.cat([x[:n_global][mine], x[n_global:].reshape(n_global, k, -1)[mine].reshape(N_LOCAL * k, -1)])
 
 
 def _model():
@@ -225,10 +313,10 @@ def _model():
     return torch.nn.ModuleDict({"image": torch.nn.Linear(10, 8), "text": torch.nn.Linear(10, 8)})
 
 
-def _step(model, loss_fn, x_image, x_text, c, has_negative):
+def _step(model, loss_fn, x_image, x_text, c, has_negative, has_image=None):
     image = F.normalize(model["image"](x_image), dim=1)
     text = F.normalize(model["text"](x_text), dim=1)
-    loss = loss_fn(image, text, SCALE, c, has_negative=has_negative)
+    loss = loss_fn(image, text, SCALE, c, has_negative=has_negative, has_negative_image=has_image)
     loss.backward()
     return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
 
@@ -240,21 +328,20 @@ def _worker(rank, port, out_dir):
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    x_image, x_text, c, has_negative = _global_batch()
-    n_global = WORLD * N_LOCAL
     mine = slice(rank * N_LOCAL, (rank + 1) * N_LOCAL)
-    # this rank's [anchors; negatives]
-    local = lambda x: torch.cat([x[:n_global][mine], x[n_global:][mine]])  # noqa: E731
-    for local_loss, gather_with_grad in CONFIGS:
-        loss_fn = CementLoss("adaptive", local_loss=local_loss, gather_with_grad=gather_with_grad,
-                             rank=rank, world_size=WORLD)
-        loss, grads = _step(_model(), loss_fn, local(x_image), local(x_text), c[mine], has_negative[mine])
-        losses = [torch.zeros(()) for _ in range(WORLD)]
-        dist.all_gather(losses, loss)
-        for g in grads.values():
-            dist.all_reduce(g)  # summed here; DDP's average is this divided by the world size
-        torch.save({"losses": torch.stack(losses), "grads": grads},
-                   os.path.join(out_dir, f"rank{rank}-{local_loss}-{gather_with_grad}.pt"))
+    for k in (1, 2):
+        x_image, x_text, c, has_negative, has_image = _global_batch(k)
+        for local_loss, gather_with_grad in CONFIGS:
+            loss_fn = CementLoss("adaptive", local_loss=local_loss, gather_with_grad=gather_with_grad,
+                                 rank=rank, world_size=WORLD)
+            loss, grads = _step(_model(), loss_fn, _local(x_image, rank, k), _local(x_text, rank, k), c[mine],
+                                has_negative[mine], None if has_image is None else has_image[mine])
+            losses = [torch.zeros(()) for _ in range(WORLD)]
+            dist.all_gather(losses, loss)
+            for g in grads.values():
+                dist.all_reduce(g)  # summed here; DDP's average is this divided by the world size
+            torch.save({"losses": torch.stack(losses), "grads": grads},
+                       os.path.join(out_dir, f"rank{rank}-k{k}-{local_loss}-{gather_with_grad}.pt"))
     dist.destroy_process_group()
 
 
@@ -272,12 +359,12 @@ def two_process_results(tmp_path_factory):
     return out
 
 
+@pytest.mark.parametrize("k", [1, 2])
 @pytest.mark.parametrize("local_loss, gather_with_grad", CONFIGS)
-def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, local_loss, gather_with_grad):
-    x_image, x_text, c, has_negative = _global_batch()
-    ref_loss, ref_grads = _step(_model(), CementLoss("adaptive"), x_image, x_text, c, has_negative)
+def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, local_loss, gather_with_grad, k):
+    ref_loss, ref_grads = _step(_model(), CementLoss("adaptive"), *_global_batch(k))
     for rank in range(WORLD):
-        result = torch.load(two_process_results / f"rank{rank}-{local_loss}-{gather_with_grad}.pt",
+        result = torch.load(two_process_results / f"rank{rank}-k{k}-{local_loss}-{gather_with_grad}.pt",
                             weights_only=True)
         if local_loss:  # each rank's loss is its share; DDP averages them
             assert result["losses"].mean().item() == pytest.approx(ref_loss.item(), abs=1e-6)

@@ -36,3 +36,19 @@ def test_a_misspelt_key_is_an_error(tmp_path):
     bad.write_text((PAPER / "plant_hc.yaml").read_text().replace("samples_per_shard", "samples_per_shards"))
     with pytest.raises(ConfigError, match="samples_per_shards"):
         from_dict(PlantConfig, load_yaml(bad), where=str(bad))
+
+
+PEERS = PAPER.parent / "peers"
+
+
+@pytest.mark.parametrize("path", sorted(PEERS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_peer_recipes_load_and_name_their_loss(path):
+    c = load_config(str(path), [])
+    assert c.loss.name == path.stem and (c.model.name, c.model.pretrained) == ("ViT-B-32", "openai")
+    assert c.data.concretebatch and c.data.concretebatch[0].startswith("runs/peers/")
+
+
+def test_every_peer_loss_has_a_recipe():
+    from concrete_jungle.train.config import PEER_LOSSES
+
+    assert {p.stem for p in PEERS.glob("*.yaml")} == set(PEER_LOSSES)

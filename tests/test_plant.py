@@ -432,3 +432,79 @@ def test_a_model_that_cannot_be_had_offline_is_one_line_before_any_file(tmp_path
     err = " ".join(done.stderr.split())
     assert message in err and "download it once with the network" in err and "or pass a local folder" in err
     assert not out.exists()
+
+
+def test_seen_ids_finds_every_repeat_as_a_set_would_across_merges():
+    import random
+
+    from concrete_jungle.plant.streams import SeenIds
+
+    rng = random.Random(0)
+    ids = [f"id{rng.randrange(3000)}" for _ in range(5000)] + ["", "café", "\ud800"]  # repeats, odd ids
+    seen, reference = SeenIds(), set()
+    seen.recent_limit = 64  # many merges into the sorted arrays
+    for sample_id in ids:
+        assert seen.add(sample_id) == (sample_id in reference), sample_id
+        reference.add(sample_id)
+    assert sum(map(len, seen.high)) + len(seen.recent) == len(reference)
+
+
+def test_value_tally_gives_the_mean_and_median_of_the_list_to_the_last_bit():
+    import random
+
+    from concrete_jungle.plant.streams import ValueTally
+    from concrete_jungle.records import mean_median
+
+    rng = random.Random(1)
+    table = [round(rng.uniform(1, 5), 2) for _ in range(300)]  # ratings repeat: they are a table's
+    for n in (0, 1, 2, 7, 1000, 4001):
+        values = [rng.choice(table) for _ in range(n)]
+        tally = ValueTally()
+        for v in values:
+            tally.add(v)
+        assert tally.mean_median() == mean_median(values)
+
+
+def test_atomic_jsonl_writes_atomic_write_jsonl_s_bytes_and_leaves_nothing_on_an_error(tmp_path):
+    from concrete_jungle.plant.streams import AtomicJsonl, read_records, repair_tail
+    from concrete_jungle.records import atomic_write_jsonl
+
+    rows = [{"id": "a", "caption": "ünïcode \u2028 line", "n": 1.5}, {"id": "b", "z": None, "a": [1, 2]}]
+    atomic_write_jsonl(tmp_path / "list.jsonl", rows)
+    with AtomicJsonl(tmp_path / "rows.jsonl") as out:
+        for row in rows:
+            out.write(row)
+    assert (tmp_path / "rows.jsonl").read_bytes() == (tmp_path / "list.jsonl").read_bytes()
+    with pytest.raises(RuntimeError), AtomicJsonl(tmp_path / "rows.jsonl") as out:
+        out.write({"id": "c"})
+        raise RuntimeError("stopped")
+    assert (tmp_path / "rows.jsonl").read_bytes() == (tmp_path / "list.jsonl").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["list.jsonl", "rows.jsonl"]
+    # a killed appender's half line is cut, and only it
+    with open(tmp_path / "rows.jsonl", "a") as f:
+        f.write('{"id": "half')
+    repair_tail(tmp_path / "rows.jsonl")
+    assert list(read_records(tmp_path / "rows.jsonl")) == rows
+
+
+def test_a_split_run_whose_input_repeats_an_id_merges_with_the_repeat_a_reject(tmp_path):
+    captions, images = make_dataset(tmp_path, 20, image_size=8)
+    with open(captions, "a") as f:  # the same id again: the keyword stage's "duplicate id", in the id's own part
+        f.write(json.dumps({"id": "img00003", "caption": "A red dog on the bench", "image": "img00004.jpg"}) + "\n")
+    out = tmp_path / "cb"
+    for i in (0, 1):
+        assert main(plant_args(captions, images, out, "--num-shards", 2, "--shard-index", i)) == 0
+    assert main(["plant", "merge", str(out)]) == 0
+    rows = [r for r in read_manifest(out) if r["id"] == "img00003"]
+    assert len(read_manifest(out)) == 21 and [r.get("reason") for r in rows] == [None, "duplicate id"]
+
+
+def test_keyword_candidates_leave_spacy_s_vocabulary_as_it_was(nlp, ratings):
+    from concrete_jungle.plant.keyword_job import candidates_of
+
+    before = len(nlp.vocab.strings)
+    texts = [f"A red dog sitting under the table number {i} near Zyx{i}ville" for i in range(300)]
+    found = candidates_of(texts, nlp, ratings)
+    assert len(nlp.vocab.strings) == before  # new words (numbers, names) do not stay: memory flat in the input
+    assert all(any(c.text == "dog" and c.category == "object" for c in cands) for cands in found)
+    assert found == candidates_of(texts, nlp, ratings)

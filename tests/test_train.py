@@ -337,9 +337,9 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
         assert len(got) == len(apart) - start and len(fetched) == 8 * (len(got) + (start > 0))
         for mine, reference in zip(got, apart[start:]):
             assert all(torch.equal(a, b) for a, b in zip(mine, reference))
-    image, neg_image, text, neg_text, c, has_negative = apart[0]
+    image, neg_image, text, neg_text, c, has_negative, _ = apart[0]
     with torch.no_grad():
-        i, t, scale = clip.model(torch.cat([image, neg_image]), torch.cat([text, neg_text]))[:3]
+        i, t, scale = clip.model(torch.cat([image, neg_image[:, 0]]), torch.cat([text, neg_text[:, 0]]))[:3]
         ours = CementLoss(margin="none")(i, t, scale, c, has_negative)
         reference = open_clip.loss.ClipLoss()(i, t, scale)
     assert bool(has_negative.all()) and torch.allclose(ours, reference, atol=1e-6)
@@ -521,3 +521,79 @@ def test_wandb_offline_logs_the_rows_of_metrics_jsonl(planted, tmp_path, monkeyp
                  "cj-test"]) == 0
     run_id = json.loads((out / "wandb_run.json").read_text())["id"]
     assert list((out / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
+
+
+def write_k_negative_set(root: Path, n: int = 16) -> Path:
+    """A ConcreteBatch whose records hold one or two negatives, some of them captions without a picture."""
+    from PIL import Image
+
+    from concrete_jungle.concretebatch import ShardWriter, encode_jpeg, sample_key, shard_name
+
+    root.mkdir(parents=True)
+    g = torch.Generator().manual_seed(0)
+    colours = (torch.rand(n, 3, 3, generator=g) * 255).int().tolist()
+    writer = ShardWriter(root / shard_name(0))
+    for i in range(n):
+        anchor, negative, other = (encode_jpeg(Image.new("RGB", (40, 40), tuple(c))) for c in colours[i])
+        k = 1 if i % 3 == 0 else 2
+        ratings = [1.5 + i / n, 4.5 - i / n][:k]
+        meta = {"id": f"s{i}", "concreteness": ratings[0], "negatives": [{"concreteness": r} for r in ratings]}
+        more = [(other if i % 4 == 1 else None, f"a photo of thing {i} beside a box")] if k == 2 else []
+        writer.write(sample_key(f"s{i}"), anchor, f"a photo of thing {i}", negative if i % 2 == 0 else None,
+                     f"a drawing of thing {i}", meta, more)
+    writer.commit()
+    return root
+
+
+def test_k_negatives_with_missing_pictures_batch_alike_decoded_preloaded_and_cached_and_train(tmp_path):
+    from concrete_jungle.concretebatch import IndexedConcreteBatch
+    from concrete_jungle.train.data import PreloadedSet, TrainingSet
+    from concrete_jungle.train.image_cache import CachedSet, build_cache
+
+    data = write_k_negative_set(tmp_path / "k2")
+    clip = load_model("cj-tiny", "none")
+    decoded = TrainingSet([IndexedConcreteBatch([data])], clip.preprocess, clip.tokenizer)
+    assert (decoded.k, decoded.pictures) == (2, 2)
+    indices = [3, 0, 7, 10, 5, 12]
+    reference = torch.utils.data.default_collate([decoded[i] for i in indices])
+    image, neg_image, text, neg_text, c, has_negative, has_image = reference
+    assert has_negative.tolist() == [[True, i % 3 != 0] for i in indices]
+    assert has_image.tolist() == [[i % 2 == 0, i % 4 == 1 and i % 3 != 0] for i in indices]
+    assert c[~has_negative].eq(0).all() and neg_text[~has_negative].eq(0).all()
+    assert neg_image[~has_image].eq(0).all() and not neg_image[has_image].eq(0).all()
+    preloaded = PreloadedSet(decoded, progress=False).batch(indices)
+    assert all(torch.equal(a, b) for a, b in zip(preloaded, reference))
+    cached = CachedSet([build_cache(data, clip, progress=False)])
+    got = cached.batch(indices)
+    assert torch.equal(cached.normalize(got[0]), image)
+    assert torch.equal(cached.normalize(got[1][has_image]), neg_image[has_image])
+    assert all(torch.equal(a, b) for a, b in zip(got[2:], reference[2:]))
+    cfg = config(tmp_path, data, "steps=4", "batch_size=4")
+    train(cfg, progress=False)
+    rows = metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and all(r["loss"] > 0 for r in rows)
+
+
+@pytest.fixture(scope="module")
+def k_negative_set(tmp_path_factory):
+    return write_k_negative_set(tmp_path_factory.mktemp("k") / "k2")
+
+
+@pytest.mark.parametrize("loss", ["negclip", "tripletclip", "ce_clip", "fsc_clip", "degla"])
+def test_each_peer_loss_trains_on_k_negatives_and_resumes_bitwise(tmp_path, k_negative_set, loss):
+    """Three steps straight, and two steps then a resume for the third: the same weights bit for bit (DeGLA's EMA
+    teacher is kept with the checkpoint, FSC-CLIP's token features come from the same forward)."""
+    straight = config(tmp_path / "straight", k_negative_set, f"loss.name={loss}", "steps=3", "batch_size=4")
+    train(straight, progress=False)
+    resumed = config(tmp_path / "resumed", k_negative_set, f"loss.name={loss}", "steps=3", "batch_size=4")
+    train(resumed, progress=False, stop_at=2)
+    train(resumed, resume="latest", progress=False)
+    final = "checkpoints/step-0000003/open_clip_model.safetensors"
+    a, b = load_file(tmp_path / "straight" / "run" / final), load_file(tmp_path / "resumed" / "run" / final)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    rows = metrics(tmp_path / "straight" / "run")
+    assert [r["step"] for r in rows] == [1, 2, 3] and any(k.startswith(f"{loss}/") for k in rows[0])
+    # the loss's own running state (CE-CLIP's thresholds) resumes too: the third step logs the same terms
+    again = metrics(tmp_path / "resumed" / "run")
+    assert [{k: v for k, v in r.items() if k != "samples_per_s"} for r in again] == \
+        [{k: v for k, v in r.items() if k != "samples_per_s"} for r in rows]

@@ -17,6 +17,7 @@ WEIGHTS_FILE = "open_clip_model.safetensors"
 # the digest of the config a checkpoint was saved with: attention heads and the activation leave no trace in the
 # weights' shapes, so only this tells a config edited (or copied from another model) from the one that trained them
 ARCHITECTURE_FILE = "architecture.json"
+WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")  # weights files of others: no config beside them
 
 
 class CheckpointError(ValueError):
@@ -44,6 +45,11 @@ def resolve_checkpoint(path: str | Path) -> Path:
             if not is_checkpoint(target):
                 raise CheckpointError(f"{latest} names {target.name}, which is not a complete checkpoint folder")
             return target
+    if path.is_file() and path.suffix in WEIGHT_SUFFIXES:
+        raise CheckpointError(f"{path} is a weights file without the config that records its architecture (only "
+                              "a checkpoint folder has one): name the architecture, --model NAME --pretrained "
+                              f"{path} (NAME-quickgelu for a fine-tune of OpenAI's weights), or --model peer:NAME "
+                              "for a published checkpoint (docs/commands.md, 'Published checkpoints')")
     what = "does not exist" if not path.exists() and path.name != "latest" else "is not a checkpoint"
     raise CheckpointError(f"{path} {what}: name a checkpoint folder (holding {CONFIG_FILE} and {WEIGHTS_FILE}), "
                           "<run>/checkpoints/latest, or a training run's folder")

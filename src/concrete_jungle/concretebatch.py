@@ -2,10 +2,16 @@
 
 Layout of a dataset directory::
 
-    shard-000000.tar ...         one record per anchor: __key__, jpg, txt, neg.jpg, neg.txt, json
+    shard-000000.tar ...         one record per anchor: __key__, jpg, txt, neg.jpg, neg.txt, json; a record
+                                 with K > 1 negatives adds neg2.jpg, neg2.txt ... negK.jpg, negK.txt (`NEGATIVES`)
     manifests/shard-000000.jsonl one row per processed sample of that shard (ok or rejected), written
                                  atomically after its tar, so a shard is either complete or absent
     manifest.jsonl, rejects.jsonl, summary.json, config.yaml   (when every part is done)
+
+A negative always has its caption; its picture may be absent (the negatives of NegCLIP, FSC-CLIP and CE-CLIP are
+captions only): the loss then masks that picture (`loss.layout`). The record's json holds ``concreteness`` (the
+first negative's rating) and, for K > 1 or a negative without a picture, ``negatives``: one dict per negative with
+at least its ``concreteness``.
 
 A shard is written to a temporary name and renamed when complete. Tar members carry a fixed mtime, so
 re-making a shard gives the same bytes.
@@ -78,13 +84,18 @@ class ShardWriter:
                                   group="")
         self.count = 0
 
-    def write(self, key: str, image: bytes, caption: str, neg_image: bytes, neg_caption: str, meta: dict) -> None:
+    def write(self, key: str, image: bytes, caption: str, neg_image: bytes | None, neg_caption: str, meta: dict,
+              more_negatives: list[tuple[bytes | None, str]] = ()) -> None:
+        """One record: the anchor, its first negative, and ``more_negatives`` as (picture or None, caption)."""
+        sample = {"__key__": key, "jpg": image, "txt": caption.encode("utf-8")}
+        for k, (picture_bytes, text) in enumerate([(neg_image, neg_caption), *more_negatives]):
+            jpg, txt = negative_members(k)
+            sample[txt] = text.encode("utf-8")
+            if picture_bytes is not None:
+                sample[jpg] = picture_bytes
+        sample["json"] = json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8")
         try:
-            self._tar.write({
-                "__key__": key, "jpg": image, "txt": caption.encode("utf-8"), "neg.jpg": neg_image,
-                "neg.txt": neg_caption.encode("utf-8"),
-                "json": json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8"),
-            })
+            self._tar.write(sample)
         except OSError as e:
             raise write_error(self.tmp, e) from None
         self.count += 1
@@ -105,6 +116,45 @@ class ShardWriter:
         except OSError:
             pass  # the shard is thrown away; the error that made us abort is the one to report
         self.tmp.unlink(missing_ok=True)
+
+
+def negative_members(k: int) -> tuple[str, str]:
+    """The member extensions (picture, caption) of a record's k-th negative (0-based): ``neg.jpg``/``neg.txt``
+    for the first, as the paper's records have it, ``neg{k+1}.jpg``/``neg{k+1}.txt`` for the others."""
+    stem = "neg" if k == 0 else f"neg{k + 1}"
+    return f"{stem}.jpg", f"{stem}.txt"
+
+
+def negative_count(members) -> int:
+    """K: how many negative captions a record's members hold (``neg.txt``, ``neg2.txt``, ... without a gap)."""
+    k = 0
+    while negative_members(k)[1] in members:
+        k += 1
+    return k
+
+
+def negatives_of(meta: dict, members, read_text, read_picture) -> list[dict]:
+    """A record's negatives as dicts: caption, picture (or None when the record has none), concreteness. The
+    ratings come from ``meta["negatives"]`` when the record has it, else the first from ``meta["concreteness"]``."""
+    k = negative_count(members)
+    ratings = [n.get("concreteness") for n in meta.get("negatives", [])] or [meta["concreteness"]]
+    if len(ratings) != k:
+        raise DatasetError(f"record {meta.get('id')!r} has {k} negative captions but {len(ratings)} ratings in its "
+                           "json; re-make the dataset")
+    out = []
+    for i in range(k):
+        jpg, txt = negative_members(i)
+        out.append({"caption": read_text(txt), "image": read_picture(jpg, i) if jpg in members else None,
+                    "concreteness": float(ratings[i]) if ratings[i] is not None else float("nan")})
+    return out
+
+
+def negative_slots(parts) -> tuple[int, int]:
+    """(K, P) of a training set's parts (record sets with `negatives_per_record` and `has_negative_pictures`): the
+    most negatives a record holds (at least 1, so that every batch has the loss's layout), and K picture slots when
+    any negative has a picture, else none."""
+    k = max([p.negatives_per_record() for p in parts] + [1])
+    return k, k if any(p.has_negative_pictures() for p in parts) else 0
 
 
 def shard_name(shard_index: int) -> str:
@@ -166,15 +216,19 @@ def shard_problem(root: Path, shard_index: int) -> str | None:
 
 def unfinished(root: Path) -> str | None:
     """Why the dataset in ``root`` is not a finished one, or None: a plant run that has not ended (its keyword files
-    but no summary.json), or the parts of a split run not merged (naming the parts that have not finished). Shards
-    another tool wrote, without plant's files, are taken as they are."""
+    but no summary.json), an import that has not ended (its config.yaml, written first, but no summary.json), or the
+    parts of a split run not merged (naming the parts that have not finished). Shards another tool wrote, without
+    plant's or import's files, are taken as they are."""
     if (root / "summary.json").is_file() and (root / "manifest.jsonl").is_file():
         return None
     parts = sorted(root.glob("manifest-*-of-*.jsonl"))
     if not parts:
-        if not any(root.glob("keywords-*-of-*.jsonl")):
-            return None
-        return f"{root} is unfinished (no summary.json): re-run the plant command that made it to finish it"
+        if any(root.glob("keywords-*-of-*.jsonl")):
+            return f"{root} is unfinished (no summary.json): re-run the plant command that made it to finish it"
+        if (root / "config.yaml").is_file():
+            return (f"{root} is unfinished (no summary.json): re-run the `concrete-jungle import` command that made "
+                    "it to finish it")
+        return None
     k = int(parts[0].stem.split("-of-")[1])
     missing = sorted(set(range(k)) - {int(p.stem.split("-")[1]) for p in parts})
     state = f"parts {missing} of {k} have not finished" if missing else "parts are not merged"
@@ -221,18 +275,29 @@ def picture(data: bytes, where: str) -> Image.Image:
             from None
 
 
+def record_fields(meta: dict, members, read: callable, where: str) -> dict:
+    """The decoded fields of a record whose members ``read(ext)`` returns as bytes: image, caption, the first
+    negative as neg_image (None without a picture), neg_caption and concreteness, and every negative in
+    ``negatives`` (`negatives_of`)."""
+    def read_picture(ext: str, k: int):
+        return picture(read(ext), f"the picture of negative {k + 1} of {where}")
+
+    negatives = negatives_of(meta, members, lambda ext: read(ext).decode("utf-8"), read_picture)
+    return {
+        "image": picture(read("jpg"), f"the image of {where}"),
+        "caption": read("txt").decode("utf-8"),
+        "neg_image": negatives[0]["image"],
+        "neg_caption": negatives[0]["caption"],
+        "concreteness": negatives[0]["concreteness"],
+        "negatives": negatives,
+        "meta": meta,
+    }
+
+
 def _decode(sample: dict) -> dict:
     meta = json.loads(sample["json"])
     where = f"record {sample['__key__']} of {sample.get('__url__', 'a shard')}"
-    return {
-        "key": sample["__key__"],
-        "image": picture(sample["jpg"], f"the image of {where}"),
-        "caption": sample["txt"].decode("utf-8"),
-        "neg_image": picture(sample["neg.jpg"], f"the negative image of {where}"),
-        "neg_caption": sample["neg.txt"].decode("utf-8"),
-        "concreteness": float(meta["concreteness"]),
-        "meta": meta,
-    }
+    return {"key": sample["__key__"], **record_fields(meta, sample, sample.__getitem__, where)}
 
 
 def iter_records(source: str | Path | list[str], partial: bool = False) -> Iterator[dict]:
@@ -260,7 +325,7 @@ def read_manifest(root: str | Path) -> list[dict]:
     return read_jsonl(path)
 
 
-MEMBERS = frozenset({"jpg", "txt", "neg.jpg", "neg.txt", "json"})
+MEMBERS = frozenset({"jpg", "txt", "neg.txt", "json"})  # a negative's picture may be absent
 
 
 def index_shards(urls: list[str]) -> list[dict[str, tuple[str, int, int]]]:
@@ -329,15 +394,17 @@ class IndexedConcreteBatch:
     def __len__(self) -> int:
         return len(self.records)
 
+    def negatives_per_record(self) -> int:
+        """K: the most negatives a record holds (read from the index, no record decoded)."""
+        return max((negative_count(r) for r in self.records), default=0)
+
+    def has_negative_pictures(self) -> bool:
+        """Whether any negative of any record has its picture (sets of captions-only negatives have none)."""
+        k = self.negatives_per_record()
+        return any(negative_members(i)[0] in r for r in self.records for i in range(k))
+
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]
         meta = json.loads(read_member(r["json"]))
-        where = f"record {i} of {r['jpg'][0]}"
-        return {
-            "image": picture(read_member(r["jpg"]), f"the image of {where}"),
-            "caption": read_member(r["txt"]).decode("utf-8"),
-            "neg_image": picture(read_member(r["neg.jpg"]), f"the negative image of {where}"),
-            "neg_caption": read_member(r["neg.txt"]).decode("utf-8"),
-            "concreteness": float(meta["concreteness"]),
-            "has_negative": True,
-        }
+        fields = record_fields(meta, r, lambda ext: read_member(r[ext]), f"record {i} of {r['jpg'][0]}")
+        return fields | {"has_negative": True}

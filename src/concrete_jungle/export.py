@@ -1,5 +1,10 @@
-"""A ConcreteBatch as Parquet, the form the Hugging Face Hub shares datasets in: one row per record with both
-pictures as bytes (the JPEGs of the shards, unchanged), both captions and the metadata columns.
+"""A ConcreteBatch as Parquet, the form the Hugging Face Hub shares datasets in: one row per record with its
+pictures as bytes (the JPEGs of the shards, unchanged), its captions and the metadata columns.
+
+A record's first negative is ``neg_image`` (null when that negative is a caption without a picture, as imported
+from NegCLIP or CE-CLIP), ``neg_caption`` and ``concreteness``, as the paper's records have one; its second to K-th
+negatives are ``more_negatives``, a list (empty for K = 1) of {caption, image (null without a picture),
+concreteness}. The first negative is not repeated there: its picture would be stored twice.
 
 One Parquet file per shard (``train-00000-of-00004.parquet``), whose schema carries the Hugging Face feature
 description, so ``datasets.load_dataset("parquet", data_files=...)`` (or ``load_dataset(OUT)`` for ``--to hf``)
@@ -17,6 +22,7 @@ not write, such as a hand-written ``README.md``, which is never replaced. Hidden
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -24,9 +30,13 @@ from pathlib import Path
 
 from .records import atomic_write_json, atomic_write_text, write_error
 
-COLUMNS = ("id", "image", "caption", "neg_image", "neg_caption", "concreteness", "keyword", "category", "mode",
-           "meta")
-FEATURES = {c: {"_type": "Image"} if c in ("image", "neg_image") else
+COLUMNS = ("id", "image", "caption", "neg_image", "neg_caption", "concreteness", "more_negatives", "keyword",
+           "category", "mode", "meta")
+NEGATIVE = {"caption": {"dtype": "string", "_type": "Value"}, "image": {"_type": "Image"},
+            "concreteness": {"dtype": "float64", "_type": "Value"}}
+# a list feature as `datasets` >= 3 reads it (a one-element list of the item's features; 4.0 and later also read
+# it, though they write {"_type": "List"})
+FEATURES = {c: {"_type": "Image"} if c in ("image", "neg_image") else [NEGATIVE] if c == "more_negatives" else
             {"dtype": "float64" if c == "concreteness" else "string", "_type": "Value"} for c in COLUMNS}
 SOURCE_KEY = b"concrete_jungle"  # in each Parquet file's schema metadata: the dataset it was exported from
 PARQUET_NAME = re.compile(r"train-\d{5,}-of-\d{5,}\.parquet")
@@ -44,7 +54,8 @@ def schema(source: dict | None = None):
     import pyarrow as pa
 
     image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    types = {"image": image, "neg_image": image, "concreteness": pa.float64()}
+    negative = pa.struct([("caption", pa.string()), ("image", image), ("concreteness", pa.float64())])
+    types = {"image": image, "neg_image": image, "concreteness": pa.float64(), "more_negatives": pa.list_(negative)}
     fields = [pa.field(c, types.get(c, pa.string())) for c in COLUMNS]
     metadata = {b"huggingface": json.dumps({"info": {"features": FEATURES}})}
     if source is not None:
@@ -99,7 +110,7 @@ def export(root: str | Path, out: str | Path, to: str = "parquet", partial: bool
     elif (out / STAGING).is_dir():  # a replacement stopped half-way that is no longer asked for
         shutil.rmtree(out / STAGING)
     for rel, url in tqdm(files.items(), desc="export", unit="shard", disable=not progress):
-        if not (target / rel).is_file():
+        if not current(target / rel):
             write_parquet(url, target / rel, source)
     if to == "hf":
         card = dataset_card(root, len(urls), source)
@@ -111,21 +122,33 @@ def export(root: str | Path, out: str | Path, to: str = "parquet", partial: bool
     return [out / rel for rel in files]
 
 
+def current(path: Path) -> bool:
+    """Whether ``path`` is a Parquet file of this export's columns: one written before a column was added (an
+    export of the same dataset, resumed) is written again, so that a folder never mixes two layouts."""
+    import pyarrow.parquet as pq
+
+    return path.is_file() and pq.read_schema(path).names == list(COLUMNS)
+
+
 def write_parquet(url: str, target: Path, source: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .concretebatch import index_shards, read_member
+    from .concretebatch import index_shards, negatives_of, read_member
 
     rows = {c: [] for c in COLUMNS}
     for record in index_shards([url]):
         meta = json.loads(read_member(record["json"]))
+        text = lambda ext: read_member(record[ext]).decode("utf-8")  # noqa: E731
+        stored = lambda ext, k: read_member(record[ext])  # noqa: E731  (the JPEG bytes, not decoded)
+        negatives = [negative_row(n) for n in negatives_of(meta, record, text, stored)]
         rows["id"].append(str(meta.get("id")))
         rows["image"].append({"bytes": read_member(record["jpg"]), "path": None})
-        rows["caption"].append(read_member(record["txt"]).decode("utf-8"))
-        rows["neg_image"].append({"bytes": read_member(record["neg.jpg"]), "path": None})
-        rows["neg_caption"].append(read_member(record["neg.txt"]).decode("utf-8"))
+        rows["caption"].append(text("txt"))
+        rows["neg_image"].append(negatives[0]["image"])
+        rows["neg_caption"].append(negatives[0]["caption"])
         rows["concreteness"].append(float(meta["concreteness"]))
+        rows["more_negatives"].append(negatives[1:])
         for key in ("keyword", "category", "mode"):
             rows[key].append(None if meta.get(key) is None else str(meta[key]))
         rows["meta"].append(json.dumps(meta, ensure_ascii=False, sort_keys=True))
@@ -137,6 +160,14 @@ def write_parquet(url: str, target: Path, source: dict) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise write_error(target, e) from None
+
+
+def negative_row(negative: dict) -> dict:
+    """A negative (`concretebatch.negatives_of`, its picture as bytes) as a row's struct: a missing picture or rating
+    is null."""
+    c = negative["concreteness"]
+    return {"caption": negative["caption"], "concreteness": None if math.isnan(c) else c,
+            "image": None if negative["image"] is None else {"bytes": negative["image"], "path": None}}
 
 
 def parquet_source(path: Path) -> dict | None:
@@ -227,10 +258,17 @@ def dataset_card(root: Path, files: int, source: dict) -> str:
     return "\n".join([
         "---", "configs:", "- config_name: default", "  data_files:", "  - split: train", "    path: data/train-*",
         "---", "", f"# {source['dataset']}: a ConcreteBatch", "",
-        "Hard-negative pairs made by concrete-jungle's ConcretePlant: each row holds an image and its caption, and "
-        "a negative image and caption that change one concrete keyword.", "",
+        "Hard negatives in concrete-jungle's ConcreteBatch form (made by its ConcretePlant, or imported from another "
+        "method's training set): each row holds an image and its caption, and negative captions that change a "
+        "concrete keyword, each with its negative image where it has one.", "",
         f"{files} Parquet file(s); records: {counts.get('ok', 'see the files')}.", "",
         "Columns: " + ", ".join(f"`{c}`" for c in COLUMNS) + " (`meta`: the record's full metadata as JSON).", "",
+        "`neg_image`, `neg_caption` and `concreteness` are a row's first negative; `neg_image` is null where that "
+        "negative is a caption without a picture. `more_negatives` lists its further negatives (empty when it has "
+        "one), each with `caption`, `image` (null without a picture) and `concreteness`.", "",
         "```python", "from datasets import load_dataset", "ds = load_dataset(\"parquet\", "
-        "data_files=\"data/train-*.parquet\")[\"train\"]", "```", "",
+        "data_files=\"data/train-*.parquet\")[\"train\"]",
+        "row = ds[0]  # every negative of a row, the first one included:",
+        "negatives = [{\"caption\": row[\"neg_caption\"], \"image\": row[\"neg_image\"], "
+        "\"concreteness\": row[\"concreteness\"]}, *row[\"more_negatives\"]]", "```", "",
         f"<!-- concrete-jungle export of {source['dataset']}: {source['digest']} -->", ""])

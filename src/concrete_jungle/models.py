@@ -1,4 +1,5 @@
-"""open_clip models: create by name and pretrained tag or from our checkpoints, and save checkpoints.
+"""open_clip models: create by name and pretrained tag, from a weights file, a published checkpoint
+(``peer:NAME``) or the Hub, or from our checkpoints; and save checkpoints.
 
 A checkpoint is a directory open_clip itself can open with ``local-dir:``: ``open_clip_config.json``
 (``model_cfg`` with the exact architecture — ``quick_gelu`` included — and ``preprocess_cfg``) and
@@ -9,6 +10,11 @@ every tensor shape the weights hold (open_clip would otherwise interpolate posit
 size or context length without a word), and its digest must be the one ``architecture.json`` recorded at saving
 (attention heads and the activation leave no trace in the shapes). A checkpoint's identity is a digest over both
 files: other weights or another config, another model.
+
+Weights without such a config are checked the same way as far as anything shows their architecture
+(`check_weights_file`): shapes against the name given, the activation from the registry, a config beside the file,
+or the pretrained weights they were fine-tuned from. A pretrained tag trained with QuickGELU (``openai``) is built
+with it whatever the name: open_clip 3 builds the name's config and only warns.
 
 ``--pretrained none --seed S`` gives a reproducible random-init model for smoke tests and speed checks.
 The tiny ``cj-tiny`` architecture (configs in ``model_configs/``) serves tests and the offline demo.
@@ -25,14 +31,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy
 import open_clip
 import torch
 
+from open_clip.pretrained import get_pretrained_cfg
+
+from . import registry
 from .checkpoints import ARCHITECTURE_FILE, CONFIG_FILE, WEIGHTS_FILE, config_digest, resolve_checkpoint
 from .records import file_digest
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
+HF_HUB = "hf-hub:"
+HUB_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip reads from the Hub
+# a fine-tune stays within a few percent of its start (relative distance); weights trained apart are about 1.4
+LINEAGE_DISTANCE = 0.5
+# what a torch.save of a training run holds beside its tensors (epoch counters, metrics as numpy scalars): data, no
+# code, so reading them keeps weights_only; numpy 1 pickles name the scalar by its old module
+NUMPY_GLOBALS = [numpy._core.multiarray.scalar, (numpy._core.multiarray.scalar, "numpy.core.multiarray.scalar"),
+                 numpy.dtype, *{type(numpy.dtype(t)) for t in (numpy.float64, numpy.float32, numpy.int64)},
+                 numpy._core.multiarray._reconstruct,
+                 (numpy._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"), numpy.ndarray]
 
 
 class ModelError(ValueError):
@@ -107,7 +127,9 @@ def load_model(
     precision: str = "fp32",
     seed: int = 0,
 ) -> ClipModel:
-    """A model by open_clip name and pretrained tag (``none``: random init with ``seed``), or a checkpoint dir."""
+    """A model by open_clip name and pretrained tag (``none``: random init with ``seed``; a weights file: checked
+    against the name, `check_weights_file`), a published checkpoint (``peer:NAME``, `registry`; ``pretrained`` is
+    not used), a Hugging Face Hub model (``hf-hub:ORG/NAME``), or a checkpoint dir of ours."""
     if checkpoint is not None:
         path = resolve_checkpoint(checkpoint)
         config = check_architecture(path)
@@ -120,29 +142,200 @@ def load_model(
 
     if name is None:
         raise ModelError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
+    if name.startswith(registry.PREFIX):
+        return load_peer(registry.find(name), device, precision)
+    if name.startswith(HF_HUB):
+        return load_hub(name.removeprefix(HF_HUB), device, precision)
     if open_clip.get_model_config(name) is None:
-        raise ModelError(f"unknown open_clip model {name!r}; see open_clip.list_models()")
+        raise ModelError(f"unknown open_clip model {name!r}; see open_clip.list_models(), or peer:NAME for a "
+                         "published checkpoint")
     tag = None if pretrained in (None, "none", "") else pretrained
-    if tag is not None and tag not in open_clip.list_pretrained_tags_by_model(name) and not Path(tag).is_file():
+    weights = Path(tag) if tag is not None and Path(tag).is_file() else None
+    if tag is not None and weights is None and tag not in open_clip.list_pretrained_tags_by_model(name):
         raise ModelError(f"pretrained tag {tag!r} does not exist for {name}; known tags: "
                          f"{open_clip.list_pretrained_tags_by_model(name)} (or a local weights file, or 'none')")
+    quick_gelu = bool(open_clip.get_model_config(name).get("quick_gelu"))
     if tag is None:
         torch.manual_seed(seed)
-    elif not Path(tag).is_file():
+    elif weights is not None:
+        check_weights_file(name, weights, quick_gelu)
+    else:
         check_downloadable(name, tag)
-    with _random_init_is_intended(tag is None):
-        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=tag, device=device,
-                                                                     precision=precision)
+        if get_pretrained_cfg(name, tag).get("quick_gelu") and not quick_gelu:
+            # open_clip builds the name's config and only warns: these weights would run GELU
+            print(f"note: the {tag!r} weights of {name} were trained with QuickGELU: built with QuickGELU (as "
+                  f"{name}-quickgelu); open_clip's {name} config alone runs GELU", file=sys.stderr)
+            quick_gelu = True
+    try:
+        with _random_init_is_intended(tag is None), torch.serialization.safe_globals(NUMPY_GLOBALS):
+            model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=tag, device=device,
+                                                                         precision=precision,
+                                                                         force_quick_gelu=quick_gelu)
+    except RuntimeError as e:  # load_state_dict's missing or unexpected keys of a weights file
+        if weights is None:
+            raise
+        raise ModelError(f"{weights} does not load as {name}: {str(e).strip().splitlines()[0][:300]}") from None
     model_cfg = open_clip.get_model_config(name)
-    model_cfg["quick_gelu"] = uses_quick_gelu(model)  # OpenAI weights come with QuickGELU
+    model_cfg["quick_gelu"] = uses_quick_gelu(model)
     # through JSON, so a config compares equal to the one its checkpoint carries
     config = json.loads(json.dumps({"model_cfg": model_cfg, "preprocess_cfg": _preprocess_cfg(model)}))
     identity = {"name": name, "pretrained": tag or "none"} | ({"seed": seed} if tag is None else {})
-    if tag is not None and Path(tag).is_file():  # a weights file: its content, not its path, names the model
-        identity["weights_sha1"] = file_digest(Path(tag), "sha1")
+    if weights is not None:  # a weights file: its content, not its path, names the model
+        identity["weights_sha1"] = file_digest(weights, "sha1")
     if precision != "fp32":
         identity["precision"] = precision  # other numbers: other embeddings
     return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(name), config, identity)
+
+
+def load_peer(peer: registry.Peer, device: str, precision: str) -> ClipModel:
+    """A published checkpoint with the architecture its registry entry states, its file's digest checked where
+    one is published."""
+    if peer.architecture is None:
+        raise ModelError(f"--model {registry.PREFIX}{peer.name} ({peer.method}) cannot be loaded: {peer.note}")
+    if peer.hf_hub:
+        return load_hub(peer.hf_hub, device, precision, peer)
+    weights = registry.weights_file(peer)
+    if weights is None:
+        raise ModelError(registry.missing_message(peer))
+    digest = file_digest(weights)
+    if peer.sha256 and digest != peer.sha256:
+        raise ModelError(f"{weights} is not the {peer.method} file its authors published (sha256 {digest}, "
+                         f"published {peer.sha256}): another version or an incomplete download; download it "
+                         f"again from {peer.weights}")
+    if not peer.sha256:
+        print(f"note: {weights}: no published digest to check it against (its sha256 is {digest})",
+              file=sys.stderr)
+    clip = load_model(peer.architecture, str(weights), device=device, precision=precision)
+    clip.identity["pretrained"] = f"{registry.PREFIX}{peer.name}"
+    return clip
+
+
+def load_hub(repo: str, device: str, precision: str, peer: registry.Peer | None = None) -> ClipModel:
+    """An open_clip model from the Hugging Face Hub (``hf-hub:ORG/NAME``): from the cache, or downloaded when the
+    Hub can be reached (else one line, at once). A peer's activation is the registry's: a Hub config that does not
+    record QuickGELU for a fine-tune of OpenAI's weights is corrected, said in one line."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo, CONFIG_FILE)
+    weights = next((w for w in (try_to_load_from_cache(repo, f) for f in HUB_WEIGHTS) if isinstance(w, str)), None)
+    if not isinstance(cached, str) or weights is None:
+        named = f"{registry.PREFIX}{peer.name} ({peer.method}, {HF_HUB}{repo})" if peer else f"{HF_HUB}{repo}"
+        hub_reachable(f"--model {named}: its config and weights are",
+                      f"download them once with `hf download {repo}` (then HF_HUB_OFFLINE=1 uses the "
+                      "cache)")
+        cached = hf_hub_download(repo, CONFIG_FILE)
+    config = json.loads(Path(cached).read_text(encoding="utf-8"))
+    quick_gelu = bool(config["model_cfg"].get("quick_gelu"))
+    wanted = quick_gelu if peer is None else peer.architecture.endswith("-quickgelu")
+    if wanted != quick_gelu:
+        if not wanted:
+            raise ModelError(f"{HF_HUB}{repo} records QuickGELU, but {peer.method} ran GELU ({peer.start}); load it "
+                             "from a local copy whose open_clip_config.json says quick_gelu: false")
+        print(f"note: {HF_HUB}{repo}'s config does not record QuickGELU, but {peer.method} is {peer.start}: built "
+              "with QuickGELU", file=sys.stderr)
+    with torch.serialization.safe_globals(NUMPY_GLOBALS):
+        model, _, preprocess = open_clip.create_model_and_transforms(f"{HF_HUB}{repo}", device=device,
+                                                                     precision=precision, force_quick_gelu=wanted)
+    config["model_cfg"]["quick_gelu"] = uses_quick_gelu(model)
+    config = json.loads(json.dumps({"model_cfg": config["model_cfg"], "preprocess_cfg": _preprocess_cfg(model)}))
+    weights = next((w for w in (try_to_load_from_cache(repo, f) for f in HUB_WEIGHTS) if isinstance(w, str)), None)
+    identity = {"name": f"{HF_HUB}{repo}", "pretrained": f"{registry.PREFIX}{peer.name}" if peer else "hub"} | (
+        {"weights_sha1": file_digest(Path(weights), "sha1")} if weights else {}) | (
+        {"precision": precision} if precision != "fp32" else {})
+    return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(f"{HF_HUB}{repo}"), config, identity)
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors a weights file holds as open_clip reads them (a ``state_dict`` entry unwrapped, DataParallel's
+    ``module.`` prefix dropped): a safetensors file, or a pickle read with ``weights_only`` (tensors, numbers and
+    numpy scalars; never code)."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    try:
+        with torch.serialization.safe_globals(NUMPY_GLOBALS):
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a file that is not a pickle of tensors
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ModelError(f"{path} cannot be read as weights without running code from it ({first}); give a "
+                         "safetensors file or a torch.save of tensors") from None
+    state = loaded.get("state_dict", loaded) if isinstance(loaded, dict) else None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ModelError(f"{path} holds no state dict of tensors (a dict of name -> tensor, or one under "
+                         "'state_dict'); give the model's weights file")
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def check_weights_file(name: str, path: Path, quick_gelu: bool) -> None:
+    """A weights file loaded as ``name`` must be that architecture, as far as anything shows it:
+    - every tensor the two share has the shape ``name`` builds (width, layers, patch and image size, context
+      length, vocabulary, embedding size; open_clip would otherwise resize position embeddings without a word);
+    - the activation, which no shape shows, where something records it: the registry (the file's sha256 is a
+      published checkpoint's), the ``open_clip_config.json`` beside it (a Hub or local-dir folder, ours too), or
+      the pretrained weights it was fine-tuned from (`lineage`: within a few percent of a cached tag's weights).
+    Where none does, the name is taken and a note says how to settle it."""
+    state = read_weights(path)
+    with _random_init_is_intended(True):
+        built = open_clip.create_model(name, device="meta", force_quick_gelu=quick_gelu).state_dict()
+    differ = [f"{k} {list(state[k].shape)} in the file, {list(v.shape)} by {name}" for k, v in built.items()
+              if k in state and state[k].shape != v.shape]
+    missing = [k for k in built if k not in state]
+    if differ or len(missing) > len(built) // 2:
+        what = "; ".join(differ[:3]) if differ else f"{len(missing)} of its tensors are not in the file, e.g. " \
+                                                   f"{', '.join(missing[:3])}"
+        raise ModelError(f"{path} is not {name}'s weights: {what}; name the architecture they were trained as "
+                         "(--model), or peer:NAME for a published checkpoint")
+    activation = "QuickGELU" if quick_gelu else "GELU"
+    peer = registry.by_sha256(file_digest(path)) or registry.by_file(path)
+    if peer is not None and peer.architecture is not None and \
+            peer.architecture.endswith("-quickgelu") != quick_gelu:
+        raise ModelError(f"{path} is {peer.method}'s published checkpoint ({peer.start}), but --model {name} runs "
+                         f"{activation}: use --model {registry.PREFIX}{peer.name} (or --model {peer.architecture})")
+    beside = path.parent / CONFIG_FILE
+    if beside.is_file():
+        recorded = json.loads(beside.read_text(encoding="utf-8")).get("model_cfg", {})
+        if bool(recorded.get("quick_gelu")) != quick_gelu:
+            raise ModelError(f"{beside} records quick_gelu={bool(recorded.get('quick_gelu'))} for {path.name}, but "
+                             f"--model {name} runs {activation}: load the folder itself (--checkpoint "
+                             f"{path.parent} for a checkpoint of ours), or name the model that matches")
+        return
+    twin = name.removesuffix("-quickgelu") if name.endswith("-quickgelu") else f"{name}-quickgelu"
+    if peer is not None or twin not in open_clip.list_models():
+        return  # the registry settled it, or the architecture has one activation only
+    for ref_name, tag, ref_quick in reference_tags(name, twin):
+        distance = lineage(state, read_weights(Path(cached_weights(ref_name, tag))))
+        if distance < LINEAGE_DISTANCE and ref_quick != quick_gelu:
+            raise ModelError(
+                f"{path} is a fine-tune of {ref_name}'s {tag!r} weights (relative distance {distance:.3f}), which "
+                f"run {'QuickGELU' if ref_quick else 'GELU'}, but --model {name} runs {activation}: use --model "
+                f"{twin}")
+        if distance < LINEAGE_DISTANCE:
+            return
+    other = ("trained with GELU (open_clip's own trainings on LAION or DataComp)" if quick_gelu
+             else "a fine-tune of OpenAI's weights")
+    print(f"note: the activation of {path} cannot be read from its weights: built with {activation}, as --model "
+          f"{name} says; if they are {other}, name {twin} (docs/commands.md, 'Published checkpoints')",
+          file=sys.stderr)
+
+
+def reference_tags(*names: str) -> list[tuple[str, str, bool]]:
+    """(name, tag, QuickGELU?) of every pretrained tag of these architectures whose weights are cached."""
+    return [(n, tag, bool(get_pretrained_cfg(n, tag).get("quick_gelu"))) for n in names
+            for tag in open_clip.list_pretrained_tags_by_model(n) if cached_weights(n, tag)]
+
+
+def lineage(state: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> float:
+    """How far weights are from a reference: ||w - w0|| / ||w0|| over the floating tensors both hold in one shape.
+    A fine-tune stays within a few percent of its start; weights trained apart are about sqrt(2) from each
+    other."""
+    shared = [k for k, v in reference.items() if k in state and state[k].shape == v.shape and v.is_floating_point()
+              and k != "logit_scale"]
+    if not shared:
+        return float("inf")
+    diff = sum(float((state[k].double() - reference[k].double()).pow(2).sum()) for k in shared)
+    norm = sum(float(reference[k].double().pow(2).sum()) for k in shared)
+    return (diff / norm) ** 0.5 if norm else float("inf")
 
 
 def checkpoint_digest(path: Path) -> str:
@@ -226,14 +419,20 @@ def cached_weights(name: str, tag: str) -> str | None:
     return None
 
 
-def check_downloadable(name: str, tag: str, timeout: float = 3.0) -> None:
+def check_downloadable(name: str, tag: str) -> None:
     """Weights that are neither cached nor downloadable are one clear error at once, instead of the hub's retries
     (about a minute offline) ending in a traceback."""
+    if not cached_weights(name, tag):
+        hub_reachable(f"the {tag!r} weights of {name} are",
+                      "they are downloaded once, with the network (then HF_HUB_OFFLINE=1 uses the cache), or pass a "
+                      "local weights file, e.g. --pretrained /path/to/open_clip_model.safetensors")
+
+
+def hub_reachable(what: str, fix: str, timeout: float = 3.0) -> None:
+    """Returns when the Hugging Face Hub can be reached; else the one line saying why not and ``fix``."""
     import os
     import socket
 
-    if cached_weights(name, tag):
-        return
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     reason = "HF_HUB_OFFLINE is set"
     if not offline:
@@ -242,9 +441,7 @@ def check_downloadable(name: str, tag: str, timeout: float = 3.0) -> None:
             return
         except OSError as e:
             reason = f"huggingface.co cannot be reached ({e.strerror or type(e).__name__})"
-    raise ModelError(f"the {tag!r} weights of {name} are not in the local cache and {reason}: they are downloaded "
-                     f"once, with the network (then HF_HUB_OFFLINE=1 uses the cache), or pass a local weights "
-                     f"file, e.g. --pretrained /path/to/open_clip_model.safetensors")
+    raise ModelError(f"{what} not in the local cache and {reason}: {fix}")
 
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict,

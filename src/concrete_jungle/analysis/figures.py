@@ -204,3 +204,34 @@ def text_shift_figure(per_dataset: dict[str, list[dict]]):
     axes[0][0].legend(title="mean per 0.25 of c (95 % CI)", fontsize=8, title_fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_grid(gains: list[list[float | None]], intervals: list[list[list[float] | None]], rows: list[str],
+              columns: list[str], path: str | Path, title: str) -> Path:
+    """A data x loss heat-map: each cell coloured by its gain (points, diverging around 0) and labelled with the
+    gain and its 95 % interval; a cell whose interval excludes 0 is framed. The colour scale spans the widest
+    interval, so that a gain small against its uncertainty looks pale, not saturated."""
+    plt = _pyplot()
+    values = [[math.nan if g is None else g for g in row] for row in gains]
+    ends = [abs(e) for row in intervals for ci in row if ci for e in ci]
+    bound = max([abs(v) for row in values for v in row if not math.isnan(v)] + ends + [0.5])
+    fig, ax = plt.subplots(figsize=(1.8 + 2.1 * len(columns), 1.4 + 0.9 * len(rows)))
+    image = ax.imshow(values, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+    for i, row in enumerate(values):
+        for j, gain in enumerate(row):
+            ci = intervals[i][j]
+            text = "-" if math.isnan(gain) else f"{gain:+.2f}" + (f"\n[{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+            ax.text(j, i, text, ha="center", va="center", fontsize=9,
+                    color="white" if abs(gain) > 0.6 * bound else "black")
+            if ci and (ci[0] > 0 or ci[1] < 0):
+                ax.add_patch(plt.Rectangle((j - 0.48, i - 0.48), 0.96, 0.96, fill=False, lw=2, ec="black"))
+    ax.set_xticks(range(len(columns)), columns)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel("loss")
+    ax.set_ylabel("training data")
+    ax.set_title(wrapped(title), fontsize=10)
+    fig.colorbar(image, ax=ax, label="gain over the start (points)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

@@ -1,11 +1,14 @@
 """A static gallery page of hard negatives, to judge them by eye before training on them.
 
 ``concrete-jungle gallery D_hc D_lc --out gallery/`` writes ``index.html``, ``gallery.css``, ``gallery.js``
-and 256 px JPEG thumbnails: one row per sampled anchor id, one card per dataset (anchor and negative image
-side by side, both captions with a word-level diff, category, concreteness, the adaptive margin, and an
-analysis run's per-pair scores with ``--stats``). Opens from disk; no server, no CDN. The page is written only into
-a folder holding nothing but an earlier page of its own (replaced with ``overwrite``): any other file there, an
-``index.html`` of a web site say, is named and kept.
+and 256 px JPEG thumbnails: one row per sampled anchor id, one card per dataset (the anchor and every negative
+of its record side by side, the captions with a word-level diff, category, concreteness, the adaptive margin, and
+an analysis run's per-pair scores with ``--stats``). A negative without a picture (a caption, as imported from
+NegCLIP or CE-CLIP) is its caption beside a "no picture" box, never another picture in its place; with K > 1
+negatives the anchor's caption marks the words any of them changes, each negative's the words it puts there.
+Opens from disk; no server, no CDN. The page is written only into a folder holding nothing but an earlier page of
+its own (replaced with ``overwrite``): any other file there, an ``index.html`` of a web site say, is named and
+kept.
 
 Captions are untrusted text: everything is HTML-escaped when the page is written, and the script only
 reads ``data-*`` attributes and toggles visibility — it never inserts text as HTML.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import itertools
 import json
 import random
 import re
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from ..concretebatch import index_shards, read_member, shard_urls
+from ..concretebatch import index_shards, negative_members, negatives_of, read_member, shard_urls
 from ..records import atomic_write_text, mean_median
 
 THUMB = 256
@@ -43,6 +47,20 @@ def word_diff(before: str, after: str) -> tuple[str, str]:
         left.append(joined(a[i1:i2], None if op == "equal" else "del"))
         right.append(joined(b[j1:j2], None if op == "equal" else "ins"))
     return "".join(left).lstrip(), "".join(right).lstrip()
+
+
+def changed_in_any(before: str, afters: list[str]) -> str:
+    """``before`` as escaped HTML, the words that any caption of ``afters`` changes wrapped in <mark class="del">
+    (with one caption: `word_diff`'s left side)."""
+    a = [m.groups() for m in TOKEN.finditer(before)]
+    changed = set()
+    for after in afters:
+        b = [m.group(2) for m in TOKEN.finditer(after)]
+        for op, i1, i2, _, _ in difflib.SequenceMatcher(a=[t for _, t in a], b=b, autojunk=False).get_opcodes():
+            if op != "equal":
+                changed.update(range(i1, i2))
+    runs = [list(run) for _, run in itertools.groupby(range(len(a)), key=changed.__contains__)]
+    return "".join(joined([a[i] for i in run], "del" if run[0] in changed else None) for run in runs).lstrip()
 
 
 def joined(tokens: list[tuple[str, str]], mark: str | None) -> str:
@@ -90,13 +108,20 @@ def dataset_summary(root: Path, records: list[dict]) -> dict:
 
 def load_dataset(root: Path, partial: bool = False) -> tuple[list[dict], dict[str, dict]]:
     """(metadata of every record, tar locations by sample id); ``partial``: the finished shards of an unfinished
-    or unmerged dataset."""
+    or unmerged dataset. A record's metadata gains its captions and ``shown_negatives``: per negative its caption,
+    the member holding its picture (None: it has none), its concreteness and keyword."""
     locations = index_shards(shard_urls(root, partial=partial))
     metas, by_id = [], {}
     for loc in locations:
         meta = json.loads(read_member(loc["json"]))
+        negatives = negatives_of(meta, loc, lambda ext: read_member(loc[ext]).decode("utf-8"),
+                                 lambda ext, k: ext)  # the picture is read when its thumbnail is made
+        entries = meta.get("negatives") or [{}]
+        for k, negative in enumerate(negatives):
+            negative["keyword"] = entries[k].get("keyword", meta.get("keyword") if k == 0 else None)
         meta["caption"] = read_member(loc["txt"]).decode("utf-8")
-        meta["neg_caption"] = read_member(loc["neg.txt"]).decode("utf-8")
+        meta["neg_caption"] = negatives[0]["caption"]
+        meta["shown_negatives"] = negatives
         metas.append(meta)
         by_id[meta["id"]] = loc
     return metas, by_id
@@ -142,7 +167,7 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
         rng.shuffle(chosen)
 
     names = [r.name for r in roots]
-    rows, categories = [], set()
+    rows, categories, written = [], set(), set()
     for n, anchor in enumerate(chosen):
         cards, texts = [], []
         for d, (_, locs) in enumerate(loaded):
@@ -151,13 +176,16 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
                 cards.append('<div class="card missing">not in this dataset</div>')
                 continue
             stem = f"{n:05d}-{d}"
-            for member, end in (("jpg", "a"), ("neg.jpg", "n")):
+            pictures = [("jpg", "a")] + [(neg["image"], thumb_end(k)) for k, neg in enumerate(m["shown_negatives"])
+                                         if neg["image"] is not None]
+            for member, end in pictures:
                 location = locs[m["id"]][member]
                 thumbnail(read_member(location), f"{member} of {m['id']} in {location[0]}",
                           out / "thumbs" / f"{stem}-{end}.jpg")
+                written.add(f"{stem}-{end}.jpg")
             cards.append(card(m, names[d], stem, scores.get(names[d], {}).get(m["id"])))
             categories.add(m["category"])
-            texts.append(m["caption"] + " " + m["neg_caption"])
+            texts.append(" ".join([m["caption"], *(neg["caption"] for neg in m["shown_negatives"])]))
         # each card carries its own category and concreteness (the datasets of one anchor differ in both);
         # the page's filters show a row when one of its cards passes them
         rows.append(f'<section class="row" tabindex="0" data-c="{row_c[anchor["id"]]:.3f}" '
@@ -172,7 +200,6 @@ def build_gallery(datasets: list[str | Path], out: str | Path, sample: int = 200
         sorts=sort_options(sort, seed)))
     atomic_write_text(out / "gallery.css", CSS)
     atomic_write_text(out / "gallery.js", JS)
-    written = {f"{n:05d}-{d}-{side}.jpg" for n in range(len(chosen)) for d in range(len(loaded)) for side in "an"}
     for old in (out / "thumbs").glob("*.jpg"):  # an earlier, larger page's thumbnails
         if old.name not in written:
             old.unlink()
@@ -190,7 +217,13 @@ def sort_options(sort: str, seed: int) -> str:
         f'<option value="{value}">{label}</option>' for value, label in others)
 
 
-THUMB_NAME = re.compile(r"\d{5,}-\d+-[an]\.jpg")
+THUMB_NAME = re.compile(r"\d{5,}-\d+-(?:a|n\d*)\.jpg")
+
+
+def thumb_end(k: int) -> str:
+    """The end of the thumbnail name of a record's k-th negative (0-based), after its members' names: ``n`` for the
+    first (``neg.jpg``), ``n2`` for the second (``neg2.jpg``), ..."""
+    return negative_members(k)[0].removesuffix(".jpg").replace("neg", "n", 1)
 
 
 def is_page(path: Path) -> bool:
@@ -238,27 +271,50 @@ def check_filter_values(filters: dict[str, str], datasets: list[list[dict]]) -> 
 SCORE_LABELS = {"i2t": "I2T right (reference CLIP)", "t2i": "T2I right (reference CLIP)",
                 "logit_gap": "logit gap S[i,i] - S[i,i']", "clip_l": "text-text cosine (t, t')",
                 "clip_v": "image-image cosine (v, v')", "dino": "DINOScore (v, v')", "bertscore": "BERTScore F1",
-                "edit_distance": "word edit distance"}
+                "edit_distance": "word edit distance", "negative_picture": "negative picture (first negative)"}
+SHOWN_ELSEWHERE = ("concreteness", "negatives")  # a card shows them from the record itself
 
 
 def card(m: dict, dataset: str, stem: str, pair_scores: dict | None) -> str:
-    before, after = word_diff(m["caption"], m["neg_caption"])
+    negatives = m["shown_negatives"]
     facts = [("dataset", dataset), ("category", m["category"]), ("concreteness", f"{m['concreteness']:.2f}"),
              ("keyword", m["keyword"]), ("adaptive margin", f"{adaptive_margin(m['concreteness']):+.2f}")]
+    pictured = sum(neg["image"] is not None for neg in negatives)
+    if len(negatives) > 1 or not pictured:  # with K > 1 the concreteness, keyword and margin above are the first's
+        facts.append(("negatives", f"{len(negatives)} ({pictured} with a picture)"))
     if m.get("neg_image_is_anchor"):
         facts.append(("negative image", "the anchor (text-only)"))
     for k, v in (pair_scores or {}).items():
-        if k == "concreteness" or v is None:  # shown above / not measured
+        if k in SHOWN_ELSEWHERE or v is None:  # shown above / not measured
             continue
         shown = ("yes" if v else "no") if isinstance(v, bool) else f"{v:.3f}" if isinstance(v, float) else str(v)
         facts.append((SCORE_LABELS.get(k, k.replace("_", " ")), shown))
     dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts)
+    if len(negatives) == 1:
+        before, after = word_diff(m["caption"], negatives[0]["caption"])
+        shown = [negative_figure(negatives[0], "hard negative", after, f"{stem}-n", None)]
+    else:
+        before = changed_in_any(m["caption"], [neg["caption"] for neg in negatives])
+        shown = [negative_figure(neg, f"hard negative {k + 1} of {len(negatives)}",
+                                 word_diff(m["caption"], neg["caption"])[1], f"{stem}-{thumb_end(k)}",
+                                 f"keyword {neg['keyword']} · c {neg['concreteness']:.2f} · margin "
+                                 f"{adaptive_margin(neg['concreteness']):+.2f}")
+                 for k, neg in enumerate(negatives)]
     return (f'<article class="card" data-category="{html.escape(m["category"])}" data-c="{m["concreteness"]:.3f}">'
             f'<div class="pair"><figure><div class="side">anchor</div><img src="thumbs/{stem}-a.jpg" alt="anchor">'
-            f'<figcaption class="anchor">{before}</figcaption></figure><figure><div class="side">hard negative</div>'
-            f'<img src="thumbs/{stem}-n.jpg" alt="hard negative"><figcaption class="negative">{after}</figcaption>'
-            f'</figure></div><dl>{dl}</dl>'
+            f'<figcaption class="anchor">{before}</figcaption></figure>{"".join(shown)}</div><dl>{dl}</dl>'
             '</article>')
+
+
+def negative_figure(negative: dict, side: str, caption: str, thumb: str, facts: str | None) -> str:
+    """One negative of a card: its thumbnail, or a "no picture" box for a caption without one (never another
+    picture in its place); its caption as marked HTML; ``facts``: a line under it (keyword and concreteness)."""
+    picture = (f'<img src="thumbs/{thumb}.jpg" alt="{html.escape(side)}">' if negative["image"] is not None else
+               '<div class="nopic" role="img" aria-label="no picture">no picture: this negative is a caption '
+               'only</div>')
+    below = f'<p class="negfacts">{html.escape(facts)}</p>' if facts else ""
+    return (f'<figure><div class="side">{html.escape(side)}</div>{picture}<figcaption class="negative">{caption}'
+            f'</figcaption>{below}</figure>')
 
 
 def header(name: str, s: dict) -> str:
@@ -279,7 +335,7 @@ PAGE = """<!doctype html>
 <label>category <select id="category"><option value="">all</option>{options}</select></label>
 <label>concreteness <input id="cmin" type="number" step="0.1" value="1"> to
 <input id="cmax" type="number" step="0.1" value="5"></label>
-<label>search <input id="search" type="search" placeholder="words in either caption"></label>
+<label>search <input id="search" type="search" placeholder="words in any caption"></label>
 <label>sort <select id="sort">{sorts}</select></label>
 <span id="shown">{count}</span> of {count} shown · keys: j / k next / previous</form></header>
 <main id="rows">
@@ -295,13 +351,16 @@ h1{font-size:18px;margin:0 0 6px}.summaries{display:flex;gap:24px;flex-wrap:wrap
 .summary h3{margin:4px 0;font-size:14px}form{margin-top:6px;display:flex;gap:16px;flex-wrap:wrap;align-items:center}
 .row{padding:8px 16px;border-bottom:1px solid #e4e4e0}.row:focus{outline:3px solid #4a7;background:#eef8f1}
 .row h2{font-size:12px;color:#777;margin:0 0 4px}.cards{display:flex;gap:16px;overflow-x:auto}
-.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px;min-width:540px}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px;min-width:540px;flex:none}
 .card.missing{min-width:120px;color:#999}.card.dim{opacity:.3}.pair{display:flex;gap:8px}figure{margin:0;width:256px}
 img{width:256px;height:auto;display:block;border-radius:4px}figcaption{margin-top:4px}
 mark.del{background:#fbd3d0;text-decoration:line-through}mark.ins{background:#cdeccd}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 10px;margin:6px 0 0;font-size:12px}
 dt{color:#777}dd{margin:0}input[type=number]{width:4.5em}
 .side{font-size:11px;font-weight:600;text-transform:uppercase;letter-spacing:.04em;color:#666;margin:0 0 2px}
+.nopic{width:256px;height:128px;display:flex;align-items:center;justify-content:center;text-align:center;
+border:2px dashed #bbb;border-radius:4px;color:#888;font-size:12px;box-sizing:border-box;padding:8px}
+.negfacts{margin:2px 0 0;font-size:12px;color:#555}
 """
 
 JS = """// Filters, sort and keyboard navigation. Reads data-* attributes only; never writes HTML.

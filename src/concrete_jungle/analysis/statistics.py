@@ -4,6 +4,12 @@
 ``mean_a p_{a,h(a)} / (1 - p_aa)`` (docs/method.md §5, from `loss.hard_negative_diagnostics`) of InfoNCE and of each
 margin schedule, for batches of N anchors drawn from a model's real features on a ConcreteBatch. The
 share falls as N grows (more easy negatives share the softmax) and rises with a positive margin.
+
+Every statistic reads a record's first negative (``neg.jpg``/``neg.txt``), as the paper's records hold one; a
+record with K > 1 negatives is counted and said so. A negative without a picture (a caption, as imported from
+NegCLIP or CE-CLIP) has a zero row among the features, marked ``neg_has_picture: false`` in its metadata: it is
+left out of the image-side quantities (T2I, image-image cosine, DINOScore: null, and counted) and of the image
+rows of the gradient share, and counts in the text-side ones as any other.
 """
 
 from __future__ import annotations
@@ -28,11 +34,14 @@ def gradient_share_samples(
     schedules=SCHEDULES,
     batches: int = 8,
     seed: int = 0,
+    has_negative_image: torch.Tensor | None = None,
 ) -> dict[str, dict[int, list[float]]]:
     """The share of each of ``batches`` random batches of N anchors, per schedule and N.
 
     Features are ``[anchors; negatives]`` rows of M pairs (2M x D, L2-normalised); a batch of N picks N
     pairs and keeps each anchor with its own negative; every schedule sees the same batches.
+    ``has_negative_image`` (M bools, default all): which negatives have a picture; the rows of those without
+    are masked out of the loss's softmax (`loss.layout`).
     """
     m = concreteness.shape[0]
     too_big = [n for n in batch_sizes if n > m]
@@ -47,7 +56,8 @@ def gradient_share_samples(
             for idx in picks:
                 rows = torch.cat([idx, idx + m])
                 d = hard_negative_diagnostics(image_features[rows], text_features[rows], logit_scale,
-                                              concreteness[idx], margin=schedule)
+                                              concreteness[idx], margin=schedule, has_negative_image=None
+                                              if has_negative_image is None else has_negative_image[idx])
                 shares.append(d["hn_grad_share"])
             out[schedule][n] = shares
     return out
@@ -88,7 +98,9 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
                            dino=None, cache_dir: str | Path | None = None, progress: bool = True,
                            partial: bool = False, trim_text: bool = True):
     """(image features, text features, concreteness, metadata, DINO similarities) of a ConcreteBatch under a
-    model; features are ``[anchors; negatives]``. ``dino`` (a `DinoScorer`) adds image-image DINOScores.
+    model; features are ``[anchors; first negatives]``, a negative without a picture a zero image row (its
+    metadata's ``neg_has_picture`` is false, its DINO similarity None). ``dino`` (a `DinoScorer`) adds
+    image-image DINOScores.
     With ``cache_dir`` they are computed once per model and dataset and read back afterwards. ``trim_text``:
     captions at their length (`text_encoding`); False: the full context, as before that existed."""
     if cache_dir is None:
@@ -103,12 +115,12 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
     if (path / "metas.json").is_file():
         t = load_file(str(path / "features.safetensors"))
         return (t["image"], t["text"], t["concreteness"], json.loads((path / "metas.json").read_text()),
-                t["dino"].tolist() if "dino" in t else [])
+                [None if math.isnan(s) else s for s in t["dino"].tolist()] if "dino" in t else [])
     image, text, c, metas, dino_scores = _encode_concretebatch(clip, source, device, batch_size, limit, dino, progress,
                                                                partial, trim_text)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = {"image": image, "text": text, "concreteness": c} | (
-        {"dino": torch.tensor(dino_scores)} if dino_scores else {})
+    tensors = {"image": image, "text": text, "concreteness": c} | (  # no DINO similarity: NaN in the file
+        {"dino": torch.tensor([math.nan if s is None else s for s in dino_scores])} if dino_scores else {})
     atomic_write_safetensors(path / "features.safetensors", tensors)
     atomic_write_text(path / "metas.json", json.dumps(metas))  # written last: it marks the entry complete
     return image, text, c, metas, dino_scores
@@ -120,7 +132,7 @@ def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int
     from ..concretebatch import iter_records
     from ..text_encoding import encode_text
 
-    dino_scores: list[float] = []
+    dino_scores: list[float | None] = []
     anchors_i, negs_i, anchors_t, negs_t, cs, metas = [], [], [], [], [], []
     buffer: list[dict] = []
 
@@ -135,13 +147,21 @@ def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int
             return F.normalize(encode_text(clip.model, tokens, trim=trim_text).float(), dim=-1).cpu()
 
         anchors_i.append(enc_i([r["image"] for r in buffer]))
-        negs_i.append(enc_i([r["neg_image"] for r in buffer]))
+        pictured = [r for r in buffer if r["neg_image"] is not None]
+        has_picture = torch.tensor([r["neg_image"] is not None for r in buffer])
+        negatives = torch.zeros_like(anchors_i[-1])  # a caption without a picture: a zero row, never encoded
+        if pictured:
+            negatives[has_picture] = enc_i([r["neg_image"] for r in pictured])
+        negs_i.append(negatives)
         anchors_t.append(enc_t([r["caption"] for r in buffer]))
         negs_t.append(enc_t([r["neg_caption"] for r in buffer]))
         cs.extend(r["concreteness"] for r in buffer)
-        metas.extend(r["meta"] | {"caption": r["caption"], "neg_caption": r["neg_caption"]} for r in buffer)
+        metas.extend(r["meta"] | {"caption": r["caption"], "neg_caption": r["neg_caption"],
+                                  "neg_has_picture": r["neg_image"] is not None} for r in buffer)
         if dino is not None:
-            dino_scores.extend(dino.similarity([r["image"] for r in buffer], [r["neg_image"] for r in buffer]))
+            scores = iter(dino.similarity([r["image"] for r in pictured], [r["neg_image"] for r in pictured])
+                          if pictured else [])
+            dino_scores.extend(next(scores) if r["neg_image"] is not None else None for r in buffer)
         buffer.clear()
 
     from tqdm import tqdm
@@ -234,25 +254,42 @@ def bertscore_f1(candidates: list[str], references: list[str], model: str = "rob
     return scorer.score(candidates, references)[2].tolist()
 
 
-def pair_rows(image: torch.Tensor, text: torch.Tensor, metas: list[dict], scale: float, dino: list[float],
-              bertscore: list[float] | None) -> list[dict]:
-    """One row per pair: the Table 1 quantities of docs/method.md §8 before averaging."""
+def negative_picture(meta: dict) -> str:
+    """Whose picture a record's first negative has: ``own``, ``anchor`` (a text-only negative of `plant --editor
+    none`, its picture the anchor's) or ``none`` (a caption without a picture). Metadata cached before pictures
+    could be missing have no ``neg_has_picture``: every negative then had one."""
+    if not meta.get("neg_has_picture", True):
+        return "none"
+    return "anchor" if meta.get("neg_image_is_anchor") else "own"
+
+
+def negatives_in(meta: dict) -> int:
+    """K: how many negatives the record holds (its json lists them in ``negatives`` for K > 1)."""
+    return len(meta.get("negatives") or [None])
+
+
+def pair_rows(image: torch.Tensor, text: torch.Tensor, metas: list[dict], scale: float,
+              dino: list[float | None], bertscore: list[float] | None) -> list[dict]:
+    """One row per pair (a record and its first negative): the Table 1 quantities of docs/method.md §8 before
+    averaging; ``negative_picture`` (`negative_picture`) and ``negatives`` (K) say what the record holds."""
     m = len(metas)
     v, v2, t, t2 = image[:m], image[m:], text[:m], text[m:]
     dot = lambda a, b: (a * b).sum(-1)  # noqa: E731
     rows = []
     for i, meta in enumerate(metas):
-        # a text-only negative's image is its anchor: image-side statistics say nothing about it (None)
-        same_image = bool(meta.get("neg_image_is_anchor"))
-        row = {"id": meta["id"], "category": meta["category"], "keyword": meta["keyword"],
+        # image-side statistics say nothing of a negative whose picture is its anchor's, or that has none (None)
+        picture = negative_picture(meta)
+        own = picture == "own"
+        row = {"id": meta["id"], "category": meta.get("category"), "keyword": meta.get("keyword"),
                "concreteness": float(meta["concreteness"]),
                "logit_gap": float(scale * (dot(v[i], t[i]) - dot(v[i], t2[i]))),
                "i2t": bool(dot(v[i], t[i]) > dot(v[i], t2[i])),
-               "t2i": None if same_image else bool(dot(v[i], t[i]) > dot(v2[i], t[i])),
-               "clip_l": float(dot(t[i], t2[i])), "clip_v": None if same_image else float(dot(v[i], v2[i])),
-               "edit_distance": word_edit_distance(meta["caption"], meta["neg_caption"])}
+               "t2i": bool(dot(v[i], t[i]) > dot(v2[i], t[i])) if own else None,
+               "clip_l": float(dot(t[i], t2[i])), "clip_v": float(dot(v[i], v2[i])) if own else None,
+               "edit_distance": word_edit_distance(meta["caption"], meta["neg_caption"]),
+               "negative_picture": picture, "negatives": negatives_in(meta)}
         if dino:
-            row["dino"] = None if same_image else dino[i]
+            row["dino"] = dino[i] if own else None
         if bertscore is not None:
             row["bertscore"] = bertscore[i]
         rows.append(row)
@@ -267,16 +304,18 @@ def summarize_rows(rows: list[dict]) -> dict:
         return sum(values) / len(values) if values else None
 
     mean_c, median_c = mean_median([r["concreteness"] for r in rows])
-    out = {"pairs": len(rows), "text_only_pairs": sum(r["t2i"] is None for r in rows), "mean_c": mean_c,
+    out = {"pairs": len(rows), "text_only_pairs": sum(r["negative_picture"] == "anchor" for r in rows),
+           "no_picture_pairs": sum(r["negative_picture"] == "none" for r in rows),
+           "more_negatives_pairs": sum(r["negatives"] > 1 for r in rows), "mean_c": mean_c,
            "median_c": median_c, "i2t": mean("i2t"), "t2i": mean("t2i"),
            "clip_l": mean("clip_l"), "clip_v": mean("clip_v"), "edit_distance": mean("edit_distance"),
-           "unique_keywords": len({r["keyword"].lower() for r in rows})}
+           "unique_keywords": len({r["keyword"].lower() for r in rows if r["keyword"]})}
     for optional in ("dino", "bertscore"):
         if rows and optional in rows[0]:
             out[optional] = mean(optional)
     cats = {}
     for r in rows:
-        cats[r["category"]] = cats.get(r["category"], 0) + 1
+        cats[str(r["category"])] = cats.get(str(r["category"]), 0) + 1  # None: a record of no category
     out["category_shares"] = {k: v / len(rows) for k, v in sorted(cats.items())}
     return out
 
@@ -342,9 +381,12 @@ TABLE1_METRICS = [("mean_c", "Mean c"), ("median_c", "Median c"), ("i2t", "I2T a
 IMAGE_SIDE = ("t2i", "clip_v", "dino")  # statistics of the negative image
 
 
-def text_only(summary: dict) -> bool:
-    """Every negative image of the dataset is its anchor (made with ``--editor none``)."""
-    return summary.get("text_only_pairs", 0) == summary["pairs"]
+def no_image_side(summary: dict) -> str | None:
+    """Why a dataset has no image-side statistic at all (no negative has a picture of its own), or None."""
+    anchor, none = summary.get("text_only_pairs", 0), summary.get("no_picture_pairs", 0)
+    if anchor + none < summary["pairs"]:
+        return None
+    return "text-only" if anchor == summary["pairs"] else "no picture"
 
 
 def table1_markdown(summaries: dict[str, dict], modes: dict[str, str | None], reference: str | None = None) -> str:
@@ -357,7 +399,8 @@ def table1_markdown(summaries: dict[str, dict], modes: dict[str, str | None], re
     for key, label in TABLE1_METRICS:
         cells = []
         for n in names:
-            ours = "n/a (text-only)" if key in IMAGE_SIDE and text_only(summaries[n]) else fmt(summaries[n].get(key))
+            why = no_image_side(summaries[n]) if key in IMAGE_SIDE else None
+            ours = f"n/a ({why})" if why else fmt(summaries[n].get(key))
             cells += [ours, fmt(PAPER_TABLE1.get(modes[n] or "", {}).get(key))]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Category shares: " + "; ".join(f"{n}: " + ", ".join(f"{k} {v:.0%}" for k, v in
@@ -365,19 +408,29 @@ def table1_markdown(summaries: dict[str, dict], modes: dict[str, str | None], re
                                                  for n in names)]
     if reference:
         lines += ["", f"I2T, T2I and the cosines are under {reference}; the paper's under PE-Core-L."]
-    lines += [f"{note}" for note in text_only_notes(summaries)]
+    lines += [f"{note}" for note in dataset_notes(summaries)]
     return "\n".join(lines)
 
 
-def text_only_notes(summaries: dict[str, dict]) -> list[str]:
-    """A sentence per dataset whose negatives (all or some) reuse the anchor image."""
+def dataset_notes(summaries: dict[str, dict]) -> list[str]:
+    """A sentence per dataset whose negatives (all or some) reuse the anchor image or have no picture, and one
+    per dataset whose records hold more than one negative."""
     notes = []
     for n, summary in summaries.items():
-        k = summary.get("text_only_pairs", 0)
-        if k:
-            which = "every pair" if k == summary["pairs"] else f"{k} of {summary['pairs']} pairs"
+        m, k = summary["pairs"], summary.get("text_only_pairs", 0)
+        none, more = summary.get("no_picture_pairs", 0), summary.get("more_negatives_pairs", 0)
+        if k and not none:
+            which = "every pair" if k == m else f"{k} of {m} pairs"
             notes.append(f"{n}: {which} have text-only negatives (the negative image is the anchor, as `plant "
                          "--editor none` makes them): T2I, image-image cosine and DINOScore leave them out.")
+        if none:
+            why = "the others' negatives have no picture" + (f" ({none}) or reuse the anchor's ({k})" if k else "")
+            notes.append(f"{n}: image quantities (T2I, image-image cosine, DINOScore) over {m - none - k} of {m} "
+                         f"records: {why}; the text ones (I2T, the logit gap, text-text cosine, BERTScore, edit "
+                         f"distance) over all {m}.")
+        if more:
+            notes.append(f"{n}: {more} of {m} records hold more than one negative; every statistic uses the first "
+                         "negative of each (its neg.jpg and neg.txt), as the paper's records hold one.")
     return notes
 
 

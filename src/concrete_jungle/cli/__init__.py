@@ -17,21 +17,26 @@ from rich.markup import escape
 
 from .. import __version__
 from ..errors import Interrupted, JobError
-from . import analyze, cache, demo, evaluate, export, gallery, keywords, plant, study, train
+from . import (analyze, cache, demo, evaluate, export, gallery, grid, import_set, keywords, model_card, plant,
+               study, tradeoff, train, wise_ft)
 
-COMMANDS = (keywords, plant, evaluate, train, cache, gallery, analyze, export, demo, study)
+COMMANDS = (keywords, plant, import_set, evaluate, train, cache, gallery, analyze, export, demo, study, grid,
+            wise_ft, tradeoff, model_card)
 
 
 # what a command interrupted by Ctrl-C tells its user (every long job writes atomically and resumes)
 ON_INTERRUPT = {
     "keywords": "nothing is lost: the same command resumes where it stopped",
     "plant": "nothing is lost: finished shards stay, and the same command resumes from them",
+    "import": "nothing is lost: finished shards stay, and the same command resumes from them",
     "cache": "nothing is lost: a cache is published only when complete; the same command builds it again",
     # a Ctrl-C after the first step is caught by the run, which saves a checkpoint and says so (`Interrupted`)
     "train": "stopped before the first step: no step was taken, so nothing needs resuming; run the same command "
              "again",
     "demo": "finished stages are kept: the same command reuses them",
     "eval": "no result was written for the benchmark in progress; with --cache-dir, encoded embeddings are reused",
+    "wise-ft": "finished alphas are kept (each checkpoint is written whole or not at all); the same command writes "
+               "the rest",
 }
 
 

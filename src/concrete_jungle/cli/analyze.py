@@ -21,7 +21,9 @@ def add_parser(sub) -> None:
     tasks = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     d = tasks.add_parser("datasets", help="Table 1 statistics and Fig. 5 plots of ConcreteBatch datasets",
                          description="Table 1 statistics (concreteness, I2T/T2I under a reference CLIP, "
-                         "CLIP-L, CLIP-V, DINOScore, BERTScore, edit distance), Fig. 5 plots, stats.json, report.md.")
+                         "CLIP-L, CLIP-V, DINOScore, BERTScore, edit distance), Fig. 5 plots, stats.json, report.md. "
+                         "Each record counts with its first negative; a negative without a picture (a caption, as "
+                         "imported sets hold them) is left out of T2I, CLIP-V and DINOScore (null), and counted.")
     d.add_argument("datasets", nargs="+", metavar="DATASET", help="ConcreteBatch directories")
     d.add_argument("--dino-model", help="DINOv2 for DINOScore (name or path, e.g. facebook/dinov2-base)")
     d.add_argument("--bertscore-model", help="BERTScore model (paper: roberta-large)")
@@ -70,9 +72,9 @@ def analyze(args, console: Console) -> int:
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
                                  bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir,
                                  partial=args.partial, trim_text=not args.no_trim_text)
-        from ..analysis.statistics import text_only_notes
+        from ..analysis.statistics import dataset_notes
 
-        for note in text_only_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
+        for note in dataset_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
             console.print(f"note: {note}", highlight=False)
         console.print(f"{len(stats['datasets'])} datasets analysed: {Path(args.out) / 'report.md'}, stats.json, "
                       "figures")
@@ -85,17 +87,22 @@ def analyze(args, console: Console) -> int:
 
     sizes = list(args.batch_sizes)
     clip, device = load_model_from_args(args)
-    image, text, c, _, _ = concretebatch_features(clip, args.data, device=device, limit=args.limit,
-                                                  cache_dir=args.cache_dir or Path(args.out) / "embeddings",
-                                                  partial=args.partial, trim_text=not args.no_trim_text)
+    image, text, c, metas, _ = concretebatch_features(clip, args.data, device=device, limit=args.limit,
+                                                      cache_dir=args.cache_dir or Path(args.out) / "embeddings",
+                                                      partial=args.partial, trim_text=not args.no_trim_text)
     scale = args.logit_scale or clip.model.logit_scale.exp().item()
-    samples = gradient_share_samples(image, text, c, scale, sizes, batches=args.batches)
+    # the first negative of each record (as every statistic reads it); one without a picture is masked
+    import torch
+
+    has_picture = torch.tensor([m.get("neg_has_picture", True) for m in metas])
+    samples = gradient_share_samples(image, text, c, scale, sizes, batches=args.batches,
+                                     has_negative_image=has_picture)
     curves = means(samples)
     sd = spread(samples)
     out = Path(args.out)
     atomic_write_json(out / "gradient_share.json", {"model": clip.identity, "data": args.data, "logit_scale": scale,
                                                     "pairs": len(c), "batches": args.batches, "curves": curves,
-                                                    "sd": sd})
+                                                    "sd": sd, "negatives_without_picture": int((~has_picture).sum())})
     plot_gradient_share(curves, out / "gradient_share.png", gradient_share_title(
         Path(args.data).name, len(c), model_label(clip.identity), scale), sd, args.batches)
     table = Table(title=f"hard-negative gradient share on {Path(args.data).name} under {clip.label} ({len(c)} pairs, "
@@ -105,6 +112,13 @@ def analyze(args, console: Console) -> int:
         table.add_column(LABELS[schedule], justify="right")
     for n in sizes:
         table.add_row(str(n), *(f"{curves[s][n]:.3f} ± {sd[s][n]:.3f}" for s in curves))
-    console.print(table)
-    console.print(f"written: {out / 'gradient_share.json'}, {out / 'gradient_share.png'}")
+    from ..records import atomic_write_text
+    from .tables import print_table, table_markdown
+
+    print_table(console, table)
+    if not has_picture.all():
+        console.print(f"note: {int((~has_picture).sum())} of {len(c)} negatives have no picture (captions only): "
+                      "the text-to-image direction leaves them out", highlight=False)
+    atomic_write_text(out / "gradient_share.md", table_markdown(table))  # the table beside its JSON
+    console.print(f"written: {out / 'gradient_share.json'}, {out / 'gradient_share.md'}, {out / 'gradient_share.png'}")
     return 0

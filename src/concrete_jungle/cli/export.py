@@ -10,10 +10,12 @@ from rich.console import Console
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "export",
-        help="write a ConcreteBatch as Parquet (images as bytes, both captions, the metadata) to share or load "
+        help="write a ConcreteBatch as Parquet (images as bytes, the captions, the metadata) to share or load "
         "with datasets",
         description="One Parquet file per shard, with the Hugging Face feature description: "
-        "datasets.load_dataset('parquet', data_files='OUT/...parquet') reads the pictures as images. --to hf "
+        "datasets.load_dataset('parquet', data_files='OUT/...parquet') reads the pictures as images. Every record "
+        "is a row: its first negative in neg_image (null for a caption without a picture), neg_caption and "
+        "concreteness, its further negatives in more_negatives (caption, image or null, concreteness). --to hf "
         "writes OUT/data/ and a dataset card (README.md), the layout `huggingface-cli upload` and "
         "load_dataset(OUT) expect. Into a folder holding an export of the same dataset it writes only what is "
         "missing; a folder holding anything else is refused, naming it (a hand-written README.md is never replaced).",

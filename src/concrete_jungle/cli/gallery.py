@@ -12,9 +12,10 @@ from .args import positive_int
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "gallery",
-        help="write a static HTML page of hard negatives (anchor and negative side by side)",
+        help="write a static HTML page of hard negatives (the anchor and its negatives side by side)",
         description="One row per sampled anchor, one card per dataset (give D_hc D_lc D_wo of the same anchors "
-        "to compare them). Opens from disk.",
+        "to compare them), showing every negative of the record; a negative without a picture (a caption, as "
+        "imported sets hold them) is shown as its caption beside a 'no picture' box. Opens from disk.",
     )
     p.add_argument("datasets", nargs="+", metavar="DATASET", help="ConcreteBatch directories")
     p.add_argument("--out", default="gallery", help="output folder (default %(default)s)")

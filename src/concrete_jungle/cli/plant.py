@@ -75,6 +75,15 @@ def add_parser(sub) -> None:
                    "(a dataset setting: resuming with another limit is refused)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_print_config(g)
+    g = p.add_argument_group("the bill before the run")
+    g.add_argument("--estimate", action="store_true",
+                   help="print what the run would cost (anchors, LLM requests, edits, disk, GPU-hours per stage), each "
+                   "figure counted, measured or assumed, and stop: no model is loaded, nothing is written (--out is "
+                   "not needed)")
+    g.add_argument("--throughput", metavar="FILE", help="with --estimate: your own measured rates (YAML or JSON: "
+                   "docs/scale.md) instead of the documented anchors")
+    g.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                   help="with --estimate: the figures as JSON, printed instead of the table, or written to FILE")
     p.set_defaults(run=run)
 
 
@@ -129,7 +138,8 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
     from ..plant import PlantConfig
 
     images = args.images or store_images(args.captions)
-    missing = [n for n in ("captions", "images", "out", "mode") if not (images if n == "images" else getattr(args, n))]
+    needed = ("captions", "images", "mode") if args.estimate else ("captions", "images", "out", "mode")
+    missing = [n for n in needed if not (images if n == "images" else getattr(args, n))]
     if missing:
         # the sentence on stores only when --images is missing: after another missing flag it would mislead
         stores = ("; --images may be left out when every input is a store (WebDataset, Parquet, a saved dataset), "
@@ -151,7 +161,7 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
         editor_options = {"model": args.editor_model, "strength": args.strength, "steps": args.steps,
                           "size": args.size, "vae": args.vae, "compile": args.compile, "device": args.device}
     return PlantConfig(
-        captions=list(args.captions), images=str(images), out=args.out, mode=args.mode, format=args.format,
+        captions=list(args.captions), images=str(images), out=args.out or "", mode=args.mode, format=args.format,
         split=args.split, columns=column_names(args.columns), sampler=sampler_config(args), scale=args.scale,
         spacy_model=args.spacy_model, captioner=args.captioner,
         captioner_options=captioner_options | key_values(args.captioner_option, "--captioner-option"),
@@ -174,6 +184,8 @@ def run(args, console: Console) -> int:
     env_index, env_count = shard_from_environment()
     shard_index = args.shard_index if args.shard_index is not None else env_index
     num_shards = args.num_shards if args.num_shards is not None else env_count
+    if (args.json or args.throughput) and not args.estimate:
+        raise ValueError("--json and --throughput go with --estimate")
     if args.action not in (None, "merge"):
         raise ValueError(f"plant: unexpected argument {args.action!r}; the only action is `plant merge DIR` "
                          "(caption files go after --captions)")
@@ -200,6 +212,8 @@ def run(args, console: Console) -> int:
             config = plant_config_from_flags(args, num_shards, shard_index)
         if args.print_config:
             return print_config(config, console)
+        if args.estimate:
+            return print_estimate(config, args, console)
         config.check_inputs()  # files, folders, captioner and editor names: before anything is written
         if config.engine.name == "ray":
             import importlib.util
@@ -215,6 +229,26 @@ def run(args, console: Console) -> int:
     console.print(table)
     if args.action != "merge":
         console.print(f"written: {config.out} (shards, manifest.jsonl, rejects.jsonl, summary.json)", highlight=False)
+    return 0
+
+
+def print_estimate(config, args, console: Console) -> int:
+    """`plant --estimate`: the bill as a table (whole rows when piped), or JSON with --json (to a FILE: both)."""
+    import json
+    import sys
+
+    from ..plant.estimate import estimate, estimate_table, load_throughput
+    from ..records import atomic_write_text
+
+    result = estimate(config, load_throughput(args.throughput) if args.throughput else None)
+    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+    if args.json == "-":
+        sys.stdout.write(text)
+        return 0
+    Console(width=console.width if sys.stdout.isatty() else 1000).print(estimate_table(result))
+    if args.json:
+        atomic_write_text(args.json, text)
+        console.print(f"written: {args.json}", highlight=False)
     return 0
 
 

@@ -1,19 +1,16 @@
-"""Cement loss: InfoNCE over anchors and hard negatives with a per-sample margin on the hard-negative logit.
+"""Cement loss: InfoNCE over anchors and hard negatives with a per-sample margin on each hard-negative logit.
 
-docs/method.md §5 (paper §2.3). A batch holds N anchor pairs and their N hard-negative pairs, features ordered
-``[anchors; negatives]`` (2N images, 2N texts, L2-normalised). With ``S = s * I @ T.T``:
+docs/method.md §5 (paper §2.3). A batch holds N anchor pairs and K >= 1 hard-negative pairs per anchor, features
+ordered ``[anchors; negatives]`` (`layout`: row ``N + a K + k`` is anchor a's k-th negative; L2-normalised).
+With ``S = s * I @ T.T`` and ``j = N + a K + k``:
 
-    h(a)      = (a + N) mod 2N                   the hard-negative column of row a
-    S~[a, b]  = S[a, b] + m_a  if b == h(a)      m_a = m_{a+N} = schedule(c_a)
-    L         = (CE(S~, arange) + CE(S~.T, arange)) / 2
+    S~[a, j] = S[a, j] + m_ak,   S~[j, a] = S[j, a] + m_ak,      m_ak = schedule(c_ak)
+    L        = (CE(S~, arange) + CE(S~.T, arange)) / 2           over the rows that exist
 
-Because m is shared by a pair and its negative, the margins of S~ sit at the transposed places of
-S~.T, so one margined matrix serves both directions. A sample without a hard negative has its
-negative row and column masked out of the softmax (-inf), never zero-filled.
-
-Data parallel follows open_clip's `ClipLoss` (`gather_features`, `local_loss`, `gather_with_grad`,
-cached labels); the gathered ``[a_0; n_0; a_1; n_1; ...]`` rows are re-ordered to
-``[a_0; a_1; ...; n_0; n_1; ...]`` before `h` is applied, so indices are global.
+Because a margin sits at both (a, j) and (j, a), the margins of S~.T are those of S~, so one margined matrix
+serves both directions. A missing negative caption masks its column (and row) out of every softmax; a missing
+negative picture its row (and column): -inf, never zero-filled. With K = 1 and every picture present this is
+the paper's loss; with captions only and no margin it is NegCLIP's (`negclip`).
 """
 
 from __future__ import annotations
@@ -25,6 +22,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .layout import (Layout, gather_no_grad, gather_rows, hard_columns, make_layout, negatives_per_anchor,
+                     per_sample)
 
 # ---------------------------------------------------------------- margin schedules: concreteness -> margin
 
@@ -86,24 +86,24 @@ def make_schedule(name: str, **params) -> Callable[[torch.Tensor], torch.Tensor]
 # ---------------------------------------------------------------- the margined, masked InfoNCE core
 
 
-def add_margins_(
-    logits: torch.Tensor, hard_cols: torch.Tensor, margins: torch.Tensor, masked_cols: torch.Tensor,
-    mask_rows_too: bool = False,
-) -> torch.Tensor:
-    """In place: ``margins[row]`` added at ``(row, hard_cols[row])``, ``masked_cols`` set to -inf.
+def margin_entries(layout: Layout, margins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, columns, values) of the margins of S~: m_ak at (a, j) and at (j, a) for every pair."""
+    anchor, negative, m = layout.pair_anchor, layout.pair_negative, margins.flatten()
+    return torch.cat([anchor, negative]), torch.cat([negative, anchor]), torch.cat([m, m])
 
-    ``mask_rows_too`` also fills those rows, for a square matrix whose columns' softmax is taken too
-    (there a missing negative image would otherwise enter every text's denominator).
 
-    A sparse add of one entry per row and a column fill, on logits that nothing else needs (the matmul
-    that made them keeps only its inputs for backward): no extra rows x cols tensor is made.
-    """
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    logits.index_put_((rows, hard_cols), margins.to(logits.dtype), accumulate=True)
-    if masked_cols.numel():
-        logits.index_fill_(1, masked_cols, float("-inf"))
-        if mask_rows_too:
-            logits.index_fill_(0, masked_cols, float("-inf"))
+def add_margins_(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """In place: ``values`` added at ``(rows, cols)``: a sparse add of a few entries per row, on logits that
+    nothing else needs (the matmul that made them keeps only its inputs for backward)."""
+    return logits.index_put_((rows, cols), values.to(logits.dtype), accumulate=True)
+
+
+def mask_(logits: torch.Tensor, cols: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """In place: the columns and rows named (indices) set to -inf; their entries get no gradient."""
+    if cols is not None and cols.numel():
+        logits.index_fill_(1, cols, float("-inf"))
+    if rows is not None and rows.numel():
+        logits.index_fill_(0, rows, float("-inf"))
     return logits
 
 
@@ -113,38 +113,26 @@ def nll_sum(log_probs: torch.Tensor, labels: torch.Tensor, valid_rows: torch.Ten
 
 
 @torch.no_grad()
-def row_statistics(log_probs: torch.Tensor, labels: torch.Tensor, hard_cols: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Per row: p_ii and the hard-negative gradient share p_{i,h(i)} / (1 - p_ii) (docs/method.md §5).
-
-    The share is computed in log space, as p_{i,h(i)} over the sum of the row's other off-diagonal probabilities:
-    for a confident model p_ii rounds to 1 and ``1 - p_ii`` to 0 in float32, where the plain ratio explodes."""
+def row_statistics(log_probs: torch.Tensor, labels: torch.Tensor, hard_cols: torch.Tensor,
+                   hard_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: p_ii and the hard-negative gradient share, the probability of the row's hard columns over that of
+    all its off-diagonal ones (docs/method.md §5). Computed in log space: for a confident model p_ii rounds to 1
+    and ``1 - p_ii`` to 0 in float32, where the plain ratio explodes."""
     p_pos = log_probs.gather(1, labels[:, None]).squeeze(1).exp()
     others = log_probs.scatter(1, labels[:, None], float("-inf"))
-    log_share = log_probs.gather(1, hard_cols[:, None]).squeeze(1) - torch.logsumexp(others, dim=1)
+    hard = log_probs.gather(1, hard_cols).masked_fill(~hard_valid, float("-inf"))
+    log_share = torch.logsumexp(hard, dim=1) - torch.logsumexp(others, dim=1)
     return p_pos, torch.nan_to_num(log_share.exp(), nan=0.0)  # nan: a row with no other column at all
 
 
 @torch.no_grad()
-def logit_gap(logits: torch.Tensor, labels: torch.Tensor, hard_cols: torch.Tensor) -> torch.Tensor:
-    """Per row, before any margin: S[i, i] - S[i, h(i)]."""
-    return logits.gather(1, labels[:, None]).squeeze(1) - logits.gather(1, hard_cols[:, None]).squeeze(1)
-
-
-# ---------------------------------------------------------------- data parallel
-
-
-def _gather_no_grad(t: torch.Tensor, world_size: int) -> torch.Tensor:
-    import torch.distributed as dist
-
-    parts = [torch.empty_like(t) for _ in range(world_size)]
-    dist.all_gather(parts, t.contiguous())
-    return torch.cat(parts)
-
-
-def anchors_then_negatives(gathered: torch.Tensor, world_size: int) -> torch.Tensor:
-    """``[a_0; n_0; a_1; n_1; ...]`` (each block n rows) -> ``[a_0; a_1; ...; n_0; n_1; ...]``."""
-    n = gathered.shape[0] // (2 * world_size)
-    return gathered.reshape(world_size, 2, n, -1).transpose(0, 1).reshape(2 * world_size * n, -1)
+def anchor_gaps(view: torch.Tensor, own: torch.Tensor, layout: Layout, valid: torch.Tensor) -> torch.Tensor:
+    """S[a, a] - S[a, j] for this view's anchor rows a and their negatives j that exist (``valid``: N x K)."""
+    anchor_rows = torch.nonzero(own < layout.n).squeeze(1)
+    a = own[anchor_rows]
+    negatives = layout.n + a[:, None] * layout.k + torch.arange(layout.k, device=own.device)
+    gaps = view[anchor_rows, a][:, None] - view[anchor_rows[:, None], negatives]
+    return gaps[valid[a]]
 
 
 # ---------------------------------------------------------------- the loss module
@@ -153,15 +141,16 @@ def anchors_then_negatives(gathered: torch.Tensor, world_size: int) -> torch.Ten
 class CementLoss(nn.Module):
     """InfoNCE over anchors + hard negatives with a concreteness-driven margin (docs/method.md §5).
 
-    ``forward(image_features, text_features, logit_scale, concreteness, has_negative=None)``:
-    features are 2n x D (n anchors then their n negatives, on this rank), ``concreteness`` is n,
-    ``has_negative`` an optional n-bool mask (False: that sample's negative row and column are left
-    out of the softmax). With ``output_dict=True`` it returns ``{"contrastive_loss", ...diagnostics}``:
-    hard-negative gradient share (rows with a negative, both directions), mean p_ii, mean raw logit gap
-    S[i,i] - S[i,i'] over anchors with a negative (image-to-text and text-to-image), mean margin; all
-    detached and computed from the log-softmax the loss needs anyway.
+    ``forward(image_features, text_features, logit_scale, concreteness, has_negative=None,
+    has_negative_image=None)``: features are n (1 + K) x D (`layout`: n anchors then their n K negatives, on this
+    rank), ``concreteness`` n x K (or n for K = 1), ``has_negative`` an optional n x K bool mask of the negative
+    captions that exist, ``has_negative_image`` of their pictures (default: every existing caption has its
+    picture). With ``output_dict=True`` it returns ``{"contrastive_loss", ...diagnostics}``: hard-negative
+    gradient share (rows with a hard counterpart, both directions), mean p_ii, mean raw logit gap S[a,a] - S[a,j]
+    over anchors' existing negatives (image-to-text and text-to-image), mean margin; all detached and computed
+    from the log-softmax the loss needs anyway.
 
-    ``margin="none"`` with every negative present is open_clip's ClipLoss on the 2N pairs; with no
+    ``margin="none"`` with every negative present is open_clip's ClipLoss on the N (1 + K) pairs; with no
     negative at all it is ClipLoss on the N anchors.
     """
 
@@ -182,67 +171,26 @@ class CementLoss(nn.Module):
         self.cache_labels = cache_labels
         self.rank = rank
         self.world_size = world_size
-        self._index_cache: dict = {}
         self._warned_unnormalised = False
 
     # -- checks
-    def _check(self, image_features, text_features, logit_scale, concreteness, has_negative) -> None:
+    def _check(self, image_features, text_features, logit_scale, concreteness) -> int:
         if image_features.ndim != 2 or text_features.ndim != 2:
             raise ValueError(f"image_features and text_features must be 2-D (rows x dim), got "
                              f"{tuple(image_features.shape)} and {tuple(text_features.shape)}")
         if image_features.shape != text_features.shape:
             raise ValueError(f"image_features {tuple(image_features.shape)} and text_features "
                              f"{tuple(text_features.shape)} must have the same shape")
-        rows = image_features.shape[0]
-        if rows % 2:
-            raise ValueError(f"image_features has {rows} rows; expected 2n rows ordered [anchors; negatives]")
-        if concreteness.shape != (rows // 2,):
-            raise ValueError(f"concreteness has shape {tuple(concreteness.shape)}; expected ({rows // 2},), "
-                             "one value per anchor")
-        if torch.isnan(concreteness).any():
-            raise ValueError("concreteness contains NaN; rate every keyword or drop the sample")
-        if has_negative is not None and (has_negative.shape != (rows // 2,) or has_negative.dtype != torch.bool):
-            raise ValueError(f"has_negative must be a bool tensor of shape ({rows // 2},), got "
-                             f"{has_negative.dtype} {tuple(has_negative.shape)}")
+        if concreteness.ndim not in (1, 2):
+            raise ValueError(f"concreteness has shape {tuple(concreteness.shape)}; expected (n,) or (n, K), "
+                             "one value per anchor and negative")
+        k = negatives_per_anchor(image_features.shape[0], concreteness.shape[0], "image_features")
+        if concreteness.ndim == 1 and k != 1:
+            raise ValueError(f"concreteness has shape {tuple(concreteness.shape)}; expected "
+                             f"({concreteness.shape[0]}, {k}), one value per anchor and negative")
         if torch.as_tensor(logit_scale).numel() != 1:
             raise ValueError("logit_scale must be a scalar (the exponentiated scale, as open_clip returns it)")
-        if not self._warned_unnormalised:
-            with torch.no_grad():
-                norms = torch.cat([image_features.norm(dim=1), text_features.norm(dim=1)])
-                if (norms - 1).abs().max() > 1e-3:
-                    self._warned_unnormalised = True
-                    warnings.warn("CementLoss: features are not L2-normalised (norms "
-                                  f"{norms.min().item():.3g}..{norms.max().item():.3g}); the margin assumes "
-                                  "cosine logits. Normalise them (open_clip: model(..., normalize=True)).",
-                                  stacklevel=3)
-
-    # -- indices, cached per device and size like ClipLoss's labels
-    def _indices(self, device, n_global: int, n_local: int) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (device, n_global, n_local, self.local_loss, self.rank)
-        if key in self._index_cache:
-            return self._index_cache[key]
-        if self.local_loss:
-            own = torch.arange(n_local, device=device) + n_local * self.rank
-            labels = torch.cat([own, own + n_global])
-        else:
-            labels = torch.arange(2 * n_global, device=device)
-        hard_cols = (labels + n_global) % (2 * n_global)
-        if self.cache_labels:
-            self._index_cache = {key: (labels, hard_cols)}
-        return labels, hard_cols
-
-    def _gather(self, image_features, text_features, concreteness, has_negative):
-        from open_clip.loss import gather_features
-
-        all_images, all_texts = gather_features(
-            image_features, text_features, local_loss=self.local_loss, gather_with_grad=self.gather_with_grad,
-            rank=self.rank, world_size=self.world_size,
-        )
-        all_images = anchors_then_negatives(all_images, self.world_size)
-        all_texts = anchors_then_negatives(all_texts, self.world_size)
-        all_c = _gather_no_grad(concreteness, self.world_size)
-        all_mask = _gather_no_grad(has_negative, self.world_size)
-        return all_images, all_texts, all_c, all_mask
+        return k
 
     def forward(
         self,
@@ -251,67 +199,101 @@ class CementLoss(nn.Module):
         logit_scale: torch.Tensor | float,
         concreteness: torch.Tensor,
         has_negative: torch.Tensor | None = None,
+        has_negative_image: torch.Tensor | None = None,
         output_dict: bool = False,
     ):
-        self._check(image_features, text_features, logit_scale, concreteness, has_negative)
-        n = image_features.shape[0] // 2
-        device = image_features.device
-        if has_negative is None:
-            has_negative = torch.ones(n, dtype=torch.bool, device=device)
+        k = self._check(image_features, text_features, logit_scale, concreteness)
+        n, device = concreteness.shape[0], image_features.device
+        c = per_sample(concreteness, n, k, "concreteness", concreteness.dtype, device)
+        has_negative = per_sample(has_negative, n, k, "has_negative", torch.bool, device)
+        has_image = per_sample(has_negative_image, n, k, "has_negative_image", torch.bool, device)
+        if torch.isnan(c[has_negative]).any():
+            raise ValueError("concreteness contains NaN; rate every keyword or drop the sample")
+        c = c.masked_fill(~has_negative, 0.0)  # a missing negative's rating is never read
+        if not self._warned_unnormalised:
+            warn_unnormalised(self, image_features, text_features, has_negative, has_image, "CementLoss")
+        all_images, all_texts = gather_rows(image_features, text_features, k, self.local_loss,
+                                            self.gather_with_grad, self.rank, self.world_size)
         if self.world_size > 1:
-            all_images, all_texts, all_c, all_mask = self._gather(image_features, text_features, concreteness,
-                                                                  has_negative)
-        else:
-            all_images, all_texts, all_c, all_mask = image_features, text_features, concreteness, has_negative
-        n_global = all_c.shape[0]
-        labels, hard_cols = self._indices(device, n_global, n)
-
-        margins = self.schedule(concreteness if self.local_loss else all_c)
-        row_margins = torch.cat([margins, margins])
-        row_mask = has_negative if self.local_loss else all_mask
-        # anchors always count; a negative row only where the sample has a negative
-        valid_rows = torch.cat([torch.ones_like(row_mask), row_mask])
-        masked_cols = n_global + torch.nonzero(~all_mask).squeeze(1)
-        n_valid_global = n_global + int(all_mask.sum())
+            c, has_negative, has_image = (gather_no_grad(t, self.world_size) for t in (c, has_negative, has_image))
+        layout = make_layout(has_negative, has_image, n, self.rank, self.local_loss)
+        rows, cols, values = margin_entries(layout, self.schedule(c))
+        labels = layout.own
+        text_missing = torch.nonzero(~layout.text_valid).squeeze(1)
+        image_missing = torch.nonzero(~layout.image_valid).squeeze(1)
+        valid = layout.image_valid[labels]  # a row with its picture has its caption: both directions count
 
         if self.local_loss:
-            directions = [logit_scale * image_features @ all_texts.T, logit_scale * text_features @ all_images.T]
+            # this rank's rows against every column; the global margin entries of its rows, in local row numbers
+            local_of = torch.full((layout.rows,), -1, dtype=torch.long, device=device)
+            local_of[labels] = torch.arange(labels.numel(), device=device)
+            mine = local_of[rows] >= 0
+            rows, cols, values = local_of[rows][mine], cols[mine], values[mine]
+            views = [logit_scale * image_features @ all_texts.T, logit_scale * text_features @ all_images.T]
         else:
-            directions = [logit_scale * all_images @ all_texts.T]
-        # raw gaps before the margins go in; in the shared-matrix case the text rows are S's columns
-        views = directions if self.local_loss else [directions[0], directions[0].T]
-        gaps = [logit_gap(v, labels, hard_cols) for v in views] if output_dict else []
-        for logits in directions:
-            add_margins_(logits, hard_cols, row_margins, masked_cols, mask_rows_too=not self.local_loss)
+            s = logit_scale * all_images @ all_texts.T
+            views = [s, s.T]
+        gaps = [anchor_gaps(views[0], labels, layout, layout.has_negative),
+                anchor_gaps(views[1], labels, layout, layout.has_negative_image)] if output_dict else []
         if self.local_loss:
-            log_probs = [F.log_softmax(logits, dim=1) for logits in directions]
+            log_probs = []
+            for logits, missing in zip(views, (text_missing, image_missing)):
+                add_margins_(logits, rows, cols, values)
+                log_probs.append(F.log_softmax(mask_(logits, cols=missing), dim=1))
         else:
+            s = mask_(add_margins_(views[0], rows, cols, values), cols=text_missing, rows=image_missing)
             # S~.T needs no second matrix: the margins are symmetric (docs/method.md §5), and the text-to-image
             # row softmax of S~.T is the column softmax of S~
-            log_probs = [F.log_softmax(directions[0], dim=1), F.log_softmax(directions[0], dim=0).T]
+            log_probs = [F.log_softmax(s, dim=1), F.log_softmax(s, dim=0).T]
 
         # Normalised by the global count of valid rows (per rank: its share), so that the mean over ranks of
         # local losses is the global loss even when ranks hold different numbers of negatives.
-        denominator = 2 * n_valid_global / (self.world_size if self.local_loss else 1)
-        loss = sum(nll_sum(lp, labels, valid_rows) for lp in log_probs) / denominator
+        denominator = 2 * int(layout.image_valid.sum()) / (self.world_size if self.local_loss else 1)
+        loss = sum(nll_sum(lp, labels, valid) for lp in log_probs) / denominator
         if not output_dict:
             return loss
+        margins = self.schedule(c)
+        own_anchors = labels[labels < layout.n]
+        used_margins = margins[own_anchors][layout.has_negative[own_anchors]]
+        return {"contrastive_loss": loss, "margin": mean_or_nan(used_margins, loss)} | \
+            row_diagnostics(log_probs, labels, layout, valid, gaps, loss)
 
-        stats = [row_statistics(lp, labels, hard_cols) for lp in log_probs]
-        p_pos = torch.cat([p for p, _ in stats])[torch.cat([valid_rows, valid_rows])]
-        with_negative = torch.cat([row_mask, row_mask, row_mask, row_mask])
-        share = torch.cat([sh for _, sh in stats])[with_negative]
-        # the gap is the anchors' (paper Fig. 5b-c): S[i,i] - S[i,i'] for an anchor i with a negative i'
-        anchor_with_negative = torch.cat([row_mask, torch.zeros_like(row_mask)])
-        gap = torch.cat(gaps)[torch.cat([anchor_with_negative, anchor_with_negative])]
-        nan = p_pos.new_tensor(float("nan"))
-        return {
-            "contrastive_loss": loss,
-            "hn_grad_share": share.mean() if share.numel() else nan,
-            "p_pos": p_pos.mean(),
-            "logit_gap": gap.mean() if gap.numel() else nan,
-            "margin": margins.detach()[row_mask].mean() if bool(row_mask.any()) else nan,
-        }
+
+def warn_unnormalised(loss: nn.Module, image_features: torch.Tensor, text_features: torch.Tensor,
+                      has_negative: torch.Tensor, has_negative_image: torch.Tensor, name: str) -> None:
+    """Warn once per loss module when the features of rows that exist are not unit vectors: the losses assume
+    cosine logits."""
+    anchors = torch.ones(has_negative.shape[0], dtype=torch.bool, device=has_negative.device)
+    texts = torch.cat([anchors, has_negative.flatten()])
+    images = torch.cat([anchors, (has_negative_image & has_negative).flatten()])
+    with torch.no_grad():
+        norms = torch.cat([image_features[images].norm(dim=1), text_features[texts].norm(dim=1)])
+        if (norms - 1).abs().max() > 1e-3:
+            loss._warned_unnormalised = True
+            warnings.warn(f"{name}: features are not L2-normalised (norms {norms.min().item():.3g}.."
+                          f"{norms.max().item():.3g}); the loss assumes cosine logits. Normalise them (open_clip: "
+                          "model(..., normalize=True)).", stacklevel=4)
+
+
+def mean_or_nan(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return values.detach().mean() if values.numel() else like.new_tensor(float("nan"))
+
+
+@torch.no_grad()
+def row_diagnostics(log_probs: list[torch.Tensor], labels: torch.Tensor, layout: Layout, valid: torch.Tensor,
+                    gaps: list[torch.Tensor], like: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The diagnostics of the image-to-text and text-to-image log-probabilities of the rows ``labels``: mean
+    p_ii, mean hard-negative gradient share over rows with a hard counterpart, mean anchor logit gap."""
+    hard_cols, hard_valid = hard_columns(layout)
+    hard_cols, hard_valid = hard_cols[labels], hard_valid[labels]
+    p_pos, share = [], []
+    for lp, col_valid in zip(log_probs, (layout.text_valid, layout.image_valid)):
+        entry_valid = hard_valid & col_valid[hard_cols] & valid[:, None]
+        p, sh = row_statistics(lp, labels, hard_cols, entry_valid)
+        p_pos.append(p[valid])
+        share.append(sh[entry_valid.any(dim=1)])
+    return {"hn_grad_share": mean_or_nan(torch.cat(share), like), "p_pos": torch.cat(p_pos).mean(),
+            "logit_gap": mean_or_nan(torch.cat(gaps), like)}
 
 
 @torch.no_grad()
@@ -322,16 +304,17 @@ def hard_negative_diagnostics(
     concreteness: torch.Tensor | None = None,
     margin: str | Callable[[torch.Tensor], torch.Tensor] = "none",
     has_negative: torch.Tensor | None = None,
+    has_negative_image: torch.Tensor | None = None,
     **margin_params,
 ) -> dict[str, float]:
     """The loss's diagnostics for any ``[anchors; negatives]`` features (e.g. a model's on a dataset).
 
     Used by the analysis to plot the hard-negative gradient share against batch size (paper Fig. 6).
     """
-    n = image_features.shape[0] // 2
     if concreteness is None:
+        n = image_features.shape[0] // 2  # one negative per anchor unless the ratings say otherwise
         concreteness = torch.zeros(n, device=image_features.device)
     out = CementLoss(margin, **margin_params)(image_features, text_features, logit_scale, concreteness,
-                                              has_negative, output_dict=True)
+                                              has_negative, has_negative_image, output_dict=True)
     return {k: float(v) for k, v in out.items()}
 

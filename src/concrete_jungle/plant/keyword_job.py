@@ -10,13 +10,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .concreteness import Ratings
 from .keywords import CATEGORIES, Candidate, KeywordSampler, SamplerConfig, extract_candidates
+from .streams import SampleSpool, ValueTally, read_records, repair_tail
 from ..sources import anchor_caption
 
 class KeywordJobError(ValueError):
@@ -54,22 +55,38 @@ def precheck(caption: str | None, ratings: Ratings, stop_words, limits: FilterCo
     return None
 
 
-def summarize(records: list[dict]) -> dict:
-    from ..records import mean_median
+class KeywordTally:
+    """The keyword summary's counters, added to a record at a time (the job holds these, not its records)."""
 
-    ok = [r for r in records if r["status"] == "ok"]
-    n = len(ok)
-    mean, median = mean_median([r["concreteness"] for r in ok])
-    shares = Counter(r["category"] for r in ok)
-    return {
-        "count": n,
-        "skipped": len(records) - n,
-        "mean_concreteness": mean,
-        "median_concreteness": median,
-        "category_shares": {c: shares[c] / n if n else 0.0 for c in CATEGORIES},
-        "unique_keywords": len({r["keyword"].lower() for r in ok}),
-        "skipped_by_reason": dict(Counter(r["reason"].split(" (")[0] for r in records if r["status"] != "ok")),
-    }
+    def __init__(self):
+        self.ok, self.skipped = 0, 0
+        self.concreteness = ValueTally()
+        self.categories: Counter = Counter()
+        self.keywords: set[str] = set()  # distinct keywords: bounded by the ratings table, not by the input
+        self.reasons: Counter = Counter()
+
+    def add(self, record: dict) -> None:
+        if record["status"] == "ok":
+            self.ok += 1
+            self.concreteness.add(record["concreteness"])
+            self.categories[record["category"]] += 1
+            self.keywords.add(record["keyword"].lower())
+        else:
+            self.skipped += 1
+            self.reasons[record["reason"].split(" (")[0]] += 1
+
+    def summary(self) -> dict:
+        n = self.ok
+        mean, median = self.concreteness.mean_median()
+        return {
+            "count": n,
+            "skipped": self.skipped,
+            "mean_concreteness": mean,
+            "median_concreteness": median,
+            "category_shares": {c: self.categories[c] / n if n else 0.0 for c in CATEGORIES},
+            "unique_keywords": len(self.keywords),
+            "skipped_by_reason": dict(self.reasons),
+        }
 
 
 def summary_table(summary: dict, title: str):
@@ -102,7 +119,11 @@ def candidates_of(texts: list[str], nlp=None, ratings: Ratings | None = None) ->
     does for a batch (with the pipeline it was started with) and a distributed engine can call per batch."""
     nlp = _WORKER["nlp"] if nlp is None else nlp
     ratings = _WORKER["ratings"] if ratings is None else ratings
-    return [extract_candidates(doc, ratings) for doc in nlp.pipe(texts, batch_size=max(1, len(texts)))]
+    # the strings and lexemes spaCy adds for a batch's new words (a number, a name) are freed after it: its
+    # vocabulary would grow with the input (~250 B a caption that brings a new word); the candidates are plain
+    # Python objects and outlive the zone
+    with nlp.memory_zone():
+        return [extract_candidates(doc, ratings) for doc in nlp.pipe(texts, batch_size=max(1, len(texts)))]
 
 
 class CandidateWorkers:
@@ -123,10 +144,19 @@ class CandidateWorkers:
             self.pool = multiprocessing.get_context(method).Pool(self.workers, _start_worker, (self.nlp, self.ratings))
         return self
 
-    def map(self, batches: list[list[str]]):
+    def map(self, batches):
+        """The candidates of each batch of texts in ``batches`` (any iterable), in order. The workers are given at
+        most two batches each ahead of the results taken: `Pool.imap` would read the whole iterable at once."""
         if self.pool is None:
-            return (candidates_of(texts, self.nlp, self.ratings) for texts in batches)
-        return self.pool.imap(candidates_of, batches)
+            yield from (candidates_of(texts, self.nlp, self.ratings) for texts in batches)
+            return
+        ahead = deque()
+        for texts in batches:
+            ahead.append(self.pool.apply_async(candidates_of, (texts,)))
+            if len(ahead) > 2 * self.workers:
+                yield ahead.popleft().get()
+        while ahead:
+            yield ahead.popleft().get()
 
     def __exit__(self, *exc):
         if self.pool is not None:
@@ -150,100 +180,115 @@ def run_keywords(
     keep: Callable[[str], bool] | None = None,
     extractor=None,
     limit: int | None = None,
-) -> tuple[dict, list[dict]]:
+) -> tuple[dict, KeywordRecords]:
     """Sample one keyword per caption sample into ``out`` (JSONL), resuming whatever ``out`` already holds.
 
     Every input sample gets exactly one line, ``status`` ``ok`` or ``skipped`` with a ``reason``. Lines are
     written in input order, so the quota counts rebuilt from the ok lines on restart equal those of an
     uninterrupted run. ``keep`` selects samples by id (a part of a sharded run); the others are not written.
-    Returns the summary (also written to ``<out stem>.summary.json``) and the records, as in ``out``.
+    Returns the summary (also written to ``<out stem>.summary.json``) and the records, as in ``out`` (read from it
+    when iterated: the job holds a batch and the summary's counters, never the records).
     ``extractor`` finds the candidates of batches instead of `CandidateWorkers` (e.g. on Ray), in order; one with a
     ``read_files`` method reads the input's store files too (`sources.read_samples`'s ``map_files``).
     ``limit``: only the first ``limit`` samples of the input (before ``keep``), to try a setting on a few.
     """
     from tqdm import tqdm
 
-    from ..records import JsonlAppender, atomic_write_json, differing, read_jsonl_repairing
+    from ..records import JsonlAppender, atomic_write_json, differing
     from ..sources import read_samples
 
     out_path = Path(out)
-    # every input file is read (and a malformed one reported) before anything is written
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     # an engine that reads store files in parallel (Ray) has ``read_files``: the same samples, read in its workers
     read = read_samples(captions, fmt=fmt, split=split, columns=columns,
                         map_files=getattr(extractor, "read_files", None))
-    samples = [s for s in itertools.islice(read, limit)
-               if keep is None or keep(s.id)]
-    settings = {
-        "sampler": asdict(sampler_config), "filter": asdict(limits), "scale": ratings.name,
-        "spacy_model": f"{nlp.meta['lang']}_{nlp.meta['name']}-{nlp.meta['version']}", "limit": limit,
-        **({"columns": columns} if columns else {}),
-    }
-    config_path = out_path.with_name(out_path.stem + ".config.json")
-    if config_path.exists() and out_path.exists():
-        previous = json.loads(config_path.read_text())
-        changed = sorted(k for k in settings if previous.get(k) != settings[k])
-        if changed:
-            raise KeywordJobError(
-                f"{out_path} was started with other settings ({differing(changed)}, see {config_path}); "
-                "pass another --out, or delete it to start over"
-            )
-    atomic_write_json(config_path, settings)
+    with SampleSpool(out_path.parent) as spool:
+        # every input file is read (and a malformed one reported) before anything is written
+        spool.fill((s for s in itertools.islice(read, limit) if keep is None or keep(s.id)), anchor_caption)
+        settings = {
+            "sampler": asdict(sampler_config), "filter": asdict(limits), "scale": ratings.name,
+            "spacy_model": f"{nlp.meta['lang']}_{nlp.meta['name']}-{nlp.meta['version']}", "limit": limit,
+            **({"columns": columns} if columns else {}),
+        }
+        config_path = out_path.with_name(out_path.stem + ".config.json")
+        if config_path.exists() and out_path.exists():
+            previous = json.loads(config_path.read_text())
+            changed = sorted(k for k in settings if previous.get(k) != settings[k])
+            if changed:
+                raise KeywordJobError(
+                    f"{out_path} was started with other settings ({differing(changed)}, see {config_path}); "
+                    "pass another --out, or delete it to start over"
+                )
+        atomic_write_json(config_path, settings)
 
-    sampler = KeywordSampler(sampler_config)
-    done = read_jsonl_repairing(out_path)
-    # one line per input sample, in input order: the lines written are the first samples, by position (an id
-    # may come twice: its second sample is a "duplicate id" line of its own)
-    if [r["id"] for r in done] != [s.id for s in samples[: len(done)]]:
-        raise KeywordJobError(f"{out_path} does not start with the samples of these caption files in their order; "
-                              "the input changed since the run started: pass another --out, or delete it")
-    for r in done:
-        if r["status"] == "ok":
-            sampler.record(r["category"])
-    records = list(done)
+        sampler, tally = KeywordSampler(sampler_config), KeywordTally()
+        samples = iter(spool)
+        repair_tail(out_path)
+        done = 0
+        # one line per input sample, in input order: the lines written are the first samples, by position (an id
+        # may come twice: its second sample is a "duplicate id" line of its own)
+        for record in read_records(out_path):
+            sample = next(samples, None)
+            if sample is None or sample.id != record["id"]:
+                raise KeywordJobError(f"{out_path} does not start with the samples of these caption files in their "
+                                      "order; the input changed since the run started: pass another --out, or "
+                                      "delete it")
+            if record["status"] == "ok":
+                sampler.record(record["category"])
+            tally.add(record)
+            done += 1
 
-    stop_words = nlp.Defaults.stop_words
-    todo, seen = [], {r["id"] for r in done}
-    for sample in samples[len(done):]:
-        caption = anchor_caption(sample.captions) if sample.error is None else None
-        if sample.error:
-            reason = sample.error
-        elif sample.id in seen:
-            reason = "duplicate id"
-        else:
-            reason = precheck(caption, ratings, stop_words, limits)
-        seen.add(sample.id)
-        todo.append((sample, caption, reason))
+        stop_words = nlp.Defaults.stop_words
+        todo = ((sample, sample.error or ("duplicate id" if sample.repeated else
+                                          precheck(sample.caption, ratings, stop_words, limits)))
+                for sample in samples)
+        chunks = iter(lambda: list(itertools.islice(todo, batch_size)), [])
+        in_flight = deque()  # the chunks whose texts the extractor has taken, in order
 
-    bar = tqdm(total=len(samples), initial=len(samples) - len(todo), desc=f"keywords {sampler_config.mode}",
-               unit="caption", disable=not progress, dynamic_ncols=True)
-    chunks = [todo[i: i + batch_size] for i in range(0, len(todo), batch_size)]
-    texts = [[caption for _, caption, reason in chunk if reason is None] for chunk in chunks]
-    with JsonlAppender(out_path) as writer, extractor or CandidateWorkers(nlp, ratings, workers) as pool:
-        # the workers parse and extract in parallel; sampling stays here, in input order, because the quota
-        # counts depend on the order (so the output is byte-identical whatever the number of workers)
-        for chunk, found in zip(chunks, pool.map(texts)):
-            found = iter(found)
-            for sample, caption, reason in chunk:
-                record = {"id": sample.id, "image": sample.image, "caption": caption}
-                if reason is None:
-                    candidates = next(found)
-                    pick = sampler.choose(sample.id, candidates)
-                    if pick is None:
-                        reason = "no rated candidate"
-                    else:
-                        record.update(
-                            status="ok", keyword=pick.text, span=[pick.start, pick.end], category=pick.category,
-                            concreteness=pick.concreteness, rated=pick.rated, mode=sampler_config.mode,
-                            scale=ratings.name, candidates=[c.to_dict() for c in candidates],
-                        )
-                if reason is not None:
-                    record.update(status="skipped", reason=reason)
-                writer.write(record)
-                records.append(record)
-            bar.update(len(chunk))
-            writer.flush()
-    bar.close()
-    summary = summarize(records)
+        def texts():
+            for chunk in chunks:
+                in_flight.append(chunk)
+                yield [sample.caption for sample, reason in chunk if reason is None]
+
+        bar = tqdm(total=spool.count, initial=done, desc=f"keywords {sampler_config.mode}", unit="caption",
+                   disable=not progress, dynamic_ncols=True)
+        with JsonlAppender(out_path) as writer, extractor or CandidateWorkers(nlp, ratings, workers) as pool:
+            # the workers parse and extract in parallel; sampling stays here, in input order, because the quota
+            # counts depend on the order (so the output is byte-identical whatever the number of workers)
+            for found in (pool.map(texts()) if done < spool.count else ()):
+                found = iter(found)
+                chunk = in_flight.popleft()
+                for sample, reason in chunk:
+                    record = {"id": sample.id, "image": sample.image, "caption": sample.caption}
+                    if reason is None:
+                        candidates = next(found)
+                        pick = sampler.choose(sample.id, candidates)
+                        if pick is None:
+                            reason = "no rated candidate"
+                        else:
+                            record.update(
+                                status="ok", keyword=pick.text, span=[pick.start, pick.end], category=pick.category,
+                                concreteness=pick.concreteness, rated=pick.rated, mode=sampler_config.mode,
+                                scale=ratings.name, candidates=[c.to_dict() for c in candidates],
+                            )
+                    if reason is not None:
+                        record.update(status="skipped", reason=reason)
+                    writer.write(record)
+                    tally.add(record)
+                bar.update(len(chunk))
+                writer.flush()
+        bar.close()
+    summary = tally.summary()
     summary["settings"] = settings
     atomic_write_json(out_path.with_name(out_path.stem + ".summary.json"), summary)
-    return summary, records
+    return summary, KeywordRecords(out_path)
+
+
+class KeywordRecords:
+    """The records of a keyword file, read from it each time they are iterated (one at a time)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __iter__(self):
+        return read_records(self.path)

@@ -13,9 +13,10 @@ def extractor(config) -> None:
     return None
 
 
-def process(plant, batches: list, n_done: int, total: int) -> tuple[str, str]:
-    """Rewrite and edit ``batches`` and write them in order with `Plant.write_results`; the captioner works on
-    the next batch in a background thread while the current batch is edited. Returns (captioner, editor) names."""
+def process(plant, batches, n_done: int, total: int) -> tuple[str, str]:
+    """Rewrite and edit ``batches`` (an iterable of (shard, records, last of shard), read as they are taken) and
+    write them in order with `Plant.write_results`; the captioner works on the next batch in a background thread
+    while the current batch is edited. Returns (captioner, editor) names."""
     from tqdm import tqdm
 
     c = plant.config
@@ -24,15 +25,19 @@ def process(plant, batches: list, n_done: int, total: int) -> tuple[str, str]:
     plant.write_config(captioner.name, editor.name)
     bar = tqdm(total=total, initial=n_done, desc=f"plant {c.mode} {c.part}", unit="sample",
                disable=not plant.progress, dynamic_ncols=True)
+    work = iter(batches)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="captioner") as pool:
-        future = pool.submit(plant.rewrite, captioner, batches[0][1]) if batches else None
+        current = next(work, None)
+        future = pool.submit(plant.rewrite, captioner, current[1]) if current is not None else None
 
         def results():
-            nonlocal future
-            for b, (shard, batch, last_of_shard) in enumerate(batches):
+            nonlocal current, future
+            while current is not None:
+                shard, batch, last_of_shard = current
                 rewritten = future.result()
                 # the next batch's captions are made while this batch's images are edited
-                future = pool.submit(plant.rewrite, captioner, batches[b + 1][1]) if b + 1 < len(batches) else None
+                current = next(work, None)
+                future = pool.submit(plant.rewrite, captioner, current[1]) if current is not None else None
                 yield shard, last_of_shard, plant.edit(shard, batch, rewritten, editor, captioner.name)
 
         try:

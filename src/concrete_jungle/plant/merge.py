@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 from ..errors import PlantError
-from ..records import atomic_write_json, atomic_write_jsonl, differing, read_jsonl
-from .stages import part_of, summarize_manifest
+from ..records import atomic_write_json, differing
+from .stages import ManifestTally, part_of
+from .streams import AtomicJsonl
 
 
 def merge_parts(out: str | Path) -> dict:
@@ -30,20 +30,18 @@ def merge_parts(out: str | Path) -> dict:
     missing = sorted(i for i in range(k) if i not in found or not (out / f"summary-{i:05d}-of-{k:05d}.json").is_file())
     if missing:
         raise PlantError(f"parts {missing} of {k} have not finished in {out}; run them (--shard-index) first")
-    rows = []
-    for p in parts:
+    shards = set()
+    for p in parts:  # read a row at a time, twice: checked here, written below
         index = int(p.stem.split("-")[1])
-        try:
-            part_rows = read_jsonl(p)
-            part_ids = [r["id"] for r in part_rows]
-        except (ValueError, KeyError, TypeError) as e:
-            raise PlantError(f"{p} is damaged ({type(e).__name__}: {e}); run part {index} again "
-                             f"(--shard-index {index}) to remake it") from None
-        foreign = [i for i in part_ids if part_of(i, k) != index]
+        foreign = []
+        for row in part_rows(p, index):
+            if part_of(row["id"], k) != index and len(foreign) < 3:
+                foreign.append(row["id"])
+            if row["status"] == "ok":
+                shards.add(row["shard"])
         if foreign:
-            raise PlantError(f"{p} holds ids that belong to other parts ({foreign[:3]}): it comes from another "
+            raise PlantError(f"{p} holds ids that belong to other parts ({foreign}): it comes from another "
                              f"run; run part {index} again")
-        rows += part_rows
     settings = {p.name: json.loads(p.read_text()) for p in sorted(out.glob("keywords-*-of-*.config.json"))}
     if len({json.dumps(v, sort_keys=True) for v in settings.values()}) > 1:
         first = next(iter(settings.values()))
@@ -51,15 +49,33 @@ def merge_parts(out: str | Path) -> dict:
         differ = sorted({key for v in settings.values() for key in v if v.get(key) != first.get(key)})
         raise PlantError(f"the parts were made with different settings ({differing(differ)}; e.g. {odd[:2]} "
                          f"against {next(iter(settings))}); they are not one dataset")
-    ids = Counter(r["id"] for r in rows)
-    twice = [i for i, n in ids.items() if n > 1]
-    if twice:
-        raise PlantError(f"sample ids in more than one part: {twice[:5]}; the parts come from different runs")
-    absent = sorted({r["shard"] for r in rows if r["status"] == "ok"} - {p.name for p in out.glob("shard-*.tar")})
+    # every id is in its own part (checked above), so no id is in two parts; an id the input repeats is in one
+    # part, its repeat a "duplicate id" reject of the keyword stage
+    absent = sorted(shards - {p.name for p in out.glob("shard-*.tar")})
     if absent:
         raise PlantError(f"the manifests name shards that do not exist: {absent[:5]}")
-    atomic_write_jsonl(out / "manifest.jsonl", rows)
-    atomic_write_jsonl(out / "rejects.jsonl", [r for r in rows if r["status"] != "ok"])
-    summary = summarize_manifest(rows) | {"parts": k}
+    tally = ManifestTally()
+    with AtomicJsonl(out / "manifest.jsonl") as manifest, AtomicJsonl(out / "rejects.jsonl") as rejects:
+        for p in parts:
+            for row in part_rows(p, int(p.stem.split("-")[1])):
+                manifest.write(row)
+                if row["status"] != "ok":
+                    rejects.write(row)
+                tally.add(row)
+    summary = tally.summary() | {"parts": k}
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+def part_rows(path: Path, index: int):
+    """The rows of a part's manifest, one at a time; a damaged one is an error naming the part to run again."""
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line.decode("utf-8"))
+                    row["id"]  # a row without an id, or not an object, is damage too
+                    yield row
+    except (ValueError, KeyError, TypeError) as e:
+        raise PlantError(f"{path} is damaged ({type(e).__name__}: {e}); run part {index} again "
+                         f"(--shard-index {index}) to remake it") from None

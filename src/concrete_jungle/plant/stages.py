@@ -16,6 +16,7 @@ K GPUs or nodes split a dataset with no coordination; `merge` joins their manife
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import time
@@ -27,8 +28,8 @@ from PIL import Image
 from .captioners import Captioner, RewriteRequest
 from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
 from .captioners.validation import check_rewrite, clean_reply
-from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, read_shard_manifests, sample_key,
-                             shard_files, shard_problem, write_shard_manifest)
+from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, sample_key, shard_files, shard_problem,
+                             write_shard_manifest)
 from .concreteness import load_ratings
 from .editors import Editor
 from ..errors import JobError, PlantError
@@ -37,10 +38,11 @@ from .keyword_job import run_keywords
 from ..images import ImageRejected
 from .keywords import sample_rng
 from ..locks import locked
-from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, mean_median
+from ..records import atomic_write_json, atomic_write_text, differing, read_jsonl
 from ..sources import UnsafePathError
 from ..sources.stores import StoreError, read_named
 from .config import PlantConfig
+from .streams import AtomicJsonl, ValueTally, read_records
 
 
 def part_of(sample_id: str, num_shards: int) -> int:
@@ -108,15 +110,19 @@ class Plant:
         self.first_batch_at: float | None = None  # when this run wrote its first edited batch
 
     # -- stage 1
-    def sample_keywords(self, extractor=None) -> list[dict]:
-        """Stage 1; ``extractor`` is an engine's way of finding the candidates (None: in this process)."""
+    @property
+    def keyword_file(self) -> Path:
+        return self.out / f"keywords-{self.config.part}.jsonl"
+
+    def sample_keywords(self, extractor=None) -> int:
+        """Stage 1 into `keyword_file`; the number of samples with a keyword. ``extractor`` is an engine's way of
+        finding the candidates (None: in this process)."""
         c = self.config
-        path = self.out / f"keywords-{c.part}.jsonl"
-        _, records = run_keywords(
-            list(c.captions), str(path), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model), fmt=c.format,
-            split=c.split, columns=c.columns, progress=self.progress, extractor=extractor, limit=c.limit,
-            keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
-        return records
+        summary, _ = run_keywords(
+            list(c.captions), str(self.keyword_file), c.sampler, load_ratings(c.scale), load_spacy(c.spacy_model),
+            fmt=c.format, split=c.split, columns=c.columns, progress=self.progress, extractor=extractor,
+            limit=c.limit, keep=None if c.num_shards == 1 else (lambda i: part_of(i, c.num_shards) == c.shard_index))
+        return summary["count"]
 
     # -- stage 2
     def rewrite(self, captioner: Captioner, batch: list[dict]) -> list[tuple[str | None, str | None, int]]:
@@ -160,24 +166,18 @@ class Plant:
         settings = c.dataset_settings()
         check_part_count(self.out, c.num_shards)
         check_config_matches(self.out, settings)
-        records = self.sample_keywords(engine.extractor(c))
-        ok = [r for r in records if r["status"] == "ok"]
-        chunks = [ok[j: j + c.samples_per_shard] for j in range(0, len(ok), c.samples_per_shard)]
-        shard_of = [j * c.num_shards + c.shard_index for j in range(len(chunks))]
+        n_ok = self.sample_keywords(engine.extractor(c))
+        shard_of = [j * c.num_shards + c.shard_index for j in range(-(-n_ok // c.samples_per_shard))]
         self.remove_orphans(shard_of)
         done = self.verified_shards(set(shard_of))
-        # the work left, in the batches every engine processes in this order: chunk j of this part is shard
-        # j * K + i, cut into batches of batch_size; a batch flagged last completes its shard
-        batches = [(s, chunk[b: b + c.batch_size], b + c.batch_size >= len(chunk))
-                   for s, chunk in zip(shard_of, chunks) if s not in done
-                   for b in range(0, len(chunk), c.batch_size)]
-        n_done = sum(len(rows) for rows in done.values())
+        batches = Batches(self.keyword_file, c, shard_of, set(done), n_ok)
+        n_done = sum(done.values())
         if done:
             print(f"plant: reusing {len(done)} finished shard(s) of an earlier run ({n_done} samples); "
                   f"{len(shard_of) - len(done)} to make", file=sys.stderr)
-        names = engine.process(self, batches, n_done, len(ok))
+        names = engine.process(self, batches, n_done, n_ok)
         to_first = None if self.first_batch_at is None else self.first_batch_at - started
-        return self.finish(records, shard_of, names, time.perf_counter() - started, to_first, len(done))
+        return self.finish(shard_of, names, time.perf_counter() - started, to_first, len(done))
 
     def write_config(self, captioner_name: str, editor_name: str) -> None:
         import yaml
@@ -204,10 +204,10 @@ class Plant:
             for orphan in path.parent.glob(f".{path.name}.*.tmp"):
                 orphan.unlink(missing_ok=True)
 
-    def verified_shards(self, shard_indices: set[int]) -> dict[int, list[dict]]:
-        """The finished shards' manifest rows; a shard that is missing or not the bytes that were written
-        (truncated, a flipped byte) loses its manifest, so this run makes it again."""
-        done = read_shard_manifests(self.out, shard_indices)
+    def verified_shards(self, shard_indices: set[int]) -> dict[int, int]:
+        """The finished shards' numbers of manifest rows; a shard that is missing or not the bytes that were
+        written (truncated, a flipped byte) loses its manifest, so this run makes it again."""
+        done = {index: count_rows(path) for index, path in shard_manifest_files(self.out, shard_indices)}
         for index in sorted(done):
             problem = shard_problem(self.out, index)
             if problem:
@@ -284,25 +284,113 @@ class Plant:
             out[at][1] = (sample_key(record["id"]), anchor_bytes, record["caption"], neg_bytes, new, meta)
         return [tuple(x) for x in out]
 
-    def finish(self, records: list[dict], shard_of: list[int], names: tuple[str, str], seconds: float,
-               to_first_batch: float | None, reused: int = 0) -> dict:
+    def finish(self, shard_of: list[int], names: tuple[str, str], seconds: float, to_first_batch: float | None,
+               reused: int = 0) -> dict:
         """Write this part's manifest and rejects; for a single part, the dataset's own files. The summary's
         ``seconds_to_first_batch`` is the run's start-up (keywords, loading the models, starting Ray's actors):
-        the rest of ``seconds`` is the steady rate at which a larger job would go."""
+        the rest of ``seconds`` is the steady rate at which a larger job would go. The rows go from the shards'
+        manifests and the keyword file to the part's files one at a time."""
         c = self.config
-        rows = [row for rows in read_shard_manifests(self.out, set(shard_of)).values() for row in rows]
-        rows += [{"id": r["id"], "shard": None, "keyword": None, "category": None, "concreteness": None,
-                  "attempts": 0, "status": "rejected", "reason": r["reason"], "stage": "keywords"}
-                 for r in records if r["status"] != "ok"]
         name = "" if c.num_shards == 1 else f"-{c.part}"
-        atomic_write_jsonl(self.out / f"manifest{name}.jsonl", rows)
-        atomic_write_jsonl(self.out / f"rejects{name}.jsonl", [r for r in rows if r["status"] != "ok"])
+        tally = ManifestTally()
+        with AtomicJsonl(self.out / f"manifest{name}.jsonl") as manifest, \
+                AtomicJsonl(self.out / f"rejects{name}.jsonl") as rejects:
+            for row in self.manifest_rows(shard_of):
+                manifest.write(row)
+                if row["status"] != "ok":
+                    rejects.write(row)
+                tally.add(row)
         startup = None if to_first_batch is None else round(to_first_batch, 2)
-        summary = summarize_manifest(rows) | {"seconds": round(seconds, 2), "seconds_to_first_batch": startup,
-                                              "captioner": names[0], "editor": names[1], "part": c.part,
-                                              "engine": c.engine.name, "shards_reused": reused}
+        summary = tally.summary() | {"seconds": round(seconds, 2), "seconds_to_first_batch": startup,
+                                     "captioner": names[0], "editor": names[1], "part": c.part,
+                                     "engine": c.engine.name, "shards_reused": reused}
         atomic_write_json(self.out / f"summary{name}.json", summary)
         return summary
+
+    def manifest_rows(self, shard_of: list[int]):
+        """The part's manifest rows: its shards' (in shard order), then a row for each sample the keyword stage
+        skipped."""
+        for _, path in shard_manifest_files(self.out, set(shard_of)):
+            yield from read_jsonl(path)
+        for r in read_records(self.keyword_file):
+            if r["status"] != "ok":
+                yield {"id": r["id"], "shard": None, "keyword": None, "category": None, "concreteness": None,
+                       "attempts": 0, "status": "rejected", "reason": r["reason"], "stage": "keywords"}
+
+
+class Batches:
+    """The work left to a part, in the batches every engine processes in this order, read from the keyword file
+    as they are taken: the j-th chunk of ``samples_per_shard`` samples with a keyword is shard j * K + i, cut into
+    batches of ``batch_size``; a batch flagged last completes its shard. Items: (shard, records, last of shard)."""
+
+    def __init__(self, keyword_file: Path, config: PlantConfig, shard_of: list[int], done: set[int], n_ok: int):
+        self.keyword_file, self.config, self.shard_of, self.done = keyword_file, config, shard_of, done
+        per, size = config.samples_per_shard, config.batch_size
+        self.count = sum(-(-min(per, n_ok - j * per) // size) for j, s in enumerate(shard_of) if s not in done)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        c = self.config
+        ok = (r for r in read_records(self.keyword_file) if r["status"] == "ok")
+        for shard in self.shard_of:
+            chunk = itertools.islice(ok, c.samples_per_shard)
+            if shard in self.done:
+                for _ in chunk:  # read past it
+                    pass
+                continue
+            batch = list(itertools.islice(chunk, c.batch_size))
+            while batch:
+                following = list(itertools.islice(chunk, c.batch_size))
+                yield shard, batch, not following
+                batch = following
+
+
+class ManifestTally:
+    """The summary of manifest rows, added a row at a time (`summarize_manifest` of them all)."""
+
+    def __init__(self):
+        self.samples, self.ok = 0, 0
+        self.concreteness = ValueTally()
+        self.categories: Counter = Counter()
+        self.reasons: Counter = Counter()
+        self.shards: set[str] = set()  # one name a shard, not a sample
+
+    def add(self, row: dict) -> None:
+        self.samples += 1
+        if row["status"] == "ok":
+            self.ok += 1
+            self.concreteness.add(row["concreteness"])
+            self.categories[row["category"]] += 1
+            self.shards.add(row["shard"])
+        else:
+            self.reasons[reason_kind(row["reason"])] += 1
+
+    def summary(self) -> dict:
+        n = self.ok
+        mean, median = self.concreteness.mean_median()
+        return {
+            "samples": self.samples, "ok": n, "rejected": self.samples - n,
+            "mean_concreteness": mean, "median_concreteness": median,
+            "category_shares": {k: v / n for k, v in sorted(self.categories.items())} if n else {},
+            "rejects_by_reason": dict(self.reasons),
+            "shards": len(self.shards),
+        }
+
+
+def count_rows(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def shard_manifest_files(root: Path, shard_indices: set[int]):
+    """(index, path) of the complete shards' manifest files among ``shard_indices``, in the order of their names
+    (`concretebatch.read_shard_manifests`' order)."""
+    for path in sorted((root / "manifests").glob("shard-*.jsonl")):
+        index = int(path.stem.split("-")[1])
+        if index in shard_indices:
+            yield index, path
 
 
 def call_plugin(kind: str, plugin, method: str, *args):
@@ -355,14 +443,9 @@ def reason_kind(reason: str) -> str:
     return re.split(r"[:('\"]", reason)[0].strip()
 
 
-def summarize_manifest(rows: list[dict]) -> dict:
-    ok = [r for r in rows if r["status"] == "ok"]
-    n = len(ok)
-    mean, median = mean_median([r["concreteness"] for r in ok])
-    return {
-        "samples": len(rows), "ok": n, "rejected": len(rows) - n,
-        "mean_concreteness": mean, "median_concreteness": median,
-        "category_shares": {k: v / n for k, v in sorted(Counter(r["category"] for r in ok).items())} if n else {},
-        "rejects_by_reason": dict(Counter(reason_kind(r["reason"]) for r in rows if r["status"] != "ok")),
-        "shards": len({r["shard"] for r in ok}),
-    }
+def summarize_manifest(rows) -> dict:
+    """The summary of manifest rows (any iterable of them)."""
+    tally = ManifestTally()
+    for row in rows:
+        tally.add(row)
+    return tally.summary()

@@ -13,9 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
+from ..loss_options import CEClipOptions, DeGLAOptions, FSCCLIPOptions, NegCLIPOptions, TripletCLIPOptions
 from ..sources import SourceError, expand_paths
 
 LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
+# the field's losses (`loss.LOSSES`), each configured by its section loss.<name>
+PEER_LOSSES = ("negclip", "tripletclip", "ce_clip", "fsc_clip", "degla")
+LOSS_NAMES = (*LOSS_SCHEDULES, *PEER_LOSSES)
 PRECISIONS = ("fp32", "amp_bf16")  # what training does: fp32, or bf16 autocast on CUDA
 
 
@@ -69,7 +73,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class LossConfig:
-    name: str = "cement"  # cement (adaptive margin) | infonce | static | inverse
+    # cement (adaptive margin) | infonce | static | inverse, or one of the field's losses, each with its section
+    # below (docs/peers.md): negclip | tripletclip | ce_clip | fsc_clip | degla
+    name: str = "cement"
     m_min: float = -2.0
     m_max: float = 2.0
     center: float = 4.0
@@ -77,11 +83,16 @@ class LossConfig:
     static_margin: float = 1.0
     local_loss: bool = False
     gather_with_grad: bool = True
+    negclip: NegCLIPOptions = field(default_factory=NegCLIPOptions)
+    tripletclip: TripletCLIPOptions = field(default_factory=TripletCLIPOptions)
+    ce_clip: CEClipOptions = field(default_factory=CEClipOptions)
+    fsc_clip: FSCCLIPOptions = field(default_factory=FSCCLIPOptions)
+    degla: DeGLAOptions = field(default_factory=DeGLAOptions)
 
     def __post_init__(self):
         problems = []
-        if self.name not in LOSS_SCHEDULES:
-            problems.append(f"loss.name {self.name!r} is not one of {sorted(LOSS_SCHEDULES)}")
+        if self.name not in LOSS_NAMES:
+            problems.append(f"loss.name {self.name!r} is not one of {', '.join(LOSS_NAMES)}")
         if not self.tau > 0:
             problems.append(f"loss.tau must be > 0, got {self.tau}")
         if self.m_min > self.m_max:
@@ -137,6 +148,75 @@ class WandbConfig:
     name: str | None = None  # the run's name there; default: wandb's
 
 
+LORA_MODULES = ("attn", "mlp")  # a block's attention (q, k, v and output projections), its MLP (c_fc, c_proj)
+TOWERS = ("image", "text")
+
+
+def choices(values: list[str], allowed: tuple[str, ...], where: str) -> list[str]:
+    """What is wrong with a list that names some of ``allowed``, each at most once."""
+    problems = [f"{where} {v!r} is not one of {', '.join(allowed)}" for v in values if v not in allowed]
+    if not values:
+        problems.append(f"{where} is empty: name one or more of {', '.join(allowed)}")
+    if len(set(values)) < len(values):
+        problems.append(f"{where} names an entry twice: {values}")
+    return problems
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters (`lora.py`): rank 0 trains the model's own weights; a rank r trains adapters of that rank alone,
+    every weight of the model frozen."""
+    rank: int = 0
+    alpha: float = 16.0  # each adapter's output is scaled by alpha / rank
+    dropout: float = 0.0  # on each adapter's input, in training
+    modules: list[str] = field(default_factory=lambda: list(LORA_MODULES))
+    towers: list[str] = field(default_factory=lambda: list(TOWERS))
+
+    def __post_init__(self):
+        problems = [] if self.rank >= 0 else [f"regime.lora.rank must be >= 0 (0: no adapters), got {self.rank}"]
+        if not self.alpha > 0:
+            problems.append(f"regime.lora.alpha must be > 0, got {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            problems.append(f"regime.lora.dropout must be in [0, 1), got {self.dropout}")
+        problems += choices(self.modules, LORA_MODULES, "regime.lora.modules")
+        problems += choices(self.towers, TOWERS, "regime.lora.towers")
+        raise_problems(problems + non_finite(self, "regime.lora"))
+
+
+@dataclass(frozen=True)
+class FreezeConfig:
+    """The weights a run leaves as they are (`regime.py`): no gradient, not in the optimizer."""
+    image: bool = False  # the whole image tower
+    text: bool = False  # the whole text tower: token and positional embeddings, transformer, ln_final, projection
+    # the first K residual blocks of a tower and what feeds them: for the image tower the patch embedding, class
+    # token, positional embedding and ln_pre; for the text tower the token and positional embeddings
+    image_blocks: int = 0
+    text_blocks: int = 0
+    logit_scale: bool = False  # the temperature (and a SigLIP model's logit bias)
+
+    def __post_init__(self):
+        problems = [f"regime.freeze.{k} must be >= 0, got {getattr(self, k)}" for k in ("image_blocks", "text_blocks")
+                    if getattr(self, k) < 0]
+        problems += [f"regime.freeze.{t} freezes the whole {t} tower and regime.freeze.{t}_blocks "
+                     f"{getattr(self, f'{t}_blocks')} part of it: set one of them" for t in TOWERS
+                     if getattr(self, t) and getattr(self, f"{t}_blocks")]
+        if self.image and self.text and self.logit_scale:
+            problems.append("regime.freeze freezes both towers and the logit scale: nothing is left to train")
+        raise_problems(problems)
+
+
+@dataclass(frozen=True)
+class RegimeConfig:
+    """What a run trains: every weight (the default), LoRA adapters (`lora`), or the weights `freeze` leaves."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    freeze: FreezeConfig = field(default_factory=FreezeConfig)
+
+    def __post_init__(self):
+        if self.lora.rank and self.freeze != FreezeConfig():
+            raise_problems(["regime.lora trains its adapters alone, every weight of the model frozen: regime.freeze "
+                            "has nothing to add (choose the adapted towers with regime.lora.towers)"])
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     out: str = field(metadata={"flag": "--out DIR"})
@@ -144,6 +224,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    regime: RegimeConfig = field(default_factory=RegimeConfig)  # what trains: all weights, LoRA, or some frozen
     eval: EvalConfig = field(default_factory=EvalConfig)
     batch_size: int = 1024
     epochs: int = 1

@@ -20,12 +20,16 @@ from pathlib import Path
 
 import torch
 
+from ..concretebatch import negative_slots
 from ..errors import TrainingError
 from .pairs import PairsDataset
 from .config import DataConfig
 
-# one batch: images, negative images, tokens, negative tokens, concreteness, has_negative
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+# One batch of n anchors with K negatives each (`loss.layout`): images (n, 3, H, W), negative images (n, P, 3, H, W)
+# with P = K, or P = 0 when no negative of the set has a picture, tokens (n, L), negative tokens (n, K, L),
+# concreteness (n, K), has_negative (n, K) and has_negative_image (n, K). A missing negative's slots hold zeros that
+# no step encodes: the masks leave them out of the forward and the loss.
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class TrainingSet(torch.utils.data.Dataset):
@@ -33,6 +37,7 @@ class TrainingSet(torch.utils.data.Dataset):
 
     def __init__(self, parts, preprocess, tokenizer, negatives: bool = True):
         self.parts, self.preprocess, self.tokenizer, self.negatives = parts, preprocess, tokenizer, negatives
+        self.k, self.pictures = negative_slots(parts)
         self.offsets = [0]
         for p in parts:
             self.offsets.append(self.offsets[-1] + len(p))
@@ -41,11 +46,21 @@ class TrainingSet(torch.utils.data.Dataset):
         return self.offsets[-1]
 
     def __getitem__(self, i):
-        k = next(j for j in range(len(self.parts)) if i < self.offsets[j + 1])
-        r = self.parts[k][i - self.offsets[k]]
-        return (self.preprocess(r["image"]), self.preprocess(r["neg_image"]), self.tokenizer([r["caption"]])[0],
-                self.tokenizer([r["neg_caption"]])[0], torch.tensor(r["concreteness"], dtype=torch.float32),
-                torch.tensor(r["has_negative"] and self.negatives))
+        part = next(j for j in range(len(self.parts)) if i < self.offsets[j + 1])
+        r = self.parts[part][i - self.offsets[part]]
+        image = self.preprocess(r["image"])
+        negatives = r["negatives"] if r["has_negative"] and self.negatives else []
+        has_negative = torch.tensor([k < len(negatives) for k in range(self.k)])
+        has_image = torch.tensor([k < len(negatives) and negatives[k]["image"] is not None for k in range(self.k)])
+        pictures = torch.zeros(self.pictures, *image.shape)
+        for k in torch.nonzero(has_image).flatten().tolist():
+            pictures[k] = self.preprocess(negatives[k]["image"])
+        tokens = self.tokenizer([r["caption"]] + [n["caption"] for n in negatives])
+        neg_tokens = torch.zeros(self.k, tokens.shape[1], dtype=tokens.dtype)
+        neg_tokens[: len(negatives)] = tokens[1:]
+        c = torch.tensor([n["concreteness"] for n in negatives] + [0.0] * (self.k - len(negatives)),
+                         dtype=torch.float32)
+        return image, pictures, tokens[0], neg_tokens, c, has_negative, has_image
 
     def bytes_in_memory(self) -> int:
         """What `PreloadedSet` would hold: both preprocessed images and both token rows of every item."""
@@ -62,7 +77,7 @@ class PreloadedSet:
         from tqdm import tqdm
 
         loader = torch.utils.data.DataLoader(dataset, batch_size=256, num_workers=workers)
-        columns: list[list[torch.Tensor]] = [[] for _ in range(6)]
+        columns: list[list[torch.Tensor]] = [[] for _ in range(7)]
         for batch in tqdm(loader, desc="preload", unit="batch", disable=not progress, leave=False):
             for column, tensor in zip(columns, batch):
                 column.append(tensor)
@@ -175,7 +190,7 @@ def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool
 
 def _with_negatives_of(anchors: Batch, later: Batch) -> Batch:
     """``anchors``'s anchor pairs with ``later``'s negative pairs, as ordinary pairs (`epoch_batches`)."""
-    return anchors[0], later[1], anchors[2], later[3], later[4], later[5]
+    return anchors[0], later[1], anchors[2], later[3], later[4], later[5], later[6]
 
 
 def _epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool) -> Iterator[Batch]:

@@ -7,10 +7,12 @@ training: `build_cache` applies the model's geometric transform (open_clip's res
 PIL, exactly as training would) once and stores the result as uint8 in a memory-mapped file; a step then
 gathers rows and normalises them where they are used, on the GPU. uint8 is a quarter of float32 on the bus.
 
-Layout: ``<dataset>/cache/<key>/`` holds ``images.u8`` (n x 2 x 3 x H x W uint8: anchor, negative; n x 1 for
-pairs), ``tokens.i32``
-(n x 2 x context), ``values.f32`` (n concreteness values) and ``cache.json`` (shapes, the normalisation, the
-dataset's shard digests, each file's size and digest), written last; ``<key>`` is a hash of the transform and
+Layout: ``<dataset>/cache/<key>/`` holds ``images.u8`` (n x (1 + P) x 3 x H x W uint8: the anchor, then a slot per
+negative picture, P = K, or none for pairs and for sets whose negatives are captions only), ``tokens.i32``
+(n x (1 + K) x context), ``values.f32`` (n x K concreteness values), ``masks.u8`` (n x K x 2: whether each
+negative's caption and picture exist; a missing one's slots hold zeros) and ``cache.json`` (shapes, the
+normalisation, the dataset's shard digests, each file's size and digest), written last; ``<key>`` is a hash of the
+transform and
 tokenizer, so one dataset keeps a cache per model family. Built in a temporary folder and renamed when complete; a
 changed dataset makes its cache stale (not used). Every file's size and digest is checked each time the cache is
 opened: a truncated or overwritten file is an error naming it, never pixels or tokens read silently wrong. The
@@ -37,12 +39,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..concretebatch import IndexedConcreteBatch, dataset_digest
+from ..concretebatch import IndexedConcreteBatch, dataset_digest, negative_slots
 from ..errors import DatasetError
 from ..locks import locked
 from ..records import atomic_write_json
 
-FILES = ("images.u8", "tokens.i32", "values.f32")
+FILES = ("images.u8", "tokens.i32", "values.f32", "masks.u8")
+FORMAT = 2  # 2: K negatives and their masks; a cache of another format is stale and rebuilt
 CHUNK = 64 * 2**20
 
 
@@ -90,20 +93,33 @@ def tokenizer_fingerprint(tokenizer) -> dict:
 
 
 class _Geometric(torch.utils.data.Dataset):
-    """A record's anchor and negative picture after the geometric transform (uint8 CHW), its two captions and its
-    concreteness: from ConcreteBatch records or plain pairs (`pairs.PairsDataset`), which both index as dicts."""
+    """A record's anchor and negative pictures after the geometric transform (uint8 CHW, zeros where a picture is
+    missing), its captions (K negatives, "" where missing), ratings and masks: from ConcreteBatch records or plain
+    pairs (`pairs.PairsDataset`), which both index as dicts."""
 
-    def __init__(self, records, geometric):
-        self.records, self.geometric = records, geometric
+    def __init__(self, records, geometric, k: int, pictures: int):
+        self.records, self.geometric, self.k, self.pictures = records, geometric, k, pictures
 
     def __len__(self):
         return len(self.records)
 
+    def _pixels(self, image):
+        return torch.from_numpy(np.asarray(self.geometric(image), dtype=np.uint8).copy()).permute(2, 0, 1)
+
     def __getitem__(self, i):
         r = self.records[i]
-        pixels = torch.stack([torch.from_numpy(np.asarray(self.geometric(im), dtype=np.uint8).copy()).permute(2, 0, 1)
-                              for im in (r["image"], r["neg_image"])])
-        return pixels, r["caption"], r["neg_caption"], float(r["concreteness"])
+        negatives = r["negatives"] + [{"caption": "", "image": None, "concreteness": 0.0}] * (self.k -
+                                                                                          len(r["negatives"]))
+        anchor = self._pixels(r["image"])
+        pixels = torch.zeros(1 + self.pictures, *anchor.shape, dtype=torch.uint8)
+        pixels[0] = anchor
+        for k, negative in enumerate(negatives[: self.pictures]):
+            if negative["image"] is not None:
+                pixels[1 + k] = self._pixels(negative["image"])
+        masks = torch.tensor([[k < len(r["negatives"]), negatives[k]["image"] is not None] for k in range(self.k)],
+                             dtype=torch.uint8)
+        return (pixels, r["caption"], [n["caption"] for n in negatives],
+                torch.tensor([n["concreteness"] for n in negatives], dtype=torch.float32), masks)
 
 
 def is_pairs_store(root: Path) -> bool:
@@ -163,27 +179,33 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
     records = PairsDataset([str(root)], None, skip_log=tmp / "skipped_pairs.jsonl") if pairs else \
         IndexedConcreteBatch([root], partial)
     n = len(records)
-    first = _Geometric(records, geometric)[0][0]
+    k, pictures = negative_slots([records])
+    geometric_records = _Geometric(records, geometric, k, pictures)
+    first = geometric_records[0][0]
     context = int(clip.tokenizer(["a"]).shape[1])
-    shape = [n, 1 if pairs else 2, *first.shape[1:]]  # a pair's "negative" picture is its own: not stored twice
+    shape = [n, 1 + pictures, *first.shape[1:]]  # pairs, and captions-only negatives, store the anchor alone
     images = np.memmap(tmp / "images.u8", dtype=np.uint8, mode="w+", shape=tuple(shape))
-    tokens = np.memmap(tmp / "tokens.i32", dtype=np.int32, mode="w+", shape=(n, 2, context))
-    values = np.memmap(tmp / "values.f32", dtype=np.float32, mode="w+", shape=(n,))
-    loader = torch.utils.data.DataLoader(_Geometric(records, geometric), batch_size=batch_size, num_workers=workers)
+    tokens = np.memmap(tmp / "tokens.i32", dtype=np.int32, mode="w+", shape=(n, 1 + k, context))
+    values = np.memmap(tmp / "values.f32", dtype=np.float32, mode="w+", shape=(n, k))
+    masks = np.memmap(tmp / "masks.u8", dtype=np.uint8, mode="w+", shape=(n, k, 2))
+    loader = torch.utils.data.DataLoader(geometric_records, batch_size=batch_size, num_workers=workers)
     at = 0
-    for pixels, captions, neg_captions, concreteness in tqdm(loader, desc=f"cache {root.name}", unit="batch",
-                                                             disable=not progress):
+    for pixels, captions, neg_captions, concreteness, mask in tqdm(loader, desc=f"cache {root.name}", unit="batch",
+                                                                   disable=not progress):
         rows = slice(at, at + len(pixels))
-        images[rows] = pixels[:, :shape[1]].numpy()
+        images[rows] = pixels.numpy()
         tokens[rows, 0] = clip.tokenizer(list(captions)).numpy()
-        tokens[rows, 1] = clip.tokenizer(list(neg_captions)).numpy()
+        for j, column in enumerate(neg_captions):  # the default collate gives K lists of the batch's captions
+            tokens[rows, 1 + j] = clip.tokenizer(list(column)).numpy() * mask[:, j, :1].numpy()
         values[rows] = concreteness.numpy()
+        masks[rows] = mask.numpy()
         at += len(pixels)
-    for array in (images, tokens, values):
+    for array in (images, tokens, values, masks):
         array.flush()
-    del images, tokens, values  # closed before they are digested and renamed
+    del images, tokens, values, masks  # closed before they are digested and renamed
     files = {name: {"bytes": (tmp / name).stat().st_size, "sha1": file_digest(tmp / name)} for name in FILES}
-    atomic_write_json(tmp / "cache.json", {"records": n, "images": shape, "context": context,
+    atomic_write_json(tmp / "cache.json", {"format": FORMAT, "records": n, "negatives": k, "images": shape,
+                                           "context": context,
                                            "mean": mean.flatten().tolist(), "std": std.flatten().tolist(),
                                            "dataset": digest, "transform": repr(geometric), "files": files,
                                            "pairs": pairs})
@@ -198,7 +220,7 @@ def cache_is_current(folder: Path, digest: str) -> bool:
     if not meta.is_file():
         return False
     written = json.loads(meta.read_text())
-    return written.get("dataset") == digest and "files" in written
+    return written.get("dataset") == digest and written.get("format") == FORMAT
 
 
 def file_digest(path: Path) -> str:
@@ -242,42 +264,51 @@ def current_cache(root: str | Path, clip) -> Path | None:
 
 class CachedSet:
     """The records of one or more cached ConcreteBatches: `batch` gathers uint8 pictures and tokens (no decoding);
-    `normalize` turns the pictures into the model's input where they are used (on the GPU in training)."""
+    `normalize` turns the pictures into the model's input where they are used (on the GPU in training). Parts with
+    fewer negatives than the most of any part get masked empty slots (`data.Batch`)."""
 
     def __init__(self, folders: list[Path], negatives: bool = True):
-        self.parts, with_negatives = [], []
+        self.parts, metas = [], []
         for folder in folders:
             check_cache(folder)
             meta = json.loads((folder / "cache.json").read_text())
-            n = meta["records"]
-            with_negatives.append(np.full(n, negatives and not meta.get("pairs", False)))  # pairs have none
+            n, k = meta["records"], meta["negatives"]
             self.parts.append((np.memmap(folder / "images.u8", dtype=np.uint8, mode="r", shape=tuple(meta["images"])),
                                np.memmap(folder / "tokens.i32", dtype=np.int32, mode="r",
-                                         shape=(n, 2, meta["context"])),
-                               np.memmap(folder / "values.f32", dtype=np.float32, mode="r", shape=(n,))))
+                                         shape=(n, 1 + k, meta["context"])),
+                               np.memmap(folder / "values.f32", dtype=np.float32, mode="r", shape=(n, k)),
+                               np.memmap(folder / "masks.u8", dtype=np.uint8, mode="r", shape=(n, k, 2))))
+            metas.append(meta)
+        self.k = max([1] + [m["negatives"] for m in metas])
+        self.pictures = self.k if any(m["images"][1] > 1 for m in metas) else 0
+        self.negatives = negatives
         self.mean = torch.tensor(meta["mean"], dtype=torch.float32)[:, None, None]
         self.std = torch.tensor(meta["std"], dtype=torch.float32)[:, None, None]
         self.offsets = np.cumsum([0] + [len(p[2]) for p in self.parts])
-        self.has_negative = torch.from_numpy(np.concatenate(with_negatives))
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
     def batch(self, indices: list[int]):
-        """(images u8, negative images u8, tokens, negative tokens, concreteness, has_negative) of these records."""
+        """(images u8, negative images u8, tokens, negative tokens, concreteness, has_negative,
+        has_negative_image) of these records (`data.Batch`)."""
         index = np.asarray(indices)
         part = np.searchsorted(self.offsets, index, side="right") - 1
-        images = np.empty((len(index), 2, *self.parts[0][0].shape[2:]), dtype=np.uint8)
-        tokens = np.empty((len(index), 2, self.parts[0][1].shape[2]), dtype=np.int32)
-        values = np.empty(len(index), dtype=np.float32)
-        for k, (imgs, toks, vals) in enumerate(self.parts):
-            rows = np.nonzero(part == k)[0]
-            local = index[rows] - self.offsets[k]
-            # a pairs cache's one picture fills both slots, as decoding a pair gives it
-            images[rows], tokens[rows], values[rows] = imgs[local], toks[local], vals[local]
-        images, tokens = torch.from_numpy(images), torch.from_numpy(tokens).long()
-        has_negative = self.has_negative[torch.from_numpy(index)]
-        return images[:, 0], images[:, 1], tokens[:, 0], tokens[:, 1], torch.from_numpy(values), has_negative
+        shape = self.parts[0][0].shape[2:]
+        images = np.zeros((len(index), 1 + self.pictures, *shape), dtype=np.uint8)
+        tokens = np.zeros((len(index), 1 + self.k, self.parts[0][1].shape[2]), dtype=np.int32)
+        values = np.zeros((len(index), self.k), dtype=np.float32)
+        masks = np.zeros((len(index), self.k, 2), dtype=np.uint8)
+        for p, (imgs, toks, vals, msks) in enumerate(self.parts):
+            rows = np.nonzero(part == p)[0]
+            local = index[rows] - self.offsets[p]
+            slots, k = imgs.shape[1], vals.shape[1]
+            images[rows, :slots], tokens[rows, : 1 + k], values[rows, :k] = imgs[local], toks[local], vals[local]
+            masks[rows, :k] = msks[local]
+        images, tokens, masks = torch.from_numpy(images), torch.from_numpy(tokens).long(), torch.from_numpy(masks)
+        has_negative = masks[..., 0].bool() & self.negatives
+        return (images[:, 0], images[:, 1:], tokens[:, 0], tokens[:, 1:], torch.from_numpy(values), has_negative,
+                masks[..., 1].bool() & has_negative)
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 pictures -> the model's float input: the same operations as to-tensor and Normalize."""

@@ -34,12 +34,13 @@ from ..checkpoints import WEIGHTS_FILE, resolve_checkpoint
 from ..configs import ConfigError
 from ..errors import Interrupted, TrainingError
 from ..locks import locked
-from ..loss import CementLoss
 from ..records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
 from ..text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
-from .config import LOSS_SCHEDULES, TrainConfig, check_config, check_resumable, count_records, warmup_warning
+from .config import TrainConfig, check_config, check_resumable, count_records, warmup_warning
 from .data import EpochBatches, data_path, epoch_batches, training_set
+from .objective import Objective, extras, placed
 from .process import StopSignals, distributed
+from .regime import Regime
 from .state import how_to_continue, load_trainer_state, lr_at, param_groups, save_trainer_state
 
 
@@ -124,6 +125,7 @@ class Run:
         self.step_count, self.epoch, self.step_in_epoch = 0, 0, 0
         self.saved_at = -1  # the step of the last checkpoint this run wrote
         self.log_file = self.tb = self.wandb = self.eval_data = None
+        self.resumed_from = None  # the checkpoint folder resumed from
 
     def set_up(self) -> None:
         """The device, the seeded model, the training set and the optimizer."""
@@ -142,6 +144,7 @@ class Run:
         self.clip = load_model(config.model.name, config.model.pretrained, config.model.checkpoint,
                                device=self.device, seed=config.seed)
         self.model = self.clip.model.train()
+        self.regime = Regime(self.model, config.regime)  # frozen weights and adapters, before the optimizer
         if config.model.grad_checkpointing:
             self.model.set_grad_checkpointing(True)
         self.dataset = training_set(config.data, self.clip, progress=self.progress and self.rank == 0,
@@ -154,6 +157,8 @@ class Run:
         self.data_path, how = data_path(self.dataset, config.data.workers)
         if self.rank == 0:
             print(f"data: {how}", file=sys.stderr)
+            if line := self.regime.describe():
+                print(line, file=sys.stderr)
             if warning := warmup_warning(config, self.total):
                 print(warning, file=sys.stderr)
         # the fused CUDA kernel updates every parameter in one launch; the CPU keeps the reference implementation
@@ -178,32 +183,36 @@ class Run:
 
         weights = directory / WEIGHTS_FILE
         try:
-            load_weights(self.model, str(weights))
+            if self.regime.lora:  # the weights file holds the merged model; the run trains adapters on its start
+                self.regime.load(directory, earlier_checkpoint(directory))
+            else:
+                load_weights(self.model, str(weights))
         except (SafetensorError, OSError, RuntimeError) as e:  # cut short, or tensors of another model
             reason = " ".join(str(e).split())[:300]
             raise TrainingError(f"{weights} cannot be read into the run's model ({reason}); "
                                 f"{earlier_checkpoint(directory)}") from None
         position = load_trainer_state(directory, self.optimizer, earlier_checkpoint(directory))
+        self.resumed_from = directory
         self.step_count, self.epoch, self.step_in_epoch = (position["step"], position["epoch"],
                                                            position["step_in_epoch"])
 
     def prepare(self) -> None:
         """The forward the steps call (text at the captions' length, DDP, compile) and the loss."""
         config = self.config
-        self.trim = config.model.trim_text and trimmable(self.model)
-        forward = TrimmedTextCLIP(self.model) if self.trim else self.model  # open_clip's forward, cut text
+        self.objective = Objective(config.loss, self.model, self.rank, self.world)
+        if self.resumed_from is not None:
+            self.objective.load(self.resumed_from)
+        # a loss that reads more than the pooled features (tokens, a teacher's) gets them at the full context
+        self.trim = config.model.trim_text and trimmable(self.model) and not self.objective.needs
+        # open_clip's forward, cut text, or with token features
+        forward = TrimmedTextCLIP(self.model) if self.trim else self.objective.forward(self.model)
         if self.world > 1:
             forward = torch.nn.parallel.DistributedDataParallel(
                 forward, device_ids=None if self.device == "cpu" else [self.local_rank])
         if config.model.compile:
             forward = torch.compile(forward)
         self.forward = forward
-        schedule = LOSS_SCHEDULES[config.loss.name]
-        loss = config.loss
-        params = {"none": {}, "static": {"value": loss.static_margin}}.get(
-            schedule, {"m_min": loss.m_min, "m_max": loss.m_max, "center": loss.center, "tau": loss.tau})
-        self.loss_fn = CementLoss(schedule, local_loss=loss.local_loss, gather_with_grad=loss.gather_with_grad,
-                                  rank=self.rank, world_size=self.world, **params)
+        self.loss_fn = self.objective.loss_fn
         self.autocast = self.device.startswith("cuda") and config.model.precision == "amp_bf16"
 
     def open_logs(self) -> None:
@@ -232,7 +241,7 @@ class Run:
         lr = lr_at(self.step_count, self.total, self.config.optim)
         out = training_step(self.forward, self.model, self.loss_fn, self.optimizer, batch, lr,
                             self.config.optim.grad_clip, self.device, self.autocast,
-                            getattr(self.dataset, "normalize", None), self.trim)
+                            getattr(self.dataset, "normalize", None), self.trim, self.objective.teacher)
         loss = out["contrastive_loss"]
         if out.get("non_finite"):
             raise TrainingError(f"loss is {loss.item()} at step {self.step_count + 1} (lr {lr:.3g}); stopped. The "
@@ -243,7 +252,9 @@ class Run:
         row = {"step": self.step_count, "epoch": self.epoch, "loss": loss.item(), "lr": lr,
                "logit_scale": self.model.logit_scale.exp().item()}
         # the hard-negative diagnostics are undefined (NaN) for a batch without negatives: logged as null
-        row |= {k: finite_or_none(out[k].item()) for k in ("hn_grad_share", "p_pos", "logit_gap", "margin")}
+        row |= {k: finite_or_none(out[k].item()) if k in out else None for k in DIAGNOSTICS}
+        # a peer loss's own terms (`negclip/i2t`, ...), as they come
+        row |= {k: finite_or_none(float(v)) for k, v in out.items() if "/" in k}
         row["samples_per_s"] = self.config.batch_size / (time.perf_counter() - tick)
         return row
 
@@ -284,8 +295,13 @@ class Run:
         # only where a run can be resumed from it, or when asked for
         keep_state = tag != "final" or self.config.keep_final_state
         position = {"step": self.step_count, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch}
-        save_checkpoint(self.ckpt_root / name, self.model, self.clip.config,
-                        (lambda d: save_trainer_state(d, self.optimizer, position)) if keep_state else None)
+        def beside_weights(directory: Path) -> None:
+            self.regime.save(directory)  # a LoRA run's adapters, in every checkpoint
+            if keep_state:
+                save_trainer_state(directory, self.optimizer, position)
+                self.objective.save(directory)
+
+        save_checkpoint(self.ckpt_root / name, self.regime.checkpoint_model(), self.clip.config, beside_weights)
         atomic_write_json(self.ckpt_root / "latest.json", {"name": name, "step": self.step_count, "reason": tag})
 
     def loop(self, stop_at: int | None = None) -> dict:
@@ -377,34 +393,51 @@ def run(config: TrainConfig, resume: str | None, progress: bool, stop_at: int | 
     return steps.loop(stop_at)
 
 
+DIAGNOSTICS = ("hn_grad_share", "p_pos", "logit_gap", "margin")  # Cement's; a peer loss may give some of them
+
+
 def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def training_step(dist_model, model, loss_fn: CementLoss, optimizer, batch, lr: float, grad_clip: float | None,
-                  device: str, autocast: bool, normalize=None, trim_text: bool = False) -> dict:
-    """One optimisation step on a batch of N anchors and their N negatives; the loss's output dict.
+def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_clip: float | None,
+                  device: str, autocast: bool, normalize=None, trim_text: bool = False, teacher=None) -> dict:
+    """One optimisation step on a batch of n anchors and their K negatives each (`data.Batch`); the loss's output
+    dict.
 
+    Only the pictures and captions that exist are encoded (a missing negative costs nothing); their features are
+    put back at their rows of the loss's layout (`loss.layout`), where the masks keep the empty rows out.
     ``normalize`` turns uint8 pictures (from the image cache) into the model's input on the device. With
     ``trim_text`` the tokens are cut to the batch's captions (`text_encoding.trim_tokens`) for a ``dist_model``
-    that wraps a `TrimmedTextCLIP`. A non-finite loss takes no step and comes back with ``non_finite`` set.
+    that wraps a `TrimmedTextCLIP`. A loss that reads more than the pooled features (its ``needs``) gets them from
+    the forward (`objective.TokenCLIP`) and from ``teacher``, which follows the model after the step. A non-finite
+    loss takes no step and comes back with ``non_finite`` set.
     """
-    image, neg_image, text, neg_text, c, has_negative = batch
+    image, neg_image, text, neg_text, c, has_negative, has_negative_image = batch
+    has_negative_image = has_negative_image & has_negative
     for g in optimizer.param_groups:
         g["lr"] = lr
-    # each half goes over from the loader's pinned memory, then joins on the device: a join on the host would
+    # each part goes over from the loader's pinned memory, then joins on the device: a join on the host would
     # copy 1.2 GB per ViT-B-32 step into memory that is not pinned, and the transfer would no longer be async
-    images = torch.cat([image.to(device, non_blocking=True), neg_image.to(device, non_blocking=True)])
+    image_rows = torch.cat([torch.ones(len(c), dtype=torch.bool), has_negative_image.flatten()]).to(device)
+    text_rows = torch.cat([torch.ones(len(c), dtype=torch.bool), has_negative.flatten()]).to(device)
+    images, texts = image.to(device, non_blocking=True), text.to(device, non_blocking=True)
+    if bool(has_negative_image.any()):
+        images = torch.cat([images, neg_image.to(device, non_blocking=True)[has_negative_image.to(device)]])
+    texts = torch.cat([texts, neg_text.to(device, non_blocking=True)[has_negative.to(device)]])
     if normalize is not None:
         images = normalize(images)
-    texts = torch.cat([text.to(device, non_blocking=True), neg_text.to(device, non_blocking=True)])
     if trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
         texts = trim_tokens(model, texts)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
-        image_features, text_features, logit_scale = dist_model(images, texts)[:3]
-        out = loss_fn(image_features.float(), text_features.float(), logit_scale.float(), c.to(device),
-                      has_negative.to(device), output_dict=True)
+        outputs = dist_model(images, texts)
+        image_features, text_features, logit_scale = outputs[:3]
+        needs = getattr(loss_fn, "needs", frozenset())
+        more = extras(needs, outputs, teacher, images, texts, image_rows, text_rows) if needs else {}
+        out = loss_fn(placed(image_features.float(), image_rows), placed(text_features.float(), text_rows),
+                      logit_scale.float(), c.to(device), has_negative.to(device), has_negative_image.to(device),
+                      output_dict=True, **more)
     if not torch.isfinite(out["contrastive_loss"]):
         return out | {"non_finite": True}
     optimizer.zero_grad(set_to_none=True)
@@ -413,7 +446,10 @@ def training_step(dist_model, model, loss_fn: CementLoss, optimizer, batch, lr: 
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     with torch.no_grad():
-        model.logit_scale.clamp_(0, math.log(100))  # as open_clip: a temperature of at most 100
+        if model.logit_scale.requires_grad:  # as open_clip: a temperature of at most 100; a frozen one stays as it is
+            model.logit_scale.clamp_(0, math.log(100))
+    if teacher is not None:
+        teacher.update(model)
     return out
 
 

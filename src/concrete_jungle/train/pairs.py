@@ -87,6 +87,12 @@ class PairsDataset:
     def __len__(self):
         return len(self.items)
 
+    def negatives_per_record(self) -> int:
+        return 0
+
+    def has_negative_pictures(self) -> bool:
+        return False
+
     def __getitem__(self, i):
         from ..images import ImageRejected
         from ..sources.stores import StoreError, read_named
@@ -100,8 +106,7 @@ class PairsDataset:
                 self._skipped_at_its_step(i, (i + k + 1) % len(self.items), str(e))
         else:
             raise TrainingError("data.pairs: no image of the pairs decodes")
-        return {"image": image, "caption": caption, "neg_image": image, "neg_caption": caption,
-                "concreteness": 0.0, "has_negative": False}
+        return {"image": image, "caption": caption, "negatives": [], "has_negative": False}
 
     def _skipped_at_its_step(self, pair: int, instead: int, why: str) -> None:
         print(f"data.pairs: skipped: {why}; pair {instead} takes its place in the batch", file=sys.stderr)

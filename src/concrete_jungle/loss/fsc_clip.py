@@ -1,0 +1,186 @@
+"""FSC-CLIP (Oh et al., EMNLP 2024, "Preserving Multi-Modal Capabilities of Pre-trained VLMs for Improving
+Vision-Linguistic Compositionality"): CLIP's loss over the anchors, plus two hard-negative losses that score each
+image against its own caption and its own K negative captions only, never the rest of the batch.
+
+Written from the paper and its released code (github.com/ytaek-oh/fsc-clip, commit 604015d,
+``src/training/losses/loss.py``); docs/peers.md gives the formulas, the defaults and what differs. With image
+v_a, caption t_a, negatives t_ak (m_ak: it exists) and scale s:
+
+    L = CLIP(anchors) + w_g L_global + w_l L_local
+    L_global = mean over anchors with a negative of  ell(s <v_a, t_a>, s <v_a, t_ak> : m_ak)
+    L_local  = the same ell over local scores g(a, t): the caption's tokens, each matched to the image's
+               patches it is most similar to, aggregated by a log-sum-exp (`local_scores`)
+    ell(z)   = sum_j y_j (1 - p_j)^gamma (-log p_j),  p = softmax(z),  y_0 = 1 - eps + eps / (1 + M),
+               y_k = eps / (1 + M) for the M negatives that exist
+
+gamma > 0 is the focal loss, eps > 0 the selective calibrated regularisation (label smoothing on the
+hard-negative choice only, never on CLIP's loss). Negative pictures, where a batch has them, are not used:
+FSC-CLIP has none.
+"""
+
+from __future__ import annotations
+
+
+import torch
+import torch.nn.functional as F
+from open_clip.loss import ClipLoss
+
+from ..loss_options import FSCCLIPOptions
+from .sample_terms import check_batch, global_mean, own_choice_logits, split_negatives
+from .layout import HardNegativeLoss, at_least_float32
+
+
+
+
+
+def calibrated_focal_loss(logits: torch.Tensor, present: torch.Tensor, gamma: float,
+                          smoothing: float) -> torch.Tensor:
+    """Per row, ``sum_j y_j (1 - p_j)^gamma (-log p_j)`` over the classes that exist (``present``; column 0, the
+    positive, always does), with the smoothed targets of the module docstring. Rows x (1 + K) -> rows."""
+    log_p = F.log_softmax(logits, dim=1)
+    # a missing class has log p = -inf and target 0: a finite stand-in keeps 0 * inf out of values and gradients
+    log_p = torch.where(present, log_p, torch.zeros((), dtype=log_p.dtype, device=log_p.device))
+    terms = -log_p
+    if gamma > 0:
+        # 1 - p as -expm1(log p): exact where p is close to 1; kept above 0 so that a saturated row's gradient
+        # is 0, not 0 * inf, when gamma < 1
+        terms = terms * (-torch.expm1(log_p)).clamp_min(torch.finfo(log_p.dtype).tiny) ** gamma
+    classes = present.sum(dim=1, keepdim=True).to(log_p.dtype)
+    targets = torch.where(present, smoothing / classes, torch.zeros((), dtype=log_p.dtype, device=log_p.device))
+    positive = torch.zeros_like(targets)
+    positive[:, 0] = 1 - smoothing
+    targets = targets + positive
+    return (targets * terms).sum(dim=1)
+
+
+def patch_weights(similarity: torch.Tensor, normalizer: str, sparsify: bool) -> torch.Tensor:
+    """Each token's weights over the P patches (last dim), summing to 1: min-max rescaled similarities
+    (optionally those below 1/P dropped) or their softmax. A token equally similar to every patch, whose min-max
+    is 0 / 0, weighs them equally; so does one whose similarities differ by rounding alone (a few units in the
+    last place: the matrix product may round the same dot product differently in different columns), where
+    min-max would blow that noise up to weights between 0 and 1."""
+    if normalizer == "softmax":
+        return similarity.softmax(dim=-1)
+    low, high = similarity.amin(dim=-1, keepdim=True), similarity.amax(dim=-1, keepdim=True)
+    spread = high - low
+    distinct = spread > 4 * torch.finfo(similarity.dtype).eps * torch.maximum(low.abs(), high.abs())
+    weights = torch.where(distinct, (similarity - low) / torch.where(distinct, spread, 1), 1)
+    if sparsify:
+        weights = torch.where(weights < 1 / similarity.shape[-1], 0, weights)
+    return weights / weights.sum(dim=-1, keepdim=True)
+
+
+def local_scores(image_tokens: torch.Tensor, text_tokens: torch.Tensor, token_mask: torch.Tensor,
+                 logit_scale, normalizer: str = "minmax", sparsify: bool = False) -> torch.Tensor:
+    """g(a, c) for n images (n x P x D patch features) and C captions each (n x C x L x D token features, n x C x L
+    mask of the tokens that count): every token's patches averaged with `patch_weights` of their similarity
+    (no gradient through the weights, as in FSC-CLIP), normalised, and scored against the normalised token;
+    ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C.
+
+    Computed without the averaged patches themselves (n x C x L x D, the bulk of the work and memory): with
+    weights a_t, patches w_p and token u_t, ``cos = sum_p a_tp <u_t, w_p> / (|u_t| sqrt(a_t^T G a_t))``, G the
+    Gram matrix of the picture's patches; the similarities <u_t, w_p> are the ones the weights come from."""
+    n, captions, length, dim = text_tokens.shape
+    patches = image_tokens.transpose(1, 2)  # n x D x P
+    similarity = (text_tokens.reshape(n, captions * length, dim) @ patches).reshape(n, captions, length, -1)
+    weights = patch_weights(similarity.detach(), normalizer, sparsify)
+    weighted_gram = weights.reshape(n, captions * length, -1) @ (image_tokens @ patches)
+    squared_norm = (weighted_gram.reshape(weights.shape) * weights).sum(dim=-1)
+    eps = 1e-12  # F.normalize's floor on a norm
+    cosine = (weights * similarity).sum(dim=-1) / (
+        squared_norm.clamp_min(eps * eps).sqrt() * text_tokens.norm(dim=-1).clamp_min(eps))
+    return torch.logsumexp((logit_scale * at_least_float32(cosine)).masked_fill(~token_mask, float("-inf")), dim=-1)
+
+
+class FSCCLIPLoss(HardNegativeLoss):
+    """FSC-CLIP's loss on the `layout` batch (module docstring). ``forward(..., image_tokens=, text_tokens=,
+    text_token_mask=)``: the extras of `needs` when the local loss is on (`concrete_jungle.token_features`):
+    patch features of the anchor pictures (n or n (1 + K) rows x P x D; only the anchors' are read), token
+    features of every caption (n (1 + K) x L x D) and which tokens count (n (1 + K) x L bool). ``concreteness``
+    gives the batch's shape only: FSC-CLIP does not read ratings.
+
+    Data parallel: CLIP's loss is open_clip's `ClipLoss` on the anchors; the hard-negative losses need no
+    gathered features, their means are over the global batch (`sample_terms.global_mean`)."""
+
+    needs = frozenset({"image_tokens", "text_tokens", "text_token_mask"})  # with local_negatives on (else none)
+
+    def __init__(self, options: FSCCLIPOptions = FSCCLIPOptions(), local_loss: bool = False,
+                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1):
+        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size)
+        self.clip = ClipLoss(local_loss=local_loss, gather_with_grad=gather_with_grad, cache_labels=cache_labels,
+                             rank=rank, world_size=world_size)
+        if not options.local_negatives:
+            self.needs = frozenset()
+
+    def choice_loss(self, logits: torch.Tensor, has_negative: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The global-batch mean of ell over the anchors with a negative (``rows``)."""
+        o = self.options
+        present = torch.cat([torch.ones_like(has_negative[:, :1]), has_negative], dim=1)
+        per_row = calibrated_focal_loss(logits, present, o.focal_gamma if o.focal else 0.0, o.label_smoothing)
+        local_sum = torch.where(rows, per_row, torch.zeros((), dtype=per_row.dtype, device=per_row.device)).sum()
+        return global_mean(local_sum, rows.sum(), self.local_loss, self.gather_with_grad, self.rank,
+                           self.world_size)
+
+    def forward(self, image_features: torch.Tensor, text_features: torch.Tensor, logit_scale,
+                concreteness: torch.Tensor, has_negative: torch.Tensor | None = None,
+                has_negative_image: torch.Tensor | None = None, output_dict: bool = False,
+                image_tokens: torch.Tensor | None = None, text_tokens: torch.Tensor | None = None,
+                text_token_mask: torch.Tensor | None = None):
+        n, k, has_negative = check_batch(self, image_features, text_features, logit_scale, concreteness,
+                                         has_negative, "FSCCLIPLoss")
+        o = self.options
+        clip = self.clip(image_features[:n], text_features[:n], logit_scale)
+        loss, terms = clip, {"fsc_clip/clip": clip}
+        rows = has_negative.any(dim=1)
+        if o.global_negatives:
+            images = image_features[:n]
+            positive = (images * text_features[:n]).sum(dim=1)
+            negatives = torch.einsum("nd,nkd->nk", images, split_negatives(text_features, n, k, has_negative))
+            logits = own_choice_logits(logit_scale * positive, logit_scale * negatives, has_negative)
+            terms["fsc_clip/global"] = self.choice_loss(logits, has_negative, rows)
+            loss = loss + o.global_weight * terms["fsc_clip/global"]
+        if o.local_negatives:
+            patches, (anchors, negatives), (anchor_mask, negative_mask) = self._tokens(
+                n, k, has_negative, image_tokens, text_tokens, text_token_mask)
+            scores = [local_scores(patches, tokens, mask, logit_scale, o.sim_normalizer, o.sim_sparsify)
+                      for tokens, mask in ((anchors, anchor_mask), (negatives, negative_mask))]
+            logits = own_choice_logits(scores[0][:, 0], scores[1], has_negative)
+            terms["fsc_clip/local"] = self.choice_loss(logits, has_negative, rows)
+            loss = loss + o.local_weight * terms["fsc_clip/local"]
+        if not output_dict:
+            return loss
+        return {"contrastive_loss": loss} | {name: value.detach() for name, value in terms.items()}
+
+    @staticmethod
+    def _tokens(n: int, k: int, has_negative: torch.Tensor, image_tokens, text_tokens, text_token_mask):
+        """The anchors' patches (n x P x D); the captions' tokens, anchors n x 1 x L x D and negatives n x K x L x D,
+        with their masks, cut after the last position any caption counts. A missing negative's tokens are zeros
+        with one position counted, so that its score stays finite (it is masked out of the choice afterwards)."""
+        if image_tokens is None or text_tokens is None or text_token_mask is None:
+            raise ValueError("FSCCLIPLoss with local_negatives needs image_tokens, text_tokens and text_token_mask "
+                             "(concrete_jungle.token_features); set loss.fsc_clip.local_negatives: false to "
+                             "train without them")
+        rows = n * (1 + k)
+        if image_tokens.ndim != 3 or image_tokens.shape[0] not in (n, rows):
+            raise ValueError(f"image_tokens has shape {tuple(image_tokens.shape)}; expected ({n} or {rows}, "
+                             "patches, dim)")
+        if text_tokens.ndim != 3 or text_tokens.shape[0] != rows or text_token_mask.shape != text_tokens.shape[:2]:
+            raise ValueError(f"text_tokens {tuple(text_tokens.shape)} and text_token_mask "
+                             f"{tuple(text_token_mask.shape)} must be ({rows}, tokens, dim) and ({rows}, tokens)")
+        mask = text_token_mask.bool()
+        exists = torch.cat([torch.ones_like(has_negative[:, 0]), has_negative.flatten()])
+        counted = mask[exists]
+        if not counted.any(dim=1).all():
+            raise ValueError("text_token_mask marks no token of some caption; every caption needs at least its "
+                             "end-of-text token (concrete_jungle.token_features)")
+        # positions after the last one any caption counts add nothing: the work is over the captions' length
+        last = int(counted.any(dim=0).nonzero().max()) + 1
+        text_tokens, mask = text_tokens[:, :last], mask[:, :last]
+        negatives = text_tokens[n:].reshape(n, k, last, -1)
+        negative_mask = mask[n:].reshape(n, k, last)
+        if not bool(has_negative.all()):
+            negatives = split_negatives(text_tokens, n, k, has_negative)
+            only_first = torch.zeros_like(negative_mask)
+            only_first[..., 0] = True
+            negative_mask = torch.where(has_negative[..., None], negative_mask, only_first)
+        return image_tokens[:n], (text_tokens[:n, None], negatives), (mask[:n, None], negative_mask)

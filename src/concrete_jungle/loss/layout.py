@@ -1,0 +1,156 @@
+"""The hard-negative batch every loss of this package reads: N anchors, K >= 1 negatives each, some missing.
+
+On each rank the features are ``[anchors; negatives]``: n anchor rows, then n * K negative rows in anchor-major
+order (row ``n + a * K + k`` is anchor a's k-th negative). A negative always has a caption; it may lack a picture
+(NegCLIP's, FSC-CLIP's and CE-CLIP's negatives are captions only). Per sample, ``has_negative`` (n x K) says
+which negative captions exist and ``has_negative_image`` (n x K) which of their pictures do; a missing row of
+either tower is masked out of every softmax (-inf), never zero-filled: its feature values never reach the loss
+or its gradient. Vectors of shape (n,) are read as K = 1, the layout of a ConcreteBatch with one negative.
+
+Data parallel follows open_clip's `ClipLoss` (`gather_features`, `local_loss`, `gather_with_grad`): the gathered
+``[a_0; n_0; a_1; n_1; ...]`` rows are re-ordered to ``[a_0; a_1; ...; n_0; n_1; ...]``, so that row indices
+are global: anchor ``a`` of rank ``r`` is row ``r * n + a``, its k-th negative ``N + (r * n + a) * K + k``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+def per_sample(values: torch.Tensor | None, n: int, k: int, name: str, dtype: torch.dtype,
+               device: torch.device, fill=True) -> torch.Tensor:
+    """``values`` as an n x K tensor (a vector of n is K = 1; None is ``fill`` everywhere)."""
+    if values is None:
+        return torch.full((n, k), fill, dtype=dtype, device=device)
+    values = torch.as_tensor(values, device=device)
+    if values.ndim == 1 and k == 1:
+        values = values[:, None]
+    if values.shape != (n, k):
+        raise ValueError(f"{name} has shape {tuple(values.shape)}; expected ({n}, {k}) (one value per anchor and "
+                         f"negative) or ({n},) when each anchor has one negative")
+    if values.dtype != dtype:
+        if dtype == torch.bool:
+            raise ValueError(f"{name} must be a bool tensor, got {values.dtype}")
+        values = values.to(dtype)
+    return values
+
+
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 when it is in a half type (features under autocast): the per-sample logits and sums are
+    small, and their softmaxes and sums keep float32's precision, as open_clip's cross-entropy does under AMP."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def negatives_per_anchor(rows: int, n: int, name: str = "features") -> int:
+    """K from a rank's row count ``n * (1 + K)``."""
+    if n < 1 or rows % n or rows // n < 2:
+        raise ValueError(f"{name} has {rows} rows for {n} anchors; expected n * (1 + K) rows ordered "
+                         "[anchors; negatives] with K >= 1 negatives per anchor")
+    return rows // n - 1
+
+
+def anchors_then_negatives(gathered: torch.Tensor, world_size: int, k: int = 1) -> torch.Tensor:
+    """``[a_0; n_0; a_1; n_1; ...]`` (rank r's block: n anchor rows then n * K negative rows) ->
+    ``[a_0; a_1; ...; n_0; n_1; ...]``."""
+    per_rank = gathered.reshape(world_size, -1, *gathered.shape[1:])
+    n = per_rank.shape[1] // (1 + k)
+    return torch.cat([per_rank[:, :n].reshape(-1, *gathered.shape[1:]),
+                      per_rank[:, n:].reshape(-1, *gathered.shape[1:])])
+
+
+def gather_no_grad(t: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Every rank's ``t``, concatenated along dim 0 (no gradient: masks, ratings)."""
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(t) for _ in range(world_size)]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def gather_rows(image_features: torch.Tensor, text_features: torch.Tensor, k: int, local_loss: bool,
+                gather_with_grad: bool, rank: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global ``[anchors; negatives]`` features of both towers (`anchors_then_negatives`), gathered as
+    open_clip's `gather_features` does (with or without the gradient through the gather)."""
+    if world_size == 1:
+        return image_features, text_features
+    from open_clip.loss import gather_features
+
+    all_images, all_texts = gather_features(image_features, text_features, local_loss=local_loss,
+                                            gather_with_grad=gather_with_grad, rank=rank, world_size=world_size)
+    return anchors_then_negatives(all_images, world_size, k), anchors_then_negatives(all_texts, world_size, k)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Global indices of one batch: N anchors (all ranks), K negatives each, R = N (1 + K) rows.
+
+    ``own`` are the rows this rank's loss computes (all R, or its own under ``local_loss``); ``pair_anchor[p]``
+    and ``pair_negative[p]`` the rows of the p-th (anchor, negative) pair, ``p = a * K + k``."""
+
+    n: int
+    k: int
+    text_valid: torch.Tensor  # (R,) bool: the row has a caption
+    image_valid: torch.Tensor  # (R,) bool: the row has a picture
+    has_negative: torch.Tensor  # (N, K) bool: the negative's caption exists
+    has_negative_image: torch.Tensor  # (N, K) bool: and its picture
+    own: torch.Tensor  # (rows,) long: global rows computed here
+
+    @property
+    def rows(self) -> int:
+        return self.n * (1 + self.k)
+
+    @property
+    def pair_anchor(self) -> torch.Tensor:
+        return torch.arange(self.n, device=self.own.device).repeat_interleave(self.k)
+
+    @property
+    def pair_negative(self) -> torch.Tensor:
+        return self.n + torch.arange(self.n * self.k, device=self.own.device)
+
+
+def make_layout(has_negative: torch.Tensor, has_negative_image: torch.Tensor, n_local: int, rank: int,
+                local_loss: bool) -> Layout:
+    """The `Layout` of a gathered batch (``has_negative`` and ``has_negative_image`` of every rank, N x K)."""
+    n, k = has_negative.shape
+    device = has_negative.device
+    anchors = torch.ones(n, dtype=torch.bool, device=device)
+    # a picture without its caption cannot be a pair: it counts as missing
+    images = has_negative_image & has_negative
+    text_valid = torch.cat([anchors, has_negative.flatten()])
+    image_valid = torch.cat([anchors, images.flatten()])
+    if local_loss:
+        mine = torch.arange(n_local, device=device) + n_local * rank
+        own = torch.cat([mine, n + (mine[:, None] * k + torch.arange(k, device=device)).flatten()])
+    else:
+        own = torch.arange(n * (1 + k), device=device)
+    return Layout(n, k, text_valid, image_valid, has_negative, images, own)
+
+
+def hard_columns(layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each of the R rows, the columns of its hard counterparts, padded with -1 to K per row: an anchor's K
+    negatives, a negative's anchor. (R x K long, and R x K bool for the entries that are real columns.)"""
+    n, k, device = layout.n, layout.k, layout.own.device
+    anchor_cols = layout.n + torch.arange(n * k, device=device).reshape(n, k)
+    negative_cols = torch.full((n * k, k), -1, dtype=torch.long, device=device)
+    negative_cols[:, 0] = layout.pair_anchor
+    cols = torch.cat([anchor_cols, negative_cols])
+    return cols.clamp(min=0), cols >= 0
+
+
+class HardNegativeLoss(nn.Module):
+    """What every loss of this package holds: its options, open_clip's data-parallel settings (``local_loss``,
+    ``gather_with_grad``, ``cache_labels``, ``rank``, ``world_size``), the extras it reads (``needs``), and whether
+    it has warned of features that are not unit vectors."""
+
+    needs: frozenset[str] = frozenset()
+
+    def __init__(self, options=None, local_loss: bool = False, gather_with_grad: bool = False,
+                 cache_labels: bool = True, rank: int = 0, world_size: int = 1):
+        super().__init__()
+        self.options = options
+        self.local_loss, self.gather_with_grad, self.cache_labels = local_loss, gather_with_grad, cache_labels
+        self.rank, self.world_size = rank, world_size
+        self._warned_unnormalised = False

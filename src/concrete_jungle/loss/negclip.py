@@ -1,0 +1,166 @@
+"""NegCLIP's loss (Yuksekgonul et al., ICLR 2023, github.com/vinid/neg_clip): CLIP's loss over a batch that also
+holds hard-negative captions, which only ever appear as image-to-text columns.
+
+Its released trainer (``src/training/train.py``; ``src/open_clip/loss.py`` keeps open_clip's ClipLoss and takes
+``logits_per_text[:len(logits_per_image)]``) builds the batch in one of two ways:
+
+- first version (commits c406529..e0a9a78, 2022-08/09): images ``[I]``, texts ``[T; T']``;
+- later version (branch ``neg_images``, 0130c6f, merged at HEAD e680f8e, 2023-02): every image brings a similar
+  image (a nearest neighbour) with its own caption and hard caption: images ``[I; I2]``, texts ``[T; T2; T'; T2']``.
+
+Both are one formula: every image that has a caption in the batch is a row of an image-to-text softmax over all
+the captions, and every such caption a row of a text-to-image softmax over those images; a caption without a
+picture (a hard negative) is only ever a column. On our layout (`layout`: anchors, then K negatives each) a
+negative with a picture is such an image with its caption, and ``negative_images`` chooses the version:
+
+    P = anchors (+ negatives with a picture, if negative_images),  C = every caption that exists
+    L = ( mean_{i in P} -log softmax_{c in C}(s <v_i, t_c>)[i]
+        + mean_{i in P} -log softmax_{j in P}(s <t_i, v_j>)[i] ) / 2
+
+With negative pictures this is InfoNCE over every pair (Cement without margin); without, the first version's loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..loss_options import NegCLIPOptions
+from .cement import warn_unnormalised
+from .layout import (HardNegativeLoss, Layout, at_least_float32, gather_no_grad, gather_rows, make_layout,
+                     negatives_per_anchor, per_sample)
+
+
+
+
+# ---------------------------------------------------------------- the batch every peer loss reads
+
+
+@dataclass
+class PeerBatch:
+    """One batch as the peer losses read it: global features (all ranks, `layout` order), the rows this rank
+    computes and their features (its own under ``local_loss``, else all), and ``share``, the factor that makes the
+    mean over ranks of per-rank losses the global loss (the world size under ``local_loss``, else 1)."""
+
+    layout: Layout
+    images: torch.Tensor  # R x D
+    texts: torch.Tensor  # R x D
+    own_images: torch.Tensor  # rows layout.own
+    own_texts: torch.Tensor
+    share: int
+    all_rows: bool  # this rank computes every row (not local_loss)
+
+    @property
+    def rows(self) -> int:
+        return self.layout.rows
+
+    @property
+    def anchors(self) -> torch.Tensor:
+        """(R,) bool: the anchor rows."""
+        return torch.arange(self.rows, device=self.layout.own.device) < self.layout.n
+
+
+def read_batch(loss: nn.Module, image_features: torch.Tensor, text_features: torch.Tensor, logit_scale,
+               concreteness: torch.Tensor, has_negative: torch.Tensor | None,
+               has_negative_image: torch.Tensor | None) -> PeerBatch:
+    """Check a peer loss's inputs and gather them as open_clip's ClipLoss does (``loss`` carries ``local_loss``,
+    ``gather_with_grad``, ``rank`` and ``world_size``). ``concreteness`` only gives n and K here."""
+    name = type(loss).__name__
+    if image_features.ndim != 2 or image_features.shape != text_features.shape:
+        raise ValueError(f"{name}: image_features {tuple(image_features.shape)} and text_features "
+                         f"{tuple(text_features.shape)} must both be rows x dim, with the same shape")
+    if concreteness.ndim not in (1, 2):
+        raise ValueError(f"{name}: concreteness has shape {tuple(concreteness.shape)}; expected (n,) or (n, K)")
+    n, device = concreteness.shape[0], image_features.device
+    k = negatives_per_anchor(image_features.shape[0], n, "image_features")
+    if concreteness.ndim == 1 and k != 1:
+        raise ValueError(f"{name}: concreteness has shape {tuple(concreteness.shape)}; expected ({n}, {k})")
+    if torch.as_tensor(logit_scale).numel() != 1:
+        raise ValueError(f"{name}: logit_scale must be a scalar (the exponentiated scale, as open_clip returns it)")
+    has_negative = per_sample(has_negative, n, k, "has_negative", torch.bool, device)
+    has_image = per_sample(has_negative_image, n, k, "has_negative_image", torch.bool, device)
+    if not loss._warned_unnormalised:
+        warn_unnormalised(loss, image_features, text_features, has_negative, has_image, name)
+    all_images, all_texts = gather_rows(image_features, text_features, k, loss.local_loss, loss.gather_with_grad,
+                                        loss.rank, loss.world_size)
+    if loss.world_size > 1:
+        has_negative, has_image = (gather_no_grad(t, loss.world_size) for t in (has_negative, has_image))
+    layout = make_layout(has_negative, has_image, n, loss.rank, loss.local_loss)
+    if loss.local_loss:
+        return PeerBatch(layout, all_images, all_texts, image_features, text_features, loss.world_size, False)
+    return PeerBatch(layout, all_images, all_texts, all_images, all_texts, 1, True)
+
+
+def positions(columns: torch.Tensor, rows: torch.Tensor, size: int) -> torch.Tensor:
+    """Where each global index of ``rows`` sits in the index list ``columns`` (every row must be one of them)."""
+    where = torch.full((size,), -1, dtype=torch.long, device=columns.device)
+    where[columns] = torch.arange(columns.numel(), device=columns.device)
+    return where[rows]
+
+
+def leading(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``rows[mask]``, as a view when the mask selects a leading block (every row, or the anchors)."""
+    count = int(mask.sum())
+    return rows[:count] if bool(mask[:count].all()) else rows[mask]
+
+
+def columns_at(logits: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """``logits[:, columns]`` for increasing ``columns``, as a view when they are a contiguous run."""
+    if columns.numel() and int(columns[-1] - columns[0]) + 1 == columns.numel():
+        return logits[:, int(columns[0]):int(columns[-1]) + 1]
+    return logits.index_select(1, columns)
+
+
+def pair_nll(batch: PeerBatch, logit_scale, pairs: torch.Tensor,
+             captions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For each of this rank's rows in ``pairs`` (R bool: rows that are an image and its caption): -log softmax of
+    its image against the caption columns ``captions`` (R bool, holding ``pairs``) at its own caption, the same of
+    its caption against the images of ``pairs``, and its own logit s <v, t>. Rows and columns that are not
+    selected are never read: a missing row's values reach neither the loss nor the gradient."""
+    layout = batch.layout
+    mine = pairs[layout.own]
+    image, text = leading(batch.own_images, mine), leading(batch.own_texts, mine)
+    # the own logit from the two vectors (in float32 at least) rather than picked from the matrix: picking
+    # would cost the backward pass a zero-filled matrix per direction
+    positive = logit_scale * (at_least_float32(image) * at_least_float32(text)).sum(dim=1)
+    logits = at_least_float32(logit_scale * image @ leading(batch.texts, captions).T)
+    i2t = torch.logsumexp(logits, dim=1) - positive
+    if batch.all_rows:
+        # the rows are every pair, in order: their text-to-image logits are the columns of the pairs' captions in
+        # these logits, and each caption's softmax runs down its column (one matrix serves both directions)
+        columns = positions(torch.nonzero(captions).squeeze(1), layout.own[mine], batch.rows)
+        t2i = torch.logsumexp(columns_at(logits, columns), dim=0) - positive
+    else:
+        logits = at_least_float32(logit_scale * text @ leading(batch.images, pairs).T)
+        t2i = torch.logsumexp(logits, dim=1) - positive
+    return i2t, t2i, positive
+
+
+def mean_term(nll: torch.Tensor, count: int, share: int) -> torch.Tensor:
+    """This rank's part of a global mean over ``count`` rows (0 when there are none)."""
+    return nll.sum() * (share / count) if count else nll.sum() * 0.0
+
+
+class NegCLIPLoss(HardNegativeLoss):
+    """NegCLIP's loss on the hard-negative batch (see the module docstring); ``output_dict`` adds the two
+    directions, "negclip/i2t" and "negclip/t2i" (their mean is the loss)."""
+
+    def __init__(self, options: NegCLIPOptions = NegCLIPOptions(), local_loss: bool = False,
+                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1):
+        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size)
+
+    def forward(self, image_features, text_features, logit_scale, concreteness, has_negative=None,
+                has_negative_image=None, output_dict=False, **extras):
+        batch = read_batch(self, image_features, text_features, logit_scale, concreteness, has_negative,
+                           has_negative_image)
+        layout = batch.layout
+        pairs = layout.image_valid if self.options.negative_images else batch.anchors
+        count = int(pairs.sum())
+        i2t, t2i, _ = pair_nll(batch, logit_scale, pairs, layout.text_valid)
+        i2t, t2i = mean_term(i2t, count, batch.share), mean_term(t2i, count, batch.share)
+        loss = (i2t + t2i) / 2
+        if not output_dict:
+            return loss
+        return {"contrastive_loss": loss, "negclip/i2t": i2t.detach(), "negclip/t2i": t2i.detach()}

@@ -1,0 +1,87 @@
+"""The peers' training sets, read as they are released: one module per format, each yielding `PeerRecord`s
+(anchor caption and image, its negatives, every field the format carries, where the record was read) for
+`plant.imported` to write as a ConcreteBatch:
+
+- ``negclip``: NegCLIP's COCO negatives (``train_neg_clip.tsv``), `negclip`;
+- ``tripletclip``: TripletCLIP's TripletData (WebDataset shards), `tripletclip`;
+- ``vismin``: VisMin's training JSON, `vismin`;
+- ``ce-clip``: CE-CLIP's COCO hard negatives (``processed_dataset*.npy`` from its ``prepare_dataset.sh``), `ceclip`;
+- ``coco-swaps``: COCO-style captions; their negatives are made by rule swaps during the import, `coco_swaps`.
+
+A file that cannot be read as a whole raises `SourceError` naming it and the fix; a record that cannot be read is
+yielded with ``error`` set (the import writes it to the rejects with that reason), never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from ..base import SourceError
+from ..stores import store_root, stores_folder
+from . import ceclip, coco_swaps, negclip, tripletclip, vismin
+from .base import PeerNegative, PeerOptions, PeerRecord
+
+__all__ = ["FORMATS", "PeerNegative", "PeerOptions", "PeerRecord", "image_root", "input_files", "read_records"]
+
+FORMATS = {"negclip": negclip, "tripletclip": tripletclip, "vismin": vismin, "ce-clip": ceclip,
+           "coco-swaps": coco_swaps}
+# the formats whose records name image files under --images (TripletData holds its pictures; coco-swaps reads
+# them from its stores when every input is one)
+NAMES_IMAGE_FILES = ("negclip", "vismin", "ce-clip")
+
+
+def _module(fmt: str):
+    if fmt not in FORMATS:
+        raise SourceError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return FORMATS[fmt]
+
+
+def input_files(fmt: str, inputs: list[str | Path]) -> list[Path]:
+    """The files an import of ``fmt`` reads from ``inputs`` (files, folders, brace notation), in order."""
+    module = _module(fmt)
+    if fmt == "coco-swaps":
+        from .. import expand_paths
+
+        return expand_paths(inputs)
+    from .base import expand_inputs
+
+    return expand_inputs(inputs, module.SUFFIXES, f"{fmt} input")
+
+
+def image_root(fmt: str, files: list[Path], images: str | Path | None) -> Path | None:
+    """The folder the records' image names are relative to: ``images`` (``--images``), or the folder the stores lie
+    under when the format's pictures are inside them; None when there is none (then `import` asks for --images)."""
+    if fmt == "tripletclip":
+        return stores_folder(files)
+    if images is not None:
+        return Path(images)
+    return store_root(files) if fmt == "coco-swaps" else None
+
+
+def read_records(fmt: str, files: list[Path], options: PeerOptions = PeerOptions()) -> Iterator[PeerRecord]:
+    """Every record of ``files`` (`input_files`) in file order."""
+    module = _module(fmt)
+    options = replace(options, root=stores_folder(files) if fmt == "tripletclip" else options.root)
+    records = module.read_all(files, options) if hasattr(module, "read_all") else (
+        record for path in files for record in module.read(path, options))
+    for record in records:
+        yield _valid_text(record)
+
+
+def _valid_text(record: PeerRecord) -> PeerRecord:
+    """The record, or a reject when its text cannot be written as UTF-8 (a lone surrogate from a file that is not
+    UTF-8, or JSON's ``\\ud800``)."""
+    if record.error is not None:
+        return record
+    try:
+        json.dumps([record.id, record.caption, record.image, record.fields,
+                    [[n.caption, n.image, n.fields] for n in record.negatives]], ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return PeerRecord(record.id.encode("utf-8", "backslashreplace").decode("utf-8"), source=record.source,
+                          error="not valid Unicode text (a lone surrogate such as \\ud800; is the file UTF-8?)")
+    except (TypeError, ValueError) as e:
+        return PeerRecord(record.id, source=record.source, error=f"a field is not JSON data ({e})")
+    return record

@@ -1,0 +1,141 @@
+"""CE-CLIP's COCO hard negatives as its ``data/prepare_dataset.sh`` writes them (github.com/lezhang7/
+Enhance-FineGrained, ``data/dataset.py``): ``generated_data/coco_train/processed_dataset<i>.npy``, NumPy arrays
+of COCO caption annotations (``image_id``, ``id``, ``caption``) each with four rewritten captions --
+``relation_aug_caption`` (two nouns swapped; ``###`` when the caption has too few), ``adj_aug_caption``,
+``noun_aug_caption`` and ``verb_aug_caption`` (one word masked and refilled by a masked language model) -- and
+``valid_caption``, five flags (the caption and the four, in that order) that mark the rewrites to use. Its
+trainer (``src/training/data.py`` ``NpyDataset``, the version that read these files) takes the image
+``<split>/COCO_<split>_<image_id, 12 digits>.jpg`` with ``val2014`` when the file's path holds ``val``, else
+``train2014``: the same name is read under ``--images``.
+
+Each annotation is one record with a caption-only negative per valid rewrite (``kind``: relation, adj, noun,
+verb); the whole annotation is kept in the record's fields. The same records as a JSON list or JSON Lines are
+read too.
+
+The ``.npy`` files hold Python objects, which NumPy stores with pickle; unpickling runs whatever the file names.
+They are read by an unpickler that builds NumPy arrays and plain Python values and refuses anything else, so a
+file made to run code is a `SourceError`, never run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..base import SourceError
+from .base import PeerNegative, PeerOptions, PeerRecord
+
+SUFFIXES = (".npy", ".json", ".jsonl")
+KINDS = ("relation", "adj", "noun", "verb")  # the order of valid_caption[1:] and of CE-CLIP's batch
+NO_CAPTION = "###"  # what CE-CLIP writes where a caption has no relation rewrite
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """Unpickles what `numpy.save` writes for an array of Python objects, and nothing that could run code."""
+
+    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which is not a NumPy array's part")
+        if module.startswith("numpy.core"):  # NumPy 2 moved numpy.core to numpy._core
+            module = module.replace("numpy.core", "numpy._core", 1)
+        return getattr(importlib.import_module(module), name)
+
+
+def load_object_array(path: Path) -> list:
+    """The items of a ``.npy`` file of Python objects, read without running code from the file."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as f:
+            version = npy.read_magic(f)
+            header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            _, _, dtype = header(f)
+            if dtype != np.dtype(object):
+                raise SourceError(f"{path} holds a {dtype} array, not CE-CLIP's records (Python objects)")
+            array = _ArraysOnly(f).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
+        raise SourceError(f"{path} is not read: {e}; only NumPy arrays of plain Python values (CE-CLIP's "
+                          "processed_dataset*.npy) are unpickled") from None
+    if not isinstance(array, np.ndarray):
+        raise SourceError(f"{path} does not hold a NumPy array")
+    return [plain(item) for item in array.reshape(-1).tolist()]
+
+
+def plain(value):
+    """A value with NumPy's scalars (an ``image_id`` read as ``numpy.int64``) made Python's own, as JSON takes."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value.item() if hasattr(value, "item") and type(value).__module__ == "numpy" else value
+
+
+def _items(path: Path) -> Iterator[tuple[dict, object]]:
+    if path.suffix.lower() == ".npy":
+        for index, item in enumerate(load_object_array(path)):
+            yield {"file": str(path), "index": index}, item
+        return
+    if path.suffix.lower() == ".jsonl":
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for line_number, line in enumerate(f, start=1):
+                if line.strip():
+                    try:
+                        yield {"file": str(path), "line": line_number}, json.loads(line)
+                    except ValueError as e:
+                        yield {"file": str(path), "line": line_number}, ValueError(f"not a JSON line ({e})")
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SourceError(f"{path}: not a JSON file ({e})") from None
+    if not isinstance(data, list):
+        raise SourceError(f"{path}: CE-CLIP's records are a list; this file holds a {type(data).__name__}")
+    for index, item in enumerate(data):
+        yield {"file": str(path), "index": index}, item
+
+
+def image_name(path: Path, image_id: int) -> str:
+    """CE-CLIP's image of an annotation (its trainer's rule: the split from the records file's path)."""
+    split = "val2014" if "val" in str(path) else "train2014"
+    return f"{split}/COCO_{split}_{image_id:012d}.jpg"
+
+
+def read(path: Path, options: PeerOptions) -> Iterator[PeerRecord]:
+    for where, item in _items(path):
+        at = where.get("line", where.get("index"))
+        record = PeerRecord(f"{path.name}#{at}", source=where)
+        record.error = _problem(item)
+        if record.error is None:
+            record.caption, record.image, record.fields = item["caption"], image_name(path, item["image_id"]), item
+            record.negatives = [PeerNegative(item[f"{kind}_aug_caption"], kind=kind, fields={"valid_position": i + 1})
+                                for i, kind in enumerate(KINDS) if item["valid_caption"][i + 1]]
+            if not record.negatives:
+                record.error = "no valid rewrite (valid_caption marks none of the four)"
+        yield record
+
+
+def _problem(item) -> str | None:
+    if isinstance(item, Exception):
+        return str(item)
+    if not isinstance(item, dict):
+        return f"a record is a dict; this one is a {type(item).__name__}"
+    if not isinstance(item.get("caption"), str) or not item["caption"].strip():
+        return "no caption"
+    if not isinstance(item.get("image_id"), int) or isinstance(item["image_id"], bool) or item["image_id"] < 0:
+        return f"image_id {item.get('image_id')!r} is not a COCO image id"
+    flags = item.get("valid_caption")
+    if not isinstance(flags, list) or len(flags) != 1 + len(KINDS) or not all(f in (0, 1) for f in flags):
+        return f"valid_caption {flags!r} is not five 0/1 flags"
+    for i, kind in enumerate(KINDS):
+        caption = item.get(f"{kind}_aug_caption")
+        if flags[i + 1] and (not isinstance(caption, str) or not caption.strip() or caption == NO_CAPTION):
+            return f"{kind}_aug_caption is marked valid but holds no caption ({caption!r})"
+    return None

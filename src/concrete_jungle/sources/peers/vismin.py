@@ -1,0 +1,87 @@
+"""VisMin's training set as released (github.com/rabiulcste/vismin, README "Dataset"; written by
+``data_maker/prepare_hn_data_clip.py``): a JSON list (``train.json``), or JSON Lines (its per-category files), of
+samples with ``image_path``, ``caption``, ``image_id``, ``source`` and ``negatives``: one dict per edit with
+``edited_image_path``, ``edited_caption``, ``category`` (object, attribute, counting, relation), ``sub_category``,
+``input_phrase``, ``edited_phrase`` and ``edit_id``; some samples add ``region_negatives`` (crops of the edited
+regions with a phrase each).
+
+Each sample is one record; each entry of ``negatives`` one negative with its own picture (``kind`` its category,
+every field of the entry kept). ``region_negatives`` and every other field stay in the record's fields. The image
+paths are written from the root of VisMin's data folder (``/coco/images/train2017/...``): they are read under
+``--images`` (`base.relative_name`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..base import SourceError
+from .base import PeerNegative, PeerOptions, PeerRecord, relative_name
+
+SUFFIXES = (".json", ".jsonl")
+
+
+def _items(path: Path) -> Iterator[tuple[dict, object]]:
+    """(where, item) for every sample of the file, as the file holds it; a JSONL line that does not parse is an
+    item of its own reason."""
+    if path.suffix.lower() == ".jsonl":
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for line_number, line in enumerate(f, start=1):
+                if line.strip():
+                    try:
+                        yield {"file": str(path), "line": line_number}, json.loads(line)
+                    except ValueError as e:
+                        yield {"file": str(path), "line": line_number}, ValueError(f"not a JSON line ({e})")
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SourceError(f"{path}: not a JSON file ({e}); is it VisMin's train.json?") from None
+    if not isinstance(data, list):
+        raise SourceError(f"{path}: VisMin's training JSON is a list of samples; this file holds a "
+                          f"{type(data).__name__}")
+    for index, item in enumerate(data):
+        yield {"file": str(path), "index": index}, item
+
+
+def read(path: Path, options: PeerOptions) -> Iterator[PeerRecord]:
+    for where, item in _items(path):
+        at = where.get("line", where.get("index"))
+        record = PeerRecord(f"{path.name}#{at}", source=where)
+        record.error = _problem(item)
+        if record.error is None:
+            record.caption, record.image = item["caption"], relative_name(item["image_path"])
+            record.fields = {k: v for k, v in item.items() if k != "negatives"}
+            record.negatives = [_negative(n) for n in item["negatives"]]
+        yield record
+
+
+def _problem(item) -> str | None:
+    if isinstance(item, Exception):
+        return str(item)
+    if not isinstance(item, dict):
+        return f"a sample is a JSON object; this one is a {type(item).__name__}"
+    if not isinstance(item.get("caption"), str) or not item["caption"].strip():
+        return "no caption"
+    if not isinstance(item.get("image_path"), str) or not item["image_path"].strip():
+        return "no image_path"
+    if not isinstance(item.get("negatives"), list) or not item["negatives"]:
+        return "no negatives (an empty or missing list)"
+    return None
+
+
+def _negative(entry) -> PeerNegative:
+    if not isinstance(entry, dict):
+        return PeerNegative("", error=f"a negative is a JSON object; this one is a {type(entry).__name__}")
+    negative = PeerNegative(entry.get("edited_caption") if isinstance(entry.get("edited_caption"), str) else "",
+                            kind=str(entry.get("category", "")) or None, fields=dict(entry))
+    path = entry.get("edited_image_path")
+    if not negative.caption.strip():
+        negative.error = "no edited_caption"
+    elif not isinstance(path, str) or not path.strip():
+        negative.error = "no edited_image_path"
+    else:
+        negative.image = relative_name(path)
+    return negative

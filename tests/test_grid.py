@@ -1,0 +1,78 @@
+"""The data x loss grid (`concrete-jungle grid`): every cell from the same start, the same steps and data order,
+evaluated on the same items; its table, heat-map and JSON; resumed cell by cell; the toy world's grid."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from concrete_jungle.cli import main
+from concrete_jungle.configs import ConfigError
+from concrete_jungle.experiments.grid import load_grid_config, run_grid
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_train import write_k_negative_set  # noqa: E402
+
+
+def grid_file(tmp_path, datasets, data_root, losses=("infonce", "negclip", "cement"), **more):
+    spec = {"out": str(tmp_path / "grid"), "datasets": {k: str(v) for k, v in datasets.items()},
+            "losses": {name: {"name": name} for name in losses},
+            "eval": {"data_root": str(data_root), "benchmarks": ["sugarcrepe"], "resamples": 200},
+            "set": ["model.name=cj-tiny", "model.pretrained=none", "model.precision=fp32", "data.workers=0",
+                    "batch_size=4", "steps=2", "optim.lr=0.002", "optim.warmup=1", "save_every=0"]} | more
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_the_grid_trains_each_cell_from_one_start_compares_it_with_intervals_and_resumes(tmp_path, data_root,
+                                                                                      capsys):
+    data = write_k_negative_set(tmp_path / "k2")
+    path = grid_file(tmp_path, {"K2": data, "K2again": data}, data_root)
+    assert main(["grid", str(path), "--no-progress"]) == 0
+    out = tmp_path / "grid"
+    table = json.loads((out / "grid.json").read_text())
+    cells = table["benchmarks"]["sugarcrepe"]["cells"]
+    assert set(cells) == {f"{d}--{loss}" for d in ("K2", "K2again") for loss in ("infonce", "negclip", "cement")}
+    start = {c["start"] for c in cells.values()}
+    assert len(start) == 1  # one start, evaluated once, on the same items
+    for name, cell in cells.items():
+        lo, hi = cell["ci95"]
+        assert lo <= cell["gain"] <= hi and cell["gain"] == pytest.approx(100 * (cell["value"] - cell["start"]))
+    # the same dataset, recipe, seed and loss: the same data order and the same model, bit for bit
+    for loss in ("infonce", "negclip", "cement"):
+        assert cells[f"K2--{loss}"] == cells[f"K2again--{loss}"]
+    printed = capsys.readouterr().out
+    assert "K2again" in printed and (out / "grid.md").read_text().count("| K2") == 2
+    assert (out / "grid-sugarcrepe.png").stat().st_size > 10_000
+    # a second start reuses every finished cell: nothing is trained or evaluated again
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")}
+    assert main(["grid", str(path), "--no-progress"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")} == stamps
+    assert "reused K2--cement" in capsys.readouterr().out
+
+
+def test_a_grid_file_is_checked_before_anything_runs(tmp_path, data_root):
+    data = write_k_negative_set(tmp_path / "k2")
+    with pytest.raises(ConfigError, match="loss.name 'negclipp' is not one of"):
+        load_grid_config(grid_file(tmp_path, {"K2": data}, data_root, losses=("negclipp",)))
+    with pytest.raises(ConfigError, match="which each cell sets itself"):
+        load_grid_config(grid_file(tmp_path, {"K2": data}, data_root), ["set=['loss.name=cement']"])
+    with pytest.raises(ConfigError, match="give one of eval.data_root"):
+        load_grid_config(grid_file(tmp_path, {"K2": data}, data_root, eval={"benchmarks": ["sugarcrepe"]}))
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_grid_config(grid_file(tmp_path, {"K2": data}, data_root, step=3))
+
+
+@pytest.mark.slow  # ~2 min on 2 cores: renders a toy world, pretrains its baseline, plants and imports
+def test_the_toy_world_grid_runs_end_to_end(tmp_path):
+    from concrete_jungle.experiments.grid import toy_grid
+
+    grid = toy_grid(tmp_path / "toy", world={"train": 160, "test": 80}, pretrain_steps=20, steps=3, batch_size=16,
+                    progress=False)
+    assert set(grid.datasets) == {"D_hc", "swaps"}
+    table = run_grid(grid, progress=False)
+    cells = table["benchmarks"]["sugarcrepe"]["cells"]
+    assert len(cells) == 6 and all(c["ci95"] is not None for c in cells.values())

@@ -1,0 +1,483 @@
+"""`concrete-jungle import`: each peer's training set, in its released format made here, comes out as a ConcreteBatch
+with the same records (captions, negatives, pictures, where each came from), rejects with reasons, and reads,
+resumes, trains and evaluates as a planted one."""
+
+import hashlib
+import io
+import json
+import pickle
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from concrete_jungle.cli import main
+from concrete_jungle.concretebatch import (IndexedConcreteBatch, encode_jpeg, index_shards, iter_records, read_member,
+                                           shard_urls, unfinished)
+from concrete_jungle.errors import DatasetError
+from concrete_jungle.records import read_jsonl
+from concrete_jungle.sources import SourceError
+from concrete_jungle.sources.peers.ceclip import load_object_array
+
+sys.path.insert(0, str(Path(__file__).parent))
+import benchmark_fixtures  # noqa: E402
+
+CAPTIONS = [  # (caption, swapped negatives) in NegCLIP's style
+    ("A child holding a red umbrella and petting a yak.", ["A umbrella holding a red child and petting a yak .",
+                                                          "A child petting a red umbrella and holding a yak ."]),
+    ("A red helmet is on a yellow toilet in the dirt.", ["A yellow helmet is on a red toilet in the dirt ."]),
+    ("A car with some surfboards in a field.", ["A field with some surfboards in a car ."]),
+    ("A woman rides a bicycle on a road next to the river.", ["A bicycle rides a woman on a road next to the river ."]),
+    ("A cat on the lid of a toilet looking at a dog.", ["A lid on the cat of a toilet looking at a dog ."]),
+    ("A person sitting at a desk with a keyboard and monitor.",
+     ["A desk sitting at a person with a keyboard and monitor ."]),
+    ("A bath tub sitting next to a sink in a bathroom.", ["A sink tub sitting next to a bath in a bathroom ."]),
+    ("Two dogs playing with a ball on the green grass.", ["Two balls playing with a dog on the green grass ."]),
+    ("A man riding a horse along a sandy beach.", ["A horse riding a man along a sandy beach ."]),
+    ("A plate of food next to a cup of coffee.", ["A cup of food next to a plate of coffee ."]),
+]
+
+
+def picture(path: Path, seed: int, kind: str = "JPEG", size=(32, 24)) -> bytes:
+    """A noise picture saved at ``path``; its bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(buf, format=kind)
+    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+def stored(data: bytes) -> bytes:
+    """What a ConcreteBatch holds for a picture given as ``data``: a JPEG's own bytes, anything else as a JPEG."""
+    return data if data[:3] == b"\xff\xd8\xff" else encode_jpeg(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def members(out: Path) -> dict[str, dict]:
+    """Every record's members as stored (raw bytes; the json parsed), by sample id."""
+    out_records = {}
+    for record in index_shards(shard_urls(out)):
+        raw = {ext: read_member(loc) for ext, loc in record.items()}
+        meta = json.loads(raw.pop("json"))
+        out_records[meta["id"]] = raw | {"meta": meta}
+    return out_records
+
+
+def check_readable(out: Path, ok: int) -> None:
+    """The set reads as a finished ConcreteBatch, streamed and by index, each record decoded."""
+    assert unfinished(out) is None
+    indexed = IndexedConcreteBatch([out])
+    assert len(indexed) == ok == len(list(iter_records(out)))
+    for i in range(len(indexed)):
+        record = indexed[i]
+        assert record["negatives"] and all(isinstance(n["concreteness"], float) for n in record["negatives"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ok"] == ok and (out / "config.yaml").read_text().startswith("import:")
+
+
+def rejects(out: Path) -> dict[str, str]:
+    return {r["id"]: r["reason"] for r in read_jsonl(out / "rejects.jsonl")}
+
+
+# -- NegCLIP: its TSV as pandas writes it
+
+
+def write_negclip(root: Path) -> tuple[Path, dict]:
+    """NegCLIP's train_neg_clip.tsv (unnamed index, title, filepath, neg_caption, neg_image) over COCO-named
+    images, with rows that cannot be read; the expected records by row."""
+    lines, expected = ["\ttitle\tfilepath\tneg_caption\tneg_image"], {}
+    for i, (caption, negatives) in enumerate(CAPTIONS):
+        path = f"coco/val2014/COCO_val2014_{i:012d}.jpg"
+        data = picture(root / path, i)
+        hard = [(i + 1) % len(CAPTIONS), (i + 2) % len(CAPTIONS)]
+        lines.append(f"{i}\t{caption}\t{path}\t{negatives!r}\t{hard!r}")
+        expected[i] = {"caption": caption, "negatives": negatives, "image": data, "hard": hard, "line": i + 2}
+    n = len(CAPTIONS)
+    lines += [f"{n}\tA dog on a couch.\tcoco/val2014/nope.jpg\t['A couch on a dog .']\t[0]",  # no such picture
+              f"{n + 1}\tA dog on a couch.\tcoco/val2014/COCO_val2014_000000000000.jpg\tnot a list\t[0]",
+              f"{n + 2}\t\tcoco/val2014/COCO_val2014_000000000000.jpg\t['x']\t[0]",  # no caption
+              f"{n + 3}\tA dog on a couch.\tcoco/val2014/COCO_val2014_000000000000.jpg\t['a dog on a couch']\t[0]"]
+    path = root / "train_neg_clip.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return path, expected
+
+
+@pytest.fixture(scope="module")
+def negclip(tmp_path_factory):
+    root = tmp_path_factory.mktemp("negclip")
+    tsv, expected = write_negclip(root)
+    assert main(["import", "negclip", str(tsv), "--images", str(root), "--out", str(root / "cb"),
+                 "--samples-per-shard", "4", "--no-progress"]) == 0
+    return root, tsv, expected
+
+
+def test_negclip_rows_come_out_as_records_with_caption_only_negatives_and_their_rows(negclip):
+    root, tsv, expected = negclip
+    out = members(root / "cb")
+    assert sorted(out) == sorted(f"train_neg_clip.tsv#{i}" for i in expected)
+    for i, want in expected.items():
+        got = out[f"train_neg_clip.tsv#{i}"]
+        meta = got["meta"]
+        assert got["txt"].decode() == want["caption"] and got["jpg"] == want["image"]
+        k = len(want["negatives"])
+        captions = [got["neg.txt"]] + [got[f"neg{j}.txt"] for j in range(2, k + 1)]
+        assert [c.decode() for c in captions] == want["negatives"] and f"neg{k + 1}.txt" not in got
+        assert not any(ext.endswith(".jpg") and ext != "jpg" for ext in got)  # NegCLIP's negatives have no picture
+        assert meta["source"] == {"file": str(tsv), "line": want["line"], "row": i}
+        assert meta["fields"]["neg_image"] == want["hard"] and meta["fields"]["filepath"] == meta["image"]
+        assert [n["kind"] for n in meta["negatives"]] == ["swap"] * k
+        assert all(1 <= n["concreteness"] <= 5 and n["rating_from"] == "changed words" for n in meta["negatives"])
+        assert meta["concreteness"] == meta["negatives"][0]["concreteness"]
+    n = len(CAPTIONS)
+    reasons = rejects(root / "cb")
+    assert reasons[f"train_neg_clip.tsv#{n}"].startswith("missing image")
+    assert reasons[f"train_neg_clip.tsv#{n + 1}"].startswith("neg_caption is not a Python list literal")
+    assert reasons[f"train_neg_clip.tsv#{n + 2}"] == "no caption (title is empty)"
+    assert reasons[f"train_neg_clip.tsv#{n + 3}"].startswith("the negative has the same words as the caption")
+    check_readable(root / "cb", n)
+    summary = json.loads((root / "cb" / "summary.json").read_text())
+    assert summary["rejected"] == 4 and summary["negatives"] == sum(len(w["negatives"]) for w in expected.values())
+    assert summary["negatives_with_picture"] == 0
+
+
+def test_a_swap_is_rated_by_its_most_concrete_changed_keyword(negclip, ratings):
+    root, _, _ = negclip
+    meta = members(root / "cb")["train_neg_clip.tsv#0"]["meta"]
+    first = meta["negatives"][0]  # "A umbrella holding a red child ...": child and umbrella swapped
+    assert sorted(first["changed_words"]["removed"]) == ["child", "umbrella"]
+    assert first["concreteness"] == max(ratings.get("child"), ratings.get("umbrella"))
+    assert first["keyword"] in ("child", "umbrella") and first["category"] == "object"
+    second = meta["negatives"][1]  # holding and petting swapped: two verbs
+    assert second["concreteness"] == max(ratings.get("hold"), ratings.get("pet"))
+
+
+def test_negclip_hard_images_become_negatives_with_the_rows_picture_and_caption(negclip, tmp_path):
+    root, tsv, expected = negclip
+    assert main(["import", "negclip", str(tsv), "--images", str(root), "--out", str(tmp_path / "cb"),
+                 "--hard-images", "--no-progress"]) == 0
+    got = members(tmp_path / "cb")["train_neg_clip.tsv#3"]
+    k = len(expected[3]["negatives"])
+    for offset, row in enumerate(expected[3]["hard"]):
+        stem = f"neg{k + offset + 1}"
+        assert got[f"{stem}.txt"].decode() == expected[row]["caption"]
+        assert got[f"{stem}.jpg"] == expected[row]["image"]
+    assert [n["kind"] for n in got["meta"]["negatives"]] == ["swap"] * k + ["hard-image"] * 2
+    assert IndexedConcreteBatch([tmp_path / "cb"]).has_negative_pictures()
+
+
+def test_a_repeated_id_is_a_reject_naming_the_record_that_holds_it(tmp_path):
+    picture(tmp_path / "a.jpg", 0)
+    rows = [f"7\t{caption}\ta.jpg\t{negatives!r}\t[0]" for caption, negatives in CAPTIONS[:2]]
+    (tmp_path / "t.tsv").write_text("\n".join(["\ttitle\tfilepath\tneg_caption\tneg_image", *rows]) + "\n")
+    assert main(["import", "negclip", str(tmp_path / "t.tsv"), "--images", str(tmp_path), "--out",
+                 str(tmp_path / "cb"), "--no-progress"]) == 0
+    assert list(members(tmp_path / "cb")) == ["t.tsv#7"]
+    assert rejects(tmp_path / "cb") == {"t.tsv#7": "duplicate id: 't.tsv#7' has its key"}
+
+
+# -- TripletCLIP: TripletData shards
+
+
+def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_tripletdata(root: Path) -> tuple[list[Path], dict]:
+    """Two TripletData shards (KEY.image, KEY.neg_image, KEY.caption, KEY.neg_caption; one key with a JSON member of
+    its own, a PNG negative, a key without its negative caption, a caption that is not UTF-8)."""
+    expected, shards = {}, []
+    for s in range(2):
+        path = root / "shards" / f"shard-{s}.tar"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w") as tar:
+            for k in range(3):
+                i = 3 * s + k
+                caption, negatives = CAPTIONS[i]
+                image = picture(root / "scratch" / f"{i}.jpg", 100 + i)
+                neg = picture(root / "scratch" / f"{i}n.png", 200 + i, "PNG" if i == 1 else "JPEG")
+                key = f"{i:08d}"
+                add_member(tar, f"{key}.image", image)
+                add_member(tar, f"{key}.neg_image", neg)
+                add_member(tar, f"{key}.caption", caption.encode())
+                add_member(tar, f"{key}.neg_caption", negatives[0].encode())
+                if i == 2:
+                    add_member(tar, f"{key}.json", json.dumps({"source": "cc3m", "score": 0.9}).encode())
+                expected[f"shard-{s}.tar/{key}"] = {"caption": caption, "negative": negatives[0], "image": image,
+                                                    "neg": neg, "key": key, "file": str(path)}
+            if s == 1:
+                add_member(tar, "broken01.image", image)
+                add_member(tar, "broken01.neg_image", neg)
+                add_member(tar, "broken01.caption", b"A cat.")
+                add_member(tar, "latin1xx.image", image)
+                add_member(tar, "latin1xx.neg_image", neg)
+                add_member(tar, "latin1xx.caption", "Un caf\xe9.".encode("latin-1"))
+                add_member(tar, "latin1xx.neg_caption", b"A tea.")
+        shards.append(path)
+    return shards, expected
+
+
+def test_tripletdata_shards_come_out_with_both_pictures_and_their_keys(tmp_path):
+    shards, expected = write_tripletdata(tmp_path)
+    out = tmp_path / "cb"
+    assert main(["import", "tripletclip", str(tmp_path / "shards" / "shard-{0..1}.tar"), "--out", str(out),
+                 "--no-progress"]) == 0
+    got = members(out)
+    assert sorted(got) == sorted(expected)
+    for sid, want in expected.items():
+        record = got[sid]
+        assert record["txt"].decode() == want["caption"] and record["neg.txt"].decode() == want["negative"]
+        assert record["jpg"] == want["image"] and record["neg.jpg"] == stored(want["neg"])
+        assert record["meta"]["source"] == {"file": want["file"], "key": want["key"]}
+        assert record["meta"]["negatives"][0]["kind"] == "tripletdata"
+    assert expected["shard-0.tar/00000001"]["neg"][:4] == b"\x89PNG"  # the PNG negative was stored as a JPEG
+    assert got["shard-0.tar/00000002"]["meta"]["fields"]["json"] == {"source": "cc3m", "score": 0.9}
+    reasons = rejects(out)
+    assert reasons["shard-1.tar/broken01"] == "shard-1.tar holds no broken01.neg_caption"
+    assert reasons["shard-1.tar/latin1xx"].startswith("latin1xx.caption in shard-1.tar is not UTF-8 text")
+    check_readable(out, len(expected))
+    assert main(["import", "tripletclip", str(shards[0]), "--images", str(tmp_path), "--out", str(tmp_path / "x"),
+                 "--no-progress"]) == 2  # TripletData holds its pictures
+    assert not (tmp_path / "x").exists()
+
+
+# -- VisMin: its training JSON
+
+
+def write_vismin(root: Path) -> tuple[Path, dict]:
+    """VisMin's train.json: image paths from its data folder's root, PNG edits of several categories, a sample
+    without a caption and an edit whose picture is missing."""
+    samples, expected = [], {}
+    categories = ["object", "attribute", "counting", "relation"]
+    for i in range(6):
+        caption, negatives = CAPTIONS[i]
+        image_path = f"/coco/images/train2017/{i:012d}.jpg"
+        data = picture(root / image_path.lstrip("/"), 300 + i)
+        edits = []
+        for j in range(1 + i % 2):
+            edit_path = f"/edited/coco/{i}/{j}.png"
+            edits.append({"edited_image_path": edit_path, "edited_caption": negatives[0] if j == 0 else
+                          caption.replace("A ", "Three ", 1), "category": categories[(i + j) % 4],
+                          "sub_category": "others", "input_phrase": "x", "edited_phrase": "y", "edit_id": f"{i}-{j}"})
+            if not (i == 5 and j == 1):
+                picture(root / edit_path.lstrip("/"), 400 + 10 * i + j, "PNG")
+        samples.append({"image_id": str(i), "image_path": image_path, "caption": caption, "source": "coco",
+                        "negatives": edits, **({"region_negatives": [{"caption": "a yak"}]} if i == 0 else {})})
+        expected[f"train.json#{i}"] = {"caption": caption, "image": data, "edits": edits, "index": i}
+    samples.append({"image_id": "9", "image_path": "/coco/images/train2017/x.jpg", "negatives": []})
+    path = root / "train.json"
+    path.write_text(json.dumps(samples))
+    return path, expected
+
+
+def test_vismin_samples_come_out_with_every_edit_its_category_and_fields(tmp_path):
+    path, expected = write_vismin(tmp_path)
+    out = tmp_path / "cb"
+    assert main(["import", "vismin", str(path), "--images", str(tmp_path), "--out", str(out), "--no-progress"]) == 0
+    got = members(out)
+    assert sorted(got) == sorted(expected)
+    for sid, want in expected.items():
+        record, meta = got[sid], got[sid]["meta"]
+        assert record["txt"].decode() == want["caption"] and record["jpg"] == want["image"]
+        usable = [e for j, e in enumerate(want["edits"]) if not (want["index"] == 5 and j == 1)]
+        for k, edit in enumerate(usable):
+            stem = "neg" if k == 0 else f"neg{k + 1}"
+            assert record[f"{stem}.txt"].decode() == edit["edited_caption"]
+            png = (tmp_path / edit["edited_image_path"].lstrip("/")).read_bytes()
+            assert record[f"{stem}.jpg"] == stored(png)
+            assert meta["negatives"][k]["kind"] == edit["category"] and meta["negatives"][k]["fields"] == edit
+        assert meta["source"] == {"file": str(path), "index": want["index"]}
+        assert meta["fields"]["image_path"] == f"/coco/images/train2017/{want['index']:012d}.jpg"
+    assert got["train.json#0"]["meta"]["fields"]["region_negatives"] == [{"caption": "a yak"}]
+    dropped = got["train.json#5"]["meta"]["dropped_negatives"]
+    assert len(dropped) == 1 and dropped[0]["reason"].startswith("missing image")
+    assert rejects(out) == {"train.json#6": "no caption"}
+    check_readable(out, 6)
+    assert json.loads((out / "summary.json").read_text())["negatives_dropped_by_reason"] == {"missing image": 1}
+
+
+# -- CE-CLIP: the .npy files its prepare_dataset.sh writes
+
+
+def write_ceclip(root: Path) -> tuple[Path, dict]:
+    """generated_data/coco_train/processed_dataset0.npy as CE-CLIP's dataset.py saves it (np.save of a list of
+    dicts), over COCO train2014 names; one annotation with no valid rewrite."""
+    items, expected = [], {}
+    for i in range(5):
+        caption, negatives = CAPTIONS[i]
+        image_id = 1000 + i
+        data = picture(root / "train2014" / f"COCO_train2014_{image_id:012d}.jpg", 500 + i)
+        flags = [1, 1, 1, 1, 1] if i % 2 == 0 else [1, 0, 1, 1, 1]
+        item = {"image_id": image_id, "id": 70000 + i, "caption": caption,
+                "relation_aug_caption": negatives[0] if flags[1] else "###",
+                "adj_aug_caption": caption.replace("A ", "A tiny ", 1), "noun_aug_caption": caption + " bird",
+                "verb_aug_caption": caption.replace(" a ", " the ", 1), "valid_caption": flags}
+        items.append(item)
+        expected[f"processed_dataset0.npy#{i}"] = {"item": item, "image": data}
+    items.append({"image_id": 1, "id": 1, "caption": "A cat.", "relation_aug_caption": "###", "adj_aug_caption": "x",
+                  "noun_aug_caption": "y", "verb_aug_caption": "z", "valid_caption": [1, 0, 0, 0, 0]})
+    path = root / "generated_data" / "coco_train" / "processed_dataset0.npy"
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as f:
+        np.save(f, items)
+    return path, expected
+
+
+def test_ceclip_annotations_come_out_with_their_valid_rewrites_as_negatives(tmp_path):
+    path, expected = write_ceclip(tmp_path)
+    out = tmp_path / "cb"
+    assert main(["import", "ce-clip", str(path.parent), "--images", str(tmp_path), "--out", str(out),
+                 "--no-progress"]) == 0
+    got = members(out)
+    kinds = ("relation", "adj", "noun", "verb")
+    for sid, want in expected.items():
+        item, record = want["item"], got[sid]
+        valid = [k for j, k in enumerate(kinds) if item["valid_caption"][j + 1]]
+        assert record["txt"].decode() == item["caption"] and record["jpg"] == want["image"]
+        captions = [record["neg.txt"]] + [record[f"neg{j}.txt"] for j in range(2, len(valid) + 1)]
+        assert [c.decode() for c in captions] == [item[f"{k}_aug_caption"] for k in valid]
+        assert [n["kind"] for n in record["meta"]["negatives"]] == valid
+        assert record["meta"]["fields"] == item and record["meta"]["source"]["index"] == int(sid.split("#")[1])
+        assert not any(ext.endswith(".jpg") and ext != "jpg" for ext in record)
+    assert rejects(out) == {"processed_dataset0.npy#5": "no valid rewrite (valid_caption marks none of the four)"}
+    check_readable(out, 5)
+
+
+class RunsCode:
+    def __reduce__(self):
+        return (exec, ("open('PWNED', 'w').write('x')",))
+
+
+def test_an_npy_file_that_would_run_code_is_refused_and_never_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "evil.npy"
+    array = np.empty(1, dtype=object)
+    array[0] = {"caption": RunsCode()}
+    with open(path, "wb") as f:
+        np.save(f, array, allow_pickle=True)
+    with pytest.raises(SourceError, match="builtins.exec, which is not a NumPy array's part"):
+        load_object_array(path)
+    assert not (tmp_path / "PWNED").exists()
+    data = path.read_bytes()
+    path.write_bytes(data[: data.index(b"\n") + 1] + pickle.dumps([1]))  # the header, then a pickle that is no array
+    with pytest.raises(SourceError, match="does not hold a NumPy array"):
+        load_object_array(path)
+
+
+# -- COCO captions with rule swaps made on the fly
+
+
+def test_coco_captions_get_rule_swaps_rated_by_their_keyword(tmp_path, ratings):
+    captions = benchmark_fixtures.write_coco_captions(tmp_path / "captions_train2017.json")
+    images = benchmark_fixtures.write_images(tmp_path / "train2017")
+    out = tmp_path / "cb"
+    assert main(["import", "coco-swaps", str(captions), "--images", str(images), "--out", str(out), "--swaps", "2",
+                 "--no-progress"]) == 0
+    data = json.loads(captions.read_text())
+    by_image = {}
+    for a in data["annotations"]:
+        by_image.setdefault(str(a["image_id"]), []).append(a["caption"])
+    got = members(out)
+    assert set(got) | set(rejects(out)) == {f"{i}#{j}" for i, caps in by_image.items() for j in range(len(caps))}
+    assert len(got) >= len(by_image)
+    for sid, record in got.items():
+        sample, j = sid.split("#")
+        meta = record["meta"]
+        assert record["txt"].decode() == by_image[sample][int(j)] and meta["source"] == {"sample": sample,
+                                                                                          "caption": int(j)}
+        assert record["jpg"] == (images / benchmark_fixtures.image_name(int(sample))).read_bytes()
+        for k, negative in enumerate(meta["negatives"]):
+            caption = record["neg.txt" if k == 0 else f"neg{k + 1}.txt"].decode()
+            start, end = negative["span"]
+            assert record["txt"].decode()[start:end] == negative["keyword"] != caption[start:end]
+            assert negative["concreteness"] == ratings.get(negative["rated"])
+        assert 1 <= len(meta["negatives"]) <= 2
+    assert json.loads((out / "summary.json").read_text())["negatives_per_record"].get("2", 0) > 0
+    check_readable(out, len(got))
+
+
+# -- the folder: atomic, resumable, refused when it is someone else's
+
+
+def test_an_import_stopped_before_its_summary_reads_unfinished_and_resumes_to_the_same_bytes(negclip, tmp_path):
+    root, tsv, _ = negclip
+    finished = root / "cb"
+    out = tmp_path / "cb"
+    args = ["import", "negclip", str(tsv), "--images", str(root), "--out", str(out), "--samples-per-shard", "4",
+            "--no-progress"]
+    assert main(args) == 0
+    (out / "summary.json").unlink()  # killed after its shards, before its summary
+    (out / "manifests" / "shard-000001.jsonl").unlink()  # ... and before shard 1's rows
+    (out / "shard-000002.tar").write_bytes(b"cut")  # ... and with shard 2 damaged
+    assert "import" in unfinished(out)
+    with pytest.raises(DatasetError, match="is unfinished"):
+        shard_urls(out)
+    assert main(args) == 0
+
+    def digests(folder):
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("shard-*.tar"))}
+
+    assert digests(out) == digests(finished) and len(digests(out)) == 3
+    assert read_jsonl(out / "manifest.jsonl") == read_jsonl(finished / "manifest.jsonl")
+    assert json.loads((out / "summary.json").read_text())["shards_reused"] == 1
+
+
+def test_import_refuses_other_settings_a_planted_folder_and_a_missing_image_folder(negclip, planted, tmp_path, capsys):
+    root, tsv, _ = negclip
+    base = ["import", "negclip", str(tsv), "--no-progress"]
+    assert main([*base, "--images", str(root), "--out", str(root / "cb"), "--samples-per-shard", "5"]) == 2
+    assert "imported with other settings (samples_per_shard" in capsys.readouterr().err
+    assert main([*base, "--images", str(root), "--out", str(planted)]) == 2
+    assert "which is not a file of a dataset `import` made" in capsys.readouterr().err
+    assert main([*base, "--images", str(tmp_path), "--out", str(tmp_path / "new")]) == 2
+    assert "none of the first" in capsys.readouterr().err
+    assert main([*base, "--out", str(tmp_path / "new")]) == 2
+    assert "pass the folder they are relative to with --images" in capsys.readouterr().err
+    assert main([*base, "--images", str(root), "--swaps", "2", "--out", str(tmp_path / "new")]) == 2
+    assert "swaps: only for format coco-swaps" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["import", "negclip", "nope.tsv", "--images", ".", "--out", "cb"], "negclip input file not found: nope.tsv"),
+    (["import", "vismin", "train.json", "--images", "nope", "--out", "cb"], "image directory not found: nope"),
+    (["import", "ce-clip", "train.json", "--out", "cb"], "pass the folder they are relative to with --images"),
+    (["import", "vismin", "train.json", "--images", ".", "--out", "cb", "--hard-images"],
+     "hard-images: only for format negclip, not vismin"),
+    (["import", "nope", "x", "--out", "cb"], "argument FORMAT: invalid choice: 'nope'"),
+])
+def test_bad_import_arguments_fail_at_once_before_heavy_imports_and_leave_nothing(tmp_path, args, message):
+    from test_cli import run_probe, tree
+
+    (tmp_path / "train.json").write_text("[]")
+    before = tree(tmp_path)
+    result = run_probe(args, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in " ".join(result.stderr.split()), result.stderr
+    assert "HEAVY []" in result.stdout, result.stdout  # torch, spaCy and open_clip were never imported
+    assert tree(tmp_path) == before
+
+
+# -- what the set is for: training and evaluation
+
+
+def test_an_imported_set_trains_one_step_and_evaluates(negclip, data_root, tmp_path):
+    from concrete_jungle.train.config import load_config
+    from concrete_jungle.train.loop import train
+
+    root, tsv, _ = negclip
+    mixed = tmp_path / "mixed"  # caption-only swaps and hard images with pictures, K from 1 to 4
+    assert main(["import", "negclip", str(tsv), "--images", str(root), "--out", str(mixed), "--hard-images",
+                 "--no-progress"]) == 0
+    config = load_config(None, [f"out={tmp_path / 'run'}", "model.name=cj-tiny", "model.pretrained=none",
+                                "model.precision=fp32", f"data.concretebatch=['{mixed}']",
+                                "data.workers=0", "batch_size=8", "steps=1", "save_every=1", "eval.every=1",
+                                "eval.benchmarks=[sugarcrepe]", f"eval.data_root={data_root}", "eval.subset=3"])
+    train(config, progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == 1 and np.isfinite(rows[0]["loss"])
+    assert any(0 <= r.get("eval/sugarcrepe/M.Avg", -1) <= 1 for r in rows)
