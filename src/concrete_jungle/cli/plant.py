@@ -239,13 +239,14 @@ def print_estimate(config, args, console: Console) -> int:
 
     from ..plant.estimate import estimate, estimate_table, load_throughput
     from ..records import atomic_write_text
+    from .tables import print_table
 
     result = estimate(config, load_throughput(args.throughput) if args.throughput else None)
     text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
     if args.json == "-":
         sys.stdout.write(text)
         return 0
-    Console(width=console.width if sys.stdout.isatty() else 1000).print(estimate_table(result))
+    print_table(console, estimate_table(result))
     if args.json:
         atomic_write_text(args.json, text)
         console.print(f"written: {args.json}", highlight=False)

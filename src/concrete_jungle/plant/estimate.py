@@ -248,7 +248,7 @@ def work_figures(config: PlantConfig, count: InputCount) -> dict[str, dict]:
     llm, editing, anchors = config.captioner in LLM_CAPTIONERS, config.editor != "none", count.anchors
     part = "" if config.num_shards == 1 else f" in part {config.shard_index} of {config.num_shards}"
     limit = f", the first {config.limit:,} (--limit)" if config.limit else ""
-    reasons = ", ".join(f"{reason} {n:,}" for reason, n in count.skipped.most_common()) or "none"
+    reasons = ", ".join(f"{reason} ({n:,})" for reason, n in count.skipped.most_common()) or "none"
     records = anchors - count.missing_images
     unchecked = f"; {count.unchecked_images:,} pictures in stores not checked" if count.unchecked_images else ""
     requests = "LLM requests" if llm else f"rewrites ({config.captioner}, no LLM)"
