@@ -79,3 +79,28 @@ def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...], what: str)
                 seen.add(real)
                 out.append(q)
     return out
+
+
+def json_items(path: Path, not_json: str, not_a_list: str):
+    """(where, item) for every record of a JSON list or a JSONL file, as the file holds it; a JSONL line that does
+    not parse is an item of its own reason (a ValueError). A JSON file that does not parse, or holds no list, is a
+    `SourceError` ending in ``not_json`` or ``not_a_list`` (the format's own words)."""
+    import json
+
+    if path.suffix.lower() == ".jsonl":
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            for line_number, line in enumerate(f, start=1):
+                if line.strip():
+                    try:
+                        yield {"file": str(path), "line": line_number}, json.loads(line)
+                    except ValueError as e:
+                        yield {"file": str(path), "line": line_number}, ValueError(f"not a JSON line ({e})")
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SourceError(f"{path}: not a JSON file ({e}){not_json}") from None
+    if not isinstance(data, list):
+        raise SourceError(f"{path}: {not_a_list}; this file holds a {type(data).__name__}")
+    for index, item in enumerate(data):
+        yield {"file": str(path), "index": index}, item

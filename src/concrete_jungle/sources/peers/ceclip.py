@@ -20,13 +20,12 @@ file made to run code is a `SourceError`, never run.
 from __future__ import annotations
 
 import importlib
-import json
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..base import SourceError
-from .base import PeerNegative, PeerOptions, PeerRecord
+from .base import PeerNegative, PeerOptions, PeerRecord, json_items
 
 SUFFIXES = (".npy", ".json", ".jsonl")
 KINDS = ("relation", "adj", "noun", "verb")  # the order of valid_caption[1:] and of CE-CLIP's batch
@@ -83,23 +82,7 @@ def _items(path: Path) -> Iterator[tuple[dict, object]]:
         for index, item in enumerate(load_object_array(path)):
             yield {"file": str(path), "index": index}, item
         return
-    if path.suffix.lower() == ".jsonl":
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            for line_number, line in enumerate(f, start=1):
-                if line.strip():
-                    try:
-                        yield {"file": str(path), "line": line_number}, json.loads(line)
-                    except ValueError as e:
-                        yield {"file": str(path), "line": line_number}, ValueError(f"not a JSON line ({e})")
-        return
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SourceError(f"{path}: not a JSON file ({e})") from None
-    if not isinstance(data, list):
-        raise SourceError(f"{path}: CE-CLIP's records are a list; this file holds a {type(data).__name__}")
-    for index, item in enumerate(data):
-        yield {"file": str(path), "index": index}, item
+    yield from json_items(path, "", "CE-CLIP's records are a list")
 
 
 def image_name(path: Path, image_id: int) -> str:

@@ -13,12 +13,10 @@ paths are written from the root of VisMin's data folder (``/coco/images/train201
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..base import SourceError
-from .base import PeerNegative, PeerOptions, PeerRecord, relative_name
+from .base import PeerNegative, PeerOptions, PeerRecord, json_items, relative_name
 
 SUFFIXES = (".json", ".jsonl")
 
@@ -26,24 +24,7 @@ SUFFIXES = (".json", ".jsonl")
 def _items(path: Path) -> Iterator[tuple[dict, object]]:
     """(where, item) for every sample of the file, as the file holds it; a JSONL line that does not parse is an
     item of its own reason."""
-    if path.suffix.lower() == ".jsonl":
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            for line_number, line in enumerate(f, start=1):
-                if line.strip():
-                    try:
-                        yield {"file": str(path), "line": line_number}, json.loads(line)
-                    except ValueError as e:
-                        yield {"file": str(path), "line": line_number}, ValueError(f"not a JSON line ({e})")
-        return
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SourceError(f"{path}: not a JSON file ({e}); is it VisMin's train.json?") from None
-    if not isinstance(data, list):
-        raise SourceError(f"{path}: VisMin's training JSON is a list of samples; this file holds a "
-                          f"{type(data).__name__}")
-    for index, item in enumerate(data):
-        yield {"file": str(path), "index": index}, item
+    yield from json_items(path, "; is it VisMin's train.json?", "VisMin's training JSON is a list of samples")
 
 
 def read(path: Path, options: PeerOptions) -> Iterator[PeerRecord]:
