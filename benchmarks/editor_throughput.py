@@ -8,7 +8,8 @@ strength 0.75, 4 steps (3 denoising steps), guidance 0, fp16 on CUDA with the VA
 ``--pictures`` pictures after one warm-up batch; ``--compile`` repeats it with the UNet under torch.compile.
 Goal: COCO Karpathy train in <= 3 h on one H200 (>= 10.5 pictures/s).
 
-    python benchmarks/editor_throughput.py --device cuda --batch-sizes 1,4,8,16 --pictures 64 [--compile]
+    python benchmarks/editor_throughput.py --device cuda --batch-sizes 1,4,8,16 --pictures 64 [--compile] \
+        [--write-rate rates.yaml]   # then: concrete-jungle plant ... --estimate --throughput rates.yaml
     python benchmarks/editor_throughput.py --tiny --device cpu --batch-sizes 1,2 --pictures 4   # a dry run
 """
 
@@ -37,6 +38,8 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="also measure with the UNet compiled")
     ap.add_argument("--tiny", action="store_true", help="the tiny SDXL of the tests instead (a dry run)")
     ap.add_argument("--model-dir", help="a pipeline already built here (default: build one in a temporary folder)")
+    ap.add_argument("--write-rate", metavar="FILE", help="put the fastest rate measured into this throughput table "
+                    "as the edit stage's (the other stages kept), for `plant --estimate --throughput FILE`")
     args = ap.parse_args()
     dtype = "float16" if args.device.startswith("cuda") else "float32"
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,6 +60,7 @@ def main() -> None:
         anchors = [Image.fromarray(rng.integers(0, 255, (480, 640, 3), dtype=np.uint8)) for _ in range(args.pictures)]
         prompts = ["A photo of a red car parked next to a blue bench."] * args.pictures
         print("| UNet | batch | pictures/s | COCO Karpathy train (113,287) |\n| --- | --- | --- | --- |")
+        best = (0.0, "")
         for compiled in ([False, True] if args.compile else [False]):
             editor = make_editor("diffusers", model=str(path), size=args.size, device=args.device, dtype=dtype,
                                  compile=compiled)  # loaded once; the batch size is the editor's own setting
@@ -72,9 +76,26 @@ def main() -> None:
                 rate = args.pictures / (time.perf_counter() - t0)
                 unet = "compiled" if compiled else "eager"
                 print(f"| {unet} | {b} | {rate:.2f} | {COCO_TRAIN / rate / 3600:.2f} h |", flush=True)
+                best = max(best, (rate, f"{unet} UNet, batch {b}"))
             del editor
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
+    if args.write_rate:
+        write_rate(args, *best)
+
+
+def write_rate(args, rate: float, setting: str) -> None:
+    """The fastest rate, as the edit stage of the throughput table ``--write-rate`` (`estimate.record_rate`)."""
+    from concrete_jungle.plant.estimate import StageRate, record_rate
+
+    hardware = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else f"CPU ({torch.get_num_threads()} "
+    hardware = hardware if args.device.startswith("cuda") else hardware + "threads)"
+    pipeline = "tiny SDXL (a dry run)" if args.tiny else "SDXL-Turbo"
+    source = (f"benchmarks/editor_throughput.py: {pipeline} img2img at {args.size} px, 4 steps, {setting}, "
+              f"{args.pictures} pictures")
+    record_rate(args.write_rate, "edit", StageRate(rate, gpus=1 if args.device.startswith("cuda") else 0,
+                                                   hardware=hardware, source=source))
+    print(f"written: the edit stage's rate {rate:.2f} pictures/s into {args.write_rate}")
 
 
 if __name__ == "__main__":

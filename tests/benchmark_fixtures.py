@@ -246,3 +246,31 @@ def odd_mode_pictures(folder: Path, seed: int) -> list[Path]:
     rgb.convert("CMYK").save(paths["cmyk.jpg"])
     Image.fromarray(rng.integers(0, 65535, (37, 53), dtype=np.uint16)).save(paths["grey16.png"])
     return list(paths.values())
+
+
+# captions of many lengths and kinds: with random weights a caption's score is mostly its own, the same against any
+# picture, and only pairs of captions whose scores are close let the two pictures of an item prefer each its own
+VARIED_CAPTIONS = ["x", "zzzz qqqq", "a red wall", "a dark night sky", "two", "seven horses running in the snow",
+                   "blue", "a yellow and green striped shirt", "the car faces left", "one bird", "!!!",
+                   "the the the the the the", "a photo", "12345 678", "purple",
+                   "an old man with a hat on a bench in the park at night"]
+
+
+def varied_picture(path, seed: int) -> None:
+    """One of four kinds of picture (flat, noise, gradient, blocks), so that the pictures of an item differ
+    widely; a ``.npy`` path is stored BGR, as EqBen stores its YouCook2 frames."""
+    rng = np.random.default_rng(seed)
+    kind = seed % 4
+    if kind == 0:
+        pixels = np.full((40, 48, 3), rng.integers(0, 255, 3), dtype=np.uint8)
+    elif kind == 1:
+        pixels = rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)
+    elif kind == 2:
+        pixels = (np.linspace(0, 255, 48)[None, :, None] * rng.random(3) + np.zeros((40, 1, 1))).astype(np.uint8)
+    else:
+        pixels = rng.integers(0, 255, (5, 6, 3), dtype=np.uint8).repeat(8, 0).repeat(8, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".npy":
+        np.save(path, pixels[:, :, ::-1])  # stored BGR, as EqBen stores its YouCook2 frames
+    else:
+        Image.fromarray(pixels).save(path)

@@ -44,6 +44,50 @@ class MainThreadMirrorEditor(MirrorEditor):
         return super().edit(images, prompts, seeds)
 
 
+class CountingCaptioner(PurpleCaptioner):
+    """`PurpleCaptioner` that counts the requests it is asked, class-wide (the plant builds its own instance)."""
+
+    requests = 0
+
+    def rewrite(self, requests):
+        CountingCaptioner.requests += len(requests)
+        return super().rewrite(requests)
+
+
+class CountingEditor(MirrorEditor):
+    """`MirrorEditor` that counts the pictures it edits, class-wide; with ``stop_at`` set, its call of that number
+    stops the run as Ctrl-C would."""
+
+    name = "counting-mirror"
+    edited, calls, stop_at = 0, 0, None
+
+    def edit(self, images, prompts, seeds):
+        CountingEditor.calls += 1
+        if CountingEditor.stop_at is not None and CountingEditor.calls >= CountingEditor.stop_at:
+            raise KeyboardInterrupt
+        CountingEditor.edited += len(images)
+        return super().edit(images, prompts, seeds)
+
+
+class PixelChangeScorer:
+    """A scorer of one's own: how far the negative picture moved from the anchor (the mean absolute difference of
+    their pixels, 0 to 1), without a model; counts the pairs it scores, class-wide."""
+
+    scores = ("pixel_change",)
+    scored = 0
+
+    def __init__(self, device: str = "cpu"):
+        self.name, self.version = "pixel-change", "1"
+
+    def score(self, pairs):
+        import numpy as np
+
+        PixelChangeScorer.scored += len(pairs)
+        return {"pixel_change": [None if p.neg_image is None else float(np.abs(
+            np.asarray(p.image, dtype=float) - np.asarray(p.neg_image.resize(p.image.size), dtype=float)).mean() / 255)
+            for p in pairs]}
+
+
 # plugins that break the contract, as a user's first try might (tests/test_plugins.py)
 
 

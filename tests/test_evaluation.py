@@ -219,7 +219,9 @@ def test_eval_command_writes_json_markdown_and_compares(data_root, tmp_path, cap
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     assert main([*args, "--seed", "1", "--out", str(tmp_path / "b")]) == 0
     a = json.loads((tmp_path / "a" / "sugarcrepe.json").read_text())
-    assert set(sugarcrepe.SUBSETS) | {"ADD", "REPLACE", "SWAP", "M.Avg"} == set(a["metrics"])
+    validity = {"all items (micro)"} | {f"{s}/bow_{part}" for s in ("swap_att", "swap_obj")
+                                         for part in ("identical", "differs")}  # docs/method.md §7
+    assert set(sugarcrepe.SUBSETS) | {"ADD", "REPLACE", "SWAP", "M.Avg"} | validity == set(a["metrics"])
     assert a["model"] == {"name": "cj-tiny", "pretrained": "none", "seed": 0}
     assert "| M.Avg |" in (tmp_path / "a" / "results.md").read_text()
     capsys.readouterr()
@@ -901,6 +903,7 @@ def test_eval_compare_needs_two_files_and_names_one_it_cannot_read(tmp_path, cap
 
 def test_eval_benchmarks_all_takes_the_data_root_s_benchmarks_and_names_the_others(data_root, tmp_path, capsys):
     from concrete_jungle.cli import build_parser
+    from concrete_jungle.evaluation.names import BENCHMARKS
 
     help_text = " ".join(build_parser()._subparsers._group_actions[0].choices["eval"].format_help().split())
     assert "or all: every benchmark whose data is under --data-root" in help_text
@@ -911,7 +914,7 @@ def test_eval_benchmarks_all_takes_the_data_root_s_benchmarks_and_names_the_othe
     out = " ".join(capsys.readouterr().out.split())
     assert f"--benchmarks all: found under {root}: sugarcrepe, sugarcrepe_pp, winoground; not found: aro (no " \
            "aro/visual_genome_relation.json or aro/visual_genome_attribution.json), aro_order (no" in out
-    assert out.count(" (no ") == 10 and "vtab (no vtab/*/)" in out and "| winoground | 3 | 0 |" in out
+    assert out.count(" (no ") == len(BENCHMARKS) - 3 and "vtab (no vtab/*/)" in out and "| winoground | 3 | 0 |" in out
     empty = tmp_path / "empty"
     empty.mkdir()
     capsys.readouterr()
@@ -922,3 +925,24 @@ def test_eval_benchmarks_all_takes_the_data_root_s_benchmarks_and_names_the_othe
     assert main(["eval", "--benchmarks", "sugarcrepe,everything", "--data-root", str(root), "--check"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "unknown benchmark(s) ['everything']" in err and "or all (alone: every benchmark whose data is under" in err
+
+
+def test_linear_probe_reads_an_image_folder_as_torchvision_does(tmp_path):
+    """Every extension torchvision's ImageFolder reads and pictures in sub-folders are probe images; a file it does
+    not read is named in a note, not dropped in silence."""
+    from torchvision.datasets import ImageFolder
+
+    for split in ("train", "val"):
+        for name in ("cat", "dog"):
+            folder = tmp_path / split / name
+            (folder / "more").mkdir(parents=True)
+            Image.new("RGB", (8, 8), (200, 10, 10)).save(folder / "a.tif")
+            Image.new("L", (8, 8), 90).save(folder / "b.pgm")
+            Image.new("RGB", (8, 8), (10, 10, 200)).save(folder / "more" / "c.png")
+            (folder / "notes.txt").write_text("not a picture")
+    data = linear_probe.load_image_folder(tmp_path)
+    for split in ("train", "val"):
+        reference = ImageFolder(str(tmp_path / split))
+        paths, labels = data["splits"][split]
+        assert [(str(p), int(y)) for p, y in zip(paths, labels)] == reference.samples
+    assert len(data["notes"]) == 2 and all("2 file(s)" in n and "notes.txt" in n for n in data["notes"])

@@ -124,8 +124,10 @@ def results(tmp_path_factory):
 def test_result_files_keep_every_item_with_its_image(results):
     result = json.loads((results / "s0" / "sugarcrepe.json").read_text())
     outcomes = result["outcomes"]
-    assert set(outcomes["series"]) == set(result["n"])
-    assert all(len(outcomes["series"][s]["keys"]) == n for s, n in result["n"].items())
+    # a series per subset, and per bag-of-words part of a subset (docs/method.md §7)
+    parts = {f"{s}/{part}": n for s, split in result["bag_of_words"].items() for part, n in split.items()}
+    assert set(outcomes["series"]) == set(result["n"]) | set(parts)
+    assert all(len(outcomes["series"][s]["keys"]) == n for s, n in (result["n"] | parts).items())
     assert metric_values(outcomes) == result["metrics"]  # the reported numbers are the outcomes' numbers
     ranks = json.loads((results / "s0" / "retrieval.json").read_text())
     assert metric_values(ranks["outcomes"]) == ranks["metrics"]

@@ -40,6 +40,9 @@ def _check_type(value, annotation, where: str, problems: list[str]):
     if annotation is typing.Any:
         return value
     if origin in (typing.Union, types.UnionType):
+        sections = [o for o in typing.get_args(annotation) if dataclasses.is_dataclass(o)]
+        if isinstance(value, dict) and len(sections) == 1:  # an optional section: its own keys' problems, named
+            return _build(sections[0], value, where, problems)
         for option in typing.get_args(annotation):
             trial: list[str] = []
             converted = _check_type(value, option, where, trial)

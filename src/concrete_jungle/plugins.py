@@ -1,19 +1,23 @@
-"""Captioners and editors by name: the built-in ones, those installed packages register, any class by path.
+"""Captioners, editors and pair scorers by name: the built-in ones, those installed packages register, any class by
+path.
 
 A name is resolved in this order:
 
-1. a built-in: captioners ``rules``, ``openai``, ``transformers``; editors ``none``, ``diffusers``;
+1. a built-in: captioners ``rules``, ``openai``, ``transformers``; editors ``none``, ``diffusers``; scorers
+   ``bertscore``, ``dino``, ``open_clip``, ``clip_sim``, ``pixel``;
 2. an entry point another installed package declares in its ``pyproject.toml``::
 
        [project.entry-points."concrete_jungle.captioners"]
        my-llm = "my_package.captioner:MyCaptioner"
 
-   (group ``concrete_jungle.editors`` for editors; the toy world of the demo registers itself this way);
+   (group ``concrete_jungle.editors`` for editors, ``concrete_jungle.scorers`` for scorers; the toy world of the
+   demo registers itself this way);
 3. a ``package.module:Class`` path to any importable class, nothing installed.
 
 A captioner is a class with a ``name`` and ``rewrite(requests) -> replies`` (see `captioners.Captioner`), an
 editor one with ``name``, ``reuses_anchor`` and ``edit(images, prompts, seeds) -> images`` (see
-`editors.Editor`); their constructor takes the options as keyword arguments (``--captioner-option k=v``).
+`editors.Editor`), a scorer one with ``scores``, ``score(pairs) -> {score: values}`` and a ``device`` argument
+(see `plant.scorers.Scorer`); their constructor takes the options as keyword arguments (``--captioner-option k=v``).
 A class may also have a ``check_options(**options)`` classmethod: `check` calls it before a run writes anything,
 to fail at once on what would stop the run later (a server that does not answer, weights that cannot be
 downloaded) without loading a model; it may return a line telling the user what the options will cost (the
@@ -27,13 +31,19 @@ import inspect
 import re
 from importlib.metadata import entry_points
 
-GROUPS = {"captioner": "concrete_jungle.captioners", "editor": "concrete_jungle.editors"}
+GROUPS = {"captioner": "concrete_jungle.captioners", "editor": "concrete_jungle.editors",
+          "scorer": "concrete_jungle.scorers"}
 BUILTIN = {
     "captioner": {"rules": "concrete_jungle.plant.captioners.rules:RulesCaptioner",
                   "openai": "concrete_jungle.plant.captioners.openai_api:OpenAICaptioner",
                   "transformers": "concrete_jungle.plant.captioners.transformers_lm:TransformersCaptioner"},
     "editor": {"none": "concrete_jungle.plant.editors:NoEditor",
                "diffusers": "concrete_jungle.plant.editors.diffusers_img2img:DiffusersEditor"},
+    "scorer": {"bertscore": "concrete_jungle.plant.scorers.bertscore:BERTScoreScorer",
+               "dino": "concrete_jungle.plant.scorers.dino:DinoScorer",
+               "open_clip": "concrete_jungle.plant.scorers.clip:OpenClipScorer",
+               "clip_sim": "concrete_jungle.plant.scorers.clip:ClipSimilarityScorer",
+               "pixel": "concrete_jungle.plant.scorers.pixel:PixelScorer"},
 }
 _CLASS_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -42,7 +52,7 @@ class PluginError(ValueError):
     """A captioner or editor name that resolves to nothing importable."""
 
 
-METHODS = {"captioner": "rewrite", "editor": "edit"}  # what each kind must have, besides a ``name``
+METHODS = {"captioner": "rewrite", "editor": "edit", "scorer": "score"}  # what each kind must have, besides a ``name``
 
 
 def registered(kind: str) -> dict[str, str]:

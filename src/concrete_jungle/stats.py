@@ -8,7 +8,9 @@ each metric from the series::
      "metrics": {"add_att": {"mean": "add_att"},                          # mean of a series
                  "image_retrieval_recall@5": {"mean": "t2i_rank", "below": 5},  # share of values below 5
                  "M.Avg": {"macro": ["add_att", ...]},                     # mean of the metrics that have a value
+                 "all items (micro)": {"micro": ["add_att", ...]},         # mean over all items of the series
                  "ADD": {"macro": ["add_att", "add_obj"], "complete": true},  # None unless all have one
+                 "atom": {"micro": ["atom/c4", ...], "complete": true},    # None unless each has an item
                  "vg_relation/on": {"mean": "vg_relation/on", "part": true}}}   # computed, not reported
 
 `metric_values` computes every metric from the outcomes, optionally with each unit counted a number of times: the
@@ -53,6 +55,17 @@ def metric_values(outcomes: dict, unit_counts: dict[str, np.ndarray] | None = No
             whole = not recipe.get("complete") or len(parts) == len(recipe["macro"])
             values[name] = sum(parts) / len(parts) if parts and whole else None
             return values[name]
+        if "micro" in recipe:  # every item of the series weighs alike, whatever its series' size
+            if recipe.get("complete") and not all(len(outcomes["series"][s]["values"]) for s in recipe["micro"]):
+                values[name] = None  # a part without items: not the whole the metric names
+                return values[name]
+            total = count = 0.0
+            for s in recipe["micro"]:
+                data = np.asarray(outcomes["series"][s]["values"], dtype=np.float64)
+                weights = np.ones(len(data)) if unit_counts is None else unit_counts[s]
+                total, count = total + float((data * weights).sum()), count + float(weights.sum())
+            values[name] = total / count if count else None
+            return values[name]
         data = np.asarray(outcomes["series"][recipe["mean"]]["values"], dtype=np.float64)
         if "below" in recipe:
             data = (data < recipe["below"]).astype(np.float64)
@@ -71,11 +84,13 @@ def reported(outcomes: dict) -> dict[str, float | None]:
 
 
 def binary(outcomes: dict, metric: str) -> np.ndarray | None:
-    """The 0/1 answers behind an accuracy metric (a mean of one series of 0/1, or a recall's hits), else None."""
+    """The 0/1 answers behind an accuracy metric (a mean of one series of 0/1, a micro average of several, or a
+    recall's hits), else None."""
     recipe = outcomes["metrics"][metric]
-    if "mean" not in recipe:
+    parts = recipe.get("micro") or ([recipe["mean"]] if "mean" in recipe else [])
+    if not parts:
         return None
-    data = np.asarray(outcomes["series"][recipe["mean"]]["values"], dtype=np.float64)
+    data = np.concatenate([np.asarray(outcomes["series"][s]["values"], dtype=np.float64) for s in parts])
     if "below" in recipe:
         return data < recipe["below"]
     return data.astype(bool) if np.isin(data, (0.0, 1.0)).all() else None

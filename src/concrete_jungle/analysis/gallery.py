@@ -3,7 +3,8 @@
 ``concrete-jungle gallery D_hc D_lc --out gallery/`` writes ``index.html``, ``gallery.css``, ``gallery.js``
 and 256 px JPEG thumbnails: one row per sampled anchor id, one card per dataset (the anchor and every negative
 of its record side by side, the captions with a word-level diff, category, concreteness, the adaptive margin, and
-an analysis run's per-pair scores with ``--stats``). A negative without a picture (a caption, as imported from
+an analysis run's per-pair scores with ``--stats``, the scores the plant recorded on the pair with ``plant --score``).
+A negative without a picture (a caption, as imported from
 NegCLIP or CE-CLIP) is its caption beside a "no picture" box, never another picture in its place; with K > 1
 negatives the anchor's caption marks the words any of them changes, each negative's the words it puts there.
 Opens from disk; no server, no CDN. The page is written only into a folder holding nothing but an earlier page of
@@ -273,6 +274,11 @@ SCORE_LABELS = {"i2t": "I2T right (reference CLIP)", "t2i": "T2I right (referenc
                 "clip_v": "image-image cosine (v, v')", "dino": "DINOScore (v, v')", "bertscore": "BERTScore F1",
                 "edit_distance": "word edit distance", "negative_picture": "negative picture (first negative)"}
 SHOWN_ELSEWHERE = ("concreteness", "negatives")  # a card shows them from the record itself
+# the scores the plant recorded on the pair (`plant --score`, in the record's json), in words
+PLANTED_LABELS = {"text_sim": "text_sim: BERTScore F1 (t, t')", "image_sim": "image_sim: DINO cosine (v, v')",
+                  "agreement": "agreement (the smaller margin)",
+                  "agreement_anchor": "agreement_anchor s(v,t) - s(v,t')",
+                  "agreement_negative": "agreement_negative s(v',t') - s(v',t)"}
 
 
 def card(m: dict, dataset: str, stem: str, pair_scores: dict | None) -> str:
@@ -284,6 +290,8 @@ def card(m: dict, dataset: str, stem: str, pair_scores: dict | None) -> str:
         facts.append(("negatives", f"{len(negatives)} ({pictured} with a picture)"))
     if m.get("neg_image_is_anchor"):
         facts.append(("negative image", "the anchor (text-only)"))
+    for k, v in (m.get("scores") or {}).items():  # n/a: a score this pair cannot have (text-only negative)
+        facts.append((f"plant {PLANTED_LABELS.get(k, k)}", "n/a" if v is None else f"{v:.3f}"))
     for k, v in (pair_scores or {}).items():
         if k in SHOWN_ELSEWHERE or v is None:  # shown above / not measured
             continue

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..loss import hard_negative_diagnostics
+from ..plant.scorers.dino import DinoScorer  # DINOScore: the plant's image_sim scorer, the same class
 
 SCHEDULES = ("none", "static", "adaptive", "inverse")
 
@@ -224,34 +225,13 @@ def word_edit_distance(a: str, b: str) -> int:
     return prev[-1]
 
 
-class DinoScorer:
-    """DINOv2 image-image cosine (the paper's DINOScore) with any `transformers` DINOv2 (name or path)."""
-
-    def __init__(self, model: str = "facebook/dinov2-base", device: str = "cpu"):
-        from transformers import AutoImageProcessor, AutoModel
-
-        self.name = f"dino:{model}"
-        self.processor = AutoImageProcessor.from_pretrained(model)
-        self.model = AutoModel.from_pretrained(model).to(device).eval()
-        self.device = device
-
-    @torch.no_grad()
-    def similarity(self, a: list, b: list) -> list[float]:
-        def embed(images):
-            inputs = self.processor(images=images, return_tensors="pt").to(self.device)
-            return F.normalize(self.model(**inputs).pooler_output.float(), dim=-1)
-
-        return (embed(a) * embed(b)).sum(-1).cpu().tolist()
-
-
 def bertscore_f1(candidates: list[str], references: list[str], model: str = "roberta-large",
                  num_layers: int | None = None, rescale: bool = True, device: str = "cpu") -> list[float]:
-    """BERTScore F1 with the `bert-score` package (paper: RoBERTa-large with baseline rescaling)."""
-    from bert_score import BERTScorer
+    """BERTScore F1 with the `bert-score` package (paper: RoBERTa-large with baseline rescaling), as the plant's
+    ``text_sim`` scorer computes it."""
+    from ..plant.scorers.bertscore import BERTScoreScorer
 
-    scorer = BERTScorer(model_type=model, num_layers=num_layers, lang="en" if rescale else None,
-                        rescale_with_baseline=rescale, device=device)
-    return scorer.score(candidates, references)[2].tolist()
+    return BERTScoreScorer(model, num_layers, rescale, device=device).f1(candidates, references)
 
 
 def negative_picture(meta: dict) -> str:
@@ -330,12 +310,13 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
     in `concretebatch_features`. ``reference``: what the report and the figures call the model (default
     `model_label`)."""
     from ..records import atomic_write_json, atomic_write_text
+    from .planted_scores import gated_pairs, planted_scores_markdown, score_distributions
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     dino = DinoScorer(dino_model, device=device) if dino_model else None
     scale = clip.model.logit_scale.exp().item()
-    per_dataset, summaries, modes = {}, {}, {}
+    per_dataset, summaries, modes, planted, gated = {}, {}, {}, {}, {}
     for d in datasets:
         name = Path(d).name
         image, text, _, metas, dino_scores = concretebatch_features(clip, d, device=device, limit=limit, dino=dino,
@@ -347,10 +328,13 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
         per_dataset[name] = pair_rows(image, text, metas, scale, dino_scores, bert)
         summaries[name] = summarize_rows(per_dataset[name])
         modes[name] = metas[0].get("mode")
+        if any(m.get("scores") for m in metas):  # the plant scored its pairs (`plant --score`)
+            planted[name], gated[name] = score_distributions(metas), gated_pairs(d)
     scorers = {"reference_clip": clip.identity, "dino": dino.name if dino else None,
                "bertscore": {"model": bertscore_model, "layers": bertscore_layers, "rescaled": bertscore_rescale}
                if bertscore_model else None}
-    stats = {"scorers": scorers, "datasets": {n: {"mode": modes[n], "summary": summaries[n]} for n in summaries},
+    stats = {"scorers": scorers, "datasets": {n: {"mode": modes[n], "summary": summaries[n]} | (
+        {"planted_scores": planted[n], "gated": gated[n]} if n in planted else {}) for n in summaries},
              "pairs": {n: {r["id"]: {k: v for k, v in r.items() if k not in ("id", "category", "keyword")}
                            for r in rows} for n, rows in per_dataset.items()}}
     atomic_write_json(out / "stats.json", stats)
@@ -358,7 +342,8 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
 
     reference = reference or model_label(clip.identity)
     figures = plot_dataset_figures(per_dataset, out, reference)
-    atomic_write_text(out / "report.md", report_markdown(summaries, modes, scorers, figures, reference))
+    report = report_markdown(summaries, modes, scorers, figures, reference)
+    atomic_write_text(out / "report.md", report + (f"\n{planted_scores_markdown(planted, gated)}\n" if planted else ""))
     return stats
 
 

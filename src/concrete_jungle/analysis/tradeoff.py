@@ -50,12 +50,12 @@ def read_point(path: str | Path) -> dict[str, dict]:
 
 
 def headline_draws(name: str, result: dict, resamples: int, rng: np.random.Generator) -> np.ndarray | None:
-    """Bootstrap replicates of a benchmark's headline number (the mean of its headline metrics, `HEADLINES`) over
+    """Bootstrap replicates of a benchmark's headline number (the mean of its headline metrics, the registry's) over
     its images; None when its result holds no per-item outcomes for them."""
-    from ..evaluation.report import HEADLINES
+    from ..evaluation.names import BENCHMARKS
     from ..stats import metric_values, prepared
 
-    keys = [k for k in HEADLINES[name][1] if result["metrics"].get(k) is not None]
+    keys = [k for k in BENCHMARKS[name].headlines if result["metrics"].get(k) is not None]
     outcomes = result.get("outcomes")
     if not keys or not outcomes or any(k not in outcomes["metrics"] for k in keys):
         return None

@@ -34,7 +34,8 @@ ON_INTERRUPT = {
     "train": "stopped before the first step: no step was taken, so nothing needs resuming; run the same command "
              "again",
     "demo": "finished stages are kept: the same command reuses them",
-    "eval": "no result was written for the benchmark in progress; with --cache-dir, encoded embeddings are reused",
+    "eval": "no result was written for the benchmark in progress; with --models the same command evaluates only what "
+            "is not complete; with --cache-dir, encoded embeddings are reused",
     "wise-ft": "finished alphas are kept (each checkpoint is written whole or not at all); the same command writes "
                "the rest",
 }

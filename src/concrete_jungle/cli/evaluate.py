@@ -1,4 +1,5 @@
-"""`concrete-jungle eval`: evaluate a model on the benchmarks, check their data, or compare result files."""
+"""`concrete-jungle eval`: evaluate a model on the benchmarks, check their data, compare result files, or evaluate
+several models into one leaderboard (``--models A B C ... --suite KIND``, `evaluation.leaderboard`)."""
 
 from __future__ import annotations
 
@@ -10,44 +11,41 @@ from rich.console import Console
 from .args import add_model_args, check_model_args, load_model_from_args, non_negative_int, positive_int
 from .tables import print_markdown
 
+SUITES = ("compositional", "recognition", "all")
 
-EVAL_LAYOUT = """data root layout (only the benchmarks asked for are read):
-  sugarcrepe/*.json                 official SugarCrepe JSON, images in coco/val2017/
-  sugarcrepe_pp/*.json              official SugarCrepe++ JSON, images in coco/val2017/
-  winoground/examples.jsonl         + winoground/images/<image>.png
-  aro/visual_genome_{relation,attribution}.json + aro/images/ (+ aro/vg_relation_symmetric.txt)
-  valse/<piece>.json                + valse/images/<image_file>
-  whatsup/controlled_{images,clevr}_dataset.json + whatsup/controlled_{images,clevr}/;
-  whatsup/{coco,vg}_qa_{one,two}_obj.json + coco/val2017/, whatsup/vg_images/
-  flickr30k/dataset_flickr30k.json  + flickr30k/images/ (retrieval: the Karpathy test split)
-  coco/dataset_coco.json            + coco/val2014/ (coco_retrieval: the Karpathy 5k test split)
-                                    (aro_order: COCO-Order and Flickr30k-Order from the two Karpathy files)
-  zeroshot/<dataset>/test/<class>/  zeroshot (+ classnames.txt, templates.txt; else clip_benchmark's)
-  imagenet/{train,val}/<class>/     linear_probe (ImageFolder)
-  coco/annotations/instances_{train,val}2017.json + coco/{train,val}2017/   coco_probe
-  vtab/<task>/{train,test}/<class>/ or a clip_benchmark dataset root per task
-where to get each: docs/data.md"""
+
+def eval_layout() -> str:
+    """The data root's layout, benchmark by benchmark, for `eval --help`."""
+    from ..evaluation.names import BENCHMARKS
+
+    width = max(map(len, BENCHMARKS)) + 2
+    lines = [f"  {name:<{width}}{spec.layout}" for name, spec in BENCHMARKS.items()]
+    return "\n".join(["data root layout (only the benchmarks asked for are read):", *lines,
+                      "where to get each: docs/data.md"])
 
 
 def add_parser(sub) -> None:
+    from ..evaluation.leaderboard import FORMS
     from ..evaluation.names import BENCHMARKS
 
     p = sub.add_parser(
         "eval",
-        help="evaluate a model: SugarCrepe, SugarCrepe++, Winoground, ARO, VALSE, What'sUp, retrieval, probes, VTAB",
+        help="evaluate one model or several (one leaderboard) on the compositional and recognition benchmarks",
         description="Evaluate an open_clip model or a checkpoint on the benchmarks under --data-root. Writes one "
-        "JSON per benchmark and results.md to --out. --check only checks the data (no model).",
-        epilog=EVAL_LAYOUT, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "JSON per benchmark and results.md to --out. --models A B C: several models, one leaderboard against the "
+        "first. --check only checks the data (no model).",
+        epilog=eval_layout(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--benchmarks", default="sugarcrepe",
+    p.add_argument("--benchmarks",
                    help=f"comma-separated, from {', '.join(BENCHMARKS)}; or all: every benchmark whose data is under "
-                   "--data-root (it says which it found and which not) (default %(default)s)")
+                   "--data-root (it says which it found and which not) (default sugarcrepe)")
     p.add_argument("--data-root", help="folder holding the benchmarks' data (layout below)")
     p.add_argument("--check", action="store_true",
                    help="check the data root's layout, every item of its benchmark files and every image; print the "
                    "item counts and the digest of each benchmark's files; loads no model")
-    p.add_argument("--out", default="results", help="output folder (default %(default)s); one model's: results "
-                   "of another model there are refused, its own are kept and reported with the new ones")
+    p.add_argument("--out", help="output folder (default results); one model's: results of another model there are "
+                   "refused, its own are kept and reported with the new ones. With --compare: where the comparison "
+                   "is written, compare-<benchmark>.json and its table as .md (default: printed only)")
     p.add_argument("--overwrite", action="store_true",
                    help="remove the results of another model from --out first")
     p.add_argument("--skip-missing", action="store_true", help="skip items whose images are missing or unreadable")
@@ -62,7 +60,7 @@ def add_parser(sub) -> None:
                    help="with --compare A1.json A2.json ...: the runs to compare them with (e.g. the seeds of another "
                    "model); the runs are resampled within each side too")
     p.add_argument("--resamples", type=positive_int, default=2000,
-                   help="bootstrap resamples of --compare (default %(default)s)")
+                   help="bootstrap resamples of --compare and of --models' intervals (default %(default)s)")
     p.add_argument("--compare-json", metavar="FILE", help="also write the comparison as JSON here, and its table as "
                    "Markdown beside it (FILE with the suffix .md)")
     p.add_argument("--no-trim-text", action="store_true",
@@ -70,6 +68,14 @@ def add_parser(sub) -> None:
                    "the features are the same either way (docs/method.md §7)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_args(p)
+    p.add_argument("--models", nargs="+", metavar="MODEL",
+                   help="evaluate several models and write one leaderboard (models x benchmarks, each cell with the "
+                   "difference from the first model and its 95 %% interval, the summary means) to --out as "
+                   "leaderboard.md, .json and .png, each model's results in its own folder there; a rerun evaluates "
+                   "only what is not complete. Each MODEL: " + FORMS)
+    p.add_argument("--suite", choices=SUITES,
+                   help="instead of --benchmarks: every benchmark of this kind (all: of both) whose data is under "
+                   "--data-root (it says which it found and which not)")
     p.set_defaults(run=run)
 
 
@@ -79,6 +85,7 @@ def run(args, console: Console) -> int:
 
     if args.vs and not args.compare:
         raise ValueError("--vs needs --compare: concrete-jungle eval --compare A1.json A2.json --vs B1.json B2.json")
+    models = check_models(args)  # --models: every model named, checked before any data or model loads
     if args.compare:
         if len(args.compare) + len(args.vs or []) < 2:
             raise ValueError(f"--compare needs two or more result files, it got one ({args.compare[0]}): "
@@ -90,11 +97,20 @@ def run(args, console: Console) -> int:
         comparison = compare(args.compare, args.vs, resamples=args.resamples)
         table = compare_markdown(comparison)
         print_markdown(console, table)
-        if args.compare_json:
-            from ..records import atomic_write_json, atomic_write_text
+        if len(set(comparison["rules"].values())) > 1:  # also said in the table's notes; here where logs look
+            import sys
 
-            atomic_write_json(args.compare_json, comparison)
-            atomic_write_text(Path(args.compare_json).with_suffix(".md"), table)
+            print(f"warning: the files were scored under different versions of the {comparison['benchmark']} rule "
+                  f"({', '.join(f'{n}: {v}' for n, v in comparison['rules'].items())}); see the note under the "
+                  "table", file=sys.stderr)
+        written = [Path(args.compare_json)] if args.compare_json else []
+        if args.out:  # the table kept beside its JSON, named by the benchmark: comparisons of several share a folder
+            written.append(Path(args.out) / f"compare-{comparison['benchmark']}.json")
+        from ..records import atomic_write_json, atomic_write_text
+
+        for path in written:
+            atomic_write_json(path, comparison)
+            atomic_write_text(path.with_suffix(".md"), table)
         return 0
     if not args.data_root:
         raise ValueError("concrete-jungle eval needs --data-root (or --compare A.json B.json)")
@@ -102,20 +118,28 @@ def run(args, console: Console) -> int:
     if not root.is_dir():
         raise ValueError(f"--data-root {root} does not exist; it is the folder holding sugarcrepe/, coco/, ... "
                          "(see concrete-jungle eval --help and docs/data.md)")
-    names = [n.strip() for n in args.benchmarks.split(",") if n.strip()]
-    if names == ["all"]:
+    if args.suite and args.benchmarks:
+        raise ValueError(f"--suite {args.suite} and --benchmarks {args.benchmarks} both choose the benchmarks: give "
+                         "one")
+    names = [n.strip() for n in (args.benchmarks or "sugarcrepe").split(",") if n.strip()]
+    if args.suite:
+        names = benchmarks_present(root, console, args.suite, f"--suite {args.suite}")
+    elif names == ["all"]:
         names = benchmarks_present(root, console)
     unknown = sorted(set(names) - set(evaluation.BENCHMARKS))
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(evaluation.BENCHMARKS)}, or all "
                          "(alone: every benchmark whose data is under --data-root)")
-    if not args.check:
+    if not args.check and models is None:
         check_model_args(args)
     # every benchmark's files are checked before the model is loaded
     loaded = {n: evaluation.load_data(n, root, args.skip_missing) for n in names}
     if args.check:
         print_markdown(console, layout_report(loaded))
         return 0
+    args.out = args.out or "results"
+    if models is not None:
+        return run_models(args, models, loaded, console)
     from ..evaluation.encoding import Encoder
 
     clip, device = load_model_from_args(args)
@@ -131,18 +155,60 @@ def run(args, console: Console) -> int:
     return 0
 
 
-def benchmarks_present(root: Path, console: Console) -> list[str]:
-    """``--benchmarks all``: the benchmarks whose data is under ``root``, said with those that are not there."""
-    from ..evaluation import MARKERS, present
+def benchmarks_present(root: Path, console: Console, kind: str = "all", flag: str = "--benchmarks all") -> list[str]:
+    """The benchmarks of ``kind`` (``all``: of every kind) whose data is under ``root``, said with those of that kind
+    that are not there (``--benchmarks all``, ``--suite KIND``)."""
+    from ..evaluation import BENCHMARKS, present
 
-    found = present(root)
+    found = {n: there for n, there in present(root).items() if kind == "all" or BENCHMARKS[n].kind == kind}
     names = [n for n, there in found.items() if there]
-    expected = {n: " or ".join(MARKERS[n]) for n in found}
+    expected = {n: " or ".join(BENCHMARKS[n].markers) for n in found}
     if not names:
-        raise ValueError(f"--benchmarks all: no benchmark's data is under --data-root {root} (none of "
-                         f"{'; '.join(expected.values())} is there); see the layout in concrete-jungle eval --help "
-                         "and docs/data.md")
+        raise ValueError(f"{flag}: no {'' if kind == 'all' else kind + ' '}benchmark's data is under --data-root "
+                         f"{root} (none of {'; '.join(expected.values())} is there); see the layout in "
+                         "concrete-jungle eval --help and docs/data.md")
     absent = [f"{n} (no {expected[n]})" for n, there in found.items() if not there]
-    console.print(f"--benchmarks all: found under {root}: {', '.join(names)}; not found: "
-                  f"{', '.join(absent) or 'none'}", highlight=False)
+    console.print(f"{flag}: found under {root}: {', '.join(names)}; not found: {', '.join(absent) or 'none'}",
+                  highlight=False)
     return names
+
+
+def check_models(args) -> list | None:
+    """The entries of ``--models`` (`leaderboard.entries`), checked before any data or model loads; None without."""
+    if not args.models:
+        return None
+    from ..evaluation.leaderboard import entries
+
+    given = [flag for flag, value in (("--model", args.model), ("--checkpoint", args.checkpoint)) if value]
+    if given or args.compare:
+        raise ValueError(f"--models names every model; drop {' and '.join(given) or '--compare'} (the first of "
+                         "--models is the reference)")
+    return entries(args.models, args.pretrained)
+
+
+def run_models(args, models: list, loaded: dict, console: Console) -> int:
+    """Evaluate each model of ``models`` where its results are not complete, then write and print the leaderboard."""
+    import torch
+
+    from ..evaluation.encoding import Encoder
+    from ..evaluation.leaderboard import evaluate_models, table, write
+    from ..locks import locked
+    from ..models import load_model
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def encoder_of(entry):
+        clip = load_model(entry.name, entry.pretrained, entry.checkpoint, device=device, precision=args.precision,
+                          seed=args.seed)
+        return Encoder(clip, device=device, batch_size=args.batch_size, num_workers=args.workers,
+                       trim_text=not args.no_trim_text, cache_dir=args.cache_dir, progress=not args.no_progress)
+
+    out = Path(args.out)
+    with locked(out / ".eval.lock", f"--out {out}", "concrete-jungle eval --models"):
+        results = evaluate_models(models, loaded, out, encoder_of, overwrite=args.overwrite,
+                                  log=lambda text: console.print(text, highlight=False))
+        text = write(table(models, results, resamples=args.resamples), out)
+    print_markdown(console, text)
+    console.print(f"written: {out / 'leaderboard.md'}, leaderboard.json and leaderboard.png; each model's results in "
+                  f"its folder under {out}", highlight=False)
+    return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Console
 
 from .args import positive_int
@@ -52,7 +54,8 @@ def run(args, console: Console) -> int:
     from rich.table import Table
 
     from ..plant.imported import ImportConfig, run_import
-    from .plant import readable
+    from .plant import readable, write_table
+    from .tables import print_table
 
     config = ImportConfig(
         format=args.format, inputs=list(args.inputs), out=args.out, images=args.images,
@@ -66,6 +69,8 @@ def run(args, console: Console) -> int:
     table.add_column("value", justify="right")
     for key, value in summary.items():
         table.add_row(key.replace("_", " "), readable(value))
-    console.print(table)
-    console.print(f"written: {args.out} (shards, manifest.jsonl, rejects.jsonl, summary.json)", highlight=False)
+    print_table(console, table)  # whole rows through a pipe
+    write_table(table, Path(args.out) / "summary.md")
+    console.print(f"written: {args.out} (shards, manifest.jsonl, rejects.jsonl, summary.json, summary.md)",
+                  highlight=False)
     return 0

@@ -53,5 +53,10 @@ def run(args, console: Console) -> int:
             batch_size=args.batch_size, workers=args.workers,
             progress=not args.no_progress, limit=args.limit,
         )
-    console.print(summary_table(summary, f"keywords ({args.mode}) -> {args.out}"))
+    from ..records import atomic_write_text
+    from .tables import print_table, table_markdown
+
+    table = summary_table(summary, f"keywords ({args.mode}) -> {args.out}")
+    print_table(console, table)  # whole rows through a pipe; and kept beside the summary's JSON
+    atomic_write_text(out.with_name(out.stem + ".summary.md"), table_markdown(table))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 
@@ -57,6 +58,19 @@ def add_parser(sub) -> None:
     g.add_argument("--vae", help="a fp16-safe VAE to use instead of the model's (e.g. madebyollin/sdxl-vae-fp16-fix)")
     g.add_argument("--compile", action="store_true", help="torch.compile the UNet")
     g.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    g = p.add_argument_group("scores and gates (docs/method.md §3)")
+    g.add_argument("--score", action="store_true", help="score every pair as it is made: text_sim (BERTScore), "
+                   "image_sim (DINOv2) and agreement (open_clip ViT-L-14), stored in its record and manifest row")
+    g.add_argument("--scorer", action="append", default=[], metavar="NAME",
+                   help="score with these scorers instead (repeatable): bertscore, dino, open_clip, clip_sim, "
+                   "pixel, a registered plugin, or package.module:Class; implies --score")
+    g.add_argument("--scorer-option", action="append", default=[], metavar="SCORER.KEY=VALUE",
+                   help="an option of a scorer's constructor (repeatable), e.g. open_clip.model=ViT-B-32")
+    g.add_argument("--score-device", help="where the scorers run (default: the editor's device)")
+    g.add_argument("--gate", action="append", default=[], metavar="SCORE>=NUMBER",
+                   help="reject a pair whose score fails the threshold (repeatable; >=, <=, > or <), e.g. "
+                   "agreement>=0.0, image_sim<=0.95; a re-plant with other gates decides again from the stored "
+                   "scores. With --config: replaces its gates")
     g = p.add_argument_group("run")
     g.add_argument("--engine", choices=["local", "ray"], help="local (default): this process; ray: Ray Data over a "
                    "cluster, the same records (pip install 'concrete-jungle[ray]'; docs/scale.md)")
@@ -160,6 +174,7 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
     if args.editor == "diffusers":
         editor_options = {"model": args.editor_model, "strength": args.strength, "steps": args.steps,
                           "size": args.size, "vae": args.vae, "compile": args.compile, "device": args.device}
+    scoring = scoring_from_flags(args)
     return PlantConfig(
         captions=list(args.captions), images=str(images), out=args.out or "", mode=args.mode, format=args.format,
         split=args.split, columns=column_names(args.columns), sampler=sampler_config(args), scale=args.scale,
@@ -168,7 +183,25 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
         editor=args.editor, editor_options=editor_options | key_values(args.editor_option, "--editor-option"),
         max_attempts=args.max_attempts, batch_size=args.batch_size, samples_per_shard=args.samples_per_shard,
         num_shards=num_shards, shard_index=shard_index, engine=engine_config(args), limit=args.limit,
+        scoring=scoring, gates=list(args.gate),
     )
+
+
+def scoring_from_flags(args):
+    """The `ScoringConfig` of --score, --scorer, --scorer-option and --score-device, or None (scoring off)."""
+    from ..plant.scoring import ScoringConfig
+    from ..plant.scorers import DEFAULT_SCORERS
+
+    if not (args.score or args.scorer or args.scorer_option or args.score_device):
+        return None
+    scorers = {name: {} for name in args.scorer} if args.scorer else {k: dict(v) for k, v in DEFAULT_SCORERS.items()}
+    for key, value in key_values(args.scorer_option, "--scorer-option").items():
+        name, _, option = key.rpartition(".")
+        if name not in scorers:
+            raise ValueError(f"--scorer-option {key}={value}: {name or key!r} is not a scorer of this run "
+                             f"({', '.join(scorers)}); write it as SCORER.KEY=VALUE, e.g. open_clip.model=ViT-B-32")
+        scorers[name][option] = value
+    return ScoringConfig(scorers=scorers, device=args.score_device)
 
 
 def run(args, console: Console) -> int:
@@ -177,6 +210,7 @@ def run(args, console: Console) -> int:
     from rich.table import Table
 
     from .. import plant
+    from .tables import print_table
     from ..plant import PlantConfig, merge_parts, shard_from_environment
     from ..plant.config import hoist_mode
 
@@ -206,6 +240,13 @@ def run(args, console: Console) -> int:
                 data["limit"] = args.limit
             data.setdefault("num_shards", num_shards)
             data.setdefault("shard_index", shard_index)
+            scoring_flags = [f for f, v in (("--score", args.score), ("--scorer", args.scorer), ("--scorer-option",
+                             args.scorer_option), ("--score-device", args.score_device)) if v]
+            if scoring_flags:
+                raise ValueError(f"{', '.join(scoring_flags)} with --config: put scoring in the file (scoring: "
+                                 "{scorers: {...}}) or pass --set scoring.device=...")
+            if args.gate:
+                data["gates"] = list(args.gate)
             config = from_dict(PlantConfig, data, where=args.config)
             config = replace(config, engine=engine_config(args, config.engine))
         else:
@@ -226,10 +267,24 @@ def run(args, console: Console) -> int:
     table.add_column("value", justify="right")
     for key, value in summary.items():
         table.add_row(key.replace("_", " "), readable(value))
-    console.print(table)
+    print_table(console, table)  # whole rows through a pipe
+    if args.action == "merge":
+        summary_json = Path(args.merge_dir) / "summary.json"
+    else:
+        summary_json = Path(config.out) / ("summary.json" if config.num_shards == 1 else f"summary-{config.part}.json")
+    write_table(table, summary_json.with_suffix(".md"))
     if args.action != "merge":
-        console.print(f"written: {config.out} (shards, manifest.jsonl, rejects.jsonl, summary.json)", highlight=False)
+        console.print(f"written: {config.out} (shards, manifest.jsonl, rejects.jsonl, {summary_json.name}, "
+                      f"{summary_json.with_suffix('.md').name})", highlight=False)
     return 0
+
+
+def write_table(table, path: Path) -> None:
+    """The summary table as Markdown beside the summary's JSON (the table the command printed, whole)."""
+    from ..records import atomic_write_text
+    from .tables import table_markdown
+
+    atomic_write_text(path, table_markdown(table))
 
 
 def print_estimate(config, args, console: Console) -> int:
@@ -261,4 +316,6 @@ def readable(value) -> str:
     if isinstance(value, dict):
         return "\n".join(f"{k}: {f'{v:.0%}' if isinstance(v, float) and 0 <= v <= 1 else readable(v)}"
                          for k, v in value.items()) or "none"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
     return "-" if value is None else str(value)

@@ -23,12 +23,13 @@ def add_parser(sub) -> None:
     )
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
     r = tasks.add_parser("run", help="run a study (its settings are its design's)")
-    r.add_argument("name", choices=["study1", "study2"], help="which study")
+    r.add_argument("name", choices=["study1", "study2", "gate"], help="which study (gate: docs/studies/gate.md)")
     r.add_argument("--profile", choices=["cpu", "gpu"], default="cpu",
                    help="cpu (default: 2 cores) or gpu (a larger world and model, one GPU)")
     r.add_argument("--out", help="output directory (default runs/<name>)")
     r.add_argument("--seeds", type=int_list, help="fine-tuning seeds, comma-separated (default 0,1,2)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument("--design", help="gate only: its pre-registered design file (default docs/studies/gate/design.json)")
     r = tasks.add_parser("report", help="recompute a study's report from its published files")
     r.add_argument("folder", metavar="DIR", help="a study's published folder")
     r.add_argument("--out", help="also write study.md and results.json here")
@@ -42,6 +43,8 @@ def run(args, console: Console) -> int:
 def run_study(args, console: Console) -> int:
     from ..experiments import study, study2
 
+    if args.name == "gate":
+        return run_gate(args, console)
     module, config, runner = (study, study.StudyConfig, study.Study) if args.name == "study1" else \
         (study2, study2.Study2Config, study2.Study2)
     options = dict(module.PROFILES[args.profile]) | ({"seeds": args.seeds} if args.seeds else {})
@@ -54,15 +57,36 @@ def run_study(args, console: Console) -> int:
     return 0
 
 
+def run_gate(args, console: Console) -> int:
+    from ..experiments import gate
+
+    if args.profile != "cpu" or args.seeds:
+        console.print("study run gate: the ladder, the seeds and the sizes are its pre-registered design's "
+                      "(--design FILE); --profile gpu and --seeds do not apply", highlight=False)
+        return 2
+    out = args.out or "runs/gate"
+    config = gate.GateConfig(out=out, **({"design": args.design} if args.design else {}))
+    result = gate.Gate(config, progress=not args.no_progress, console=console).run()
+    for r in result["rungs"]:
+        console.print(f"{r['rung']} ({r['model']}, {r['pretrain_steps']} pretraining steps): positive control - "
+                      f"control {r['mean']:+.2f} points, seed-level 95 % interval [{r['t95'][0]:+.2f}, "
+                      f"{r['t95'][1]:+.2f}] -> {'passes' if r['passes'] else 'does not pass'}", highlight=False)
+    console.print(f"gated model: {result['gated'] or 'none'}; report: {out}/study.md", highlight=False)
+    return 0
+
+
 def report(args, console: Console) -> int:
-    from ..experiments import study, study2
+    from ..experiments import gate, study, study2
     from ..experiments.published import RESTORE, PublishedError, check_rows, load, run_record
     from ..records import atomic_write_json, atomic_write_text
 
     design, world_info, items, seconds = load(args.folder)
-    module = study2 if design.get("study") == "study2" else study
+    module = {"study2": study2, "gate": gate}.get(design.get("study"), study)
     try:
-        check_rows(args.folder, items, module.CONTRASTED, design["config"]["seeds"])
+        if module is gate:
+            gate.check_answers(args.folder, design, items)
+        else:
+            check_rows(args.folder, items, module.CONTRASTED, design["config"]["seeds"])
         result = module.summarise(design, items, seconds)
         text = module.study_report(result, world_info, run_record(args.folder))
     except KeyError as e:  # the answers were checked whole: what is missing is a setting of the design

@@ -30,12 +30,11 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
-    from rich.markdown import Markdown
-
     from ..analysis.tradeoff import tradeoff
+    from .tables import print_markdown
 
     table = tradeoff(args.results, args.out, resamples=args.resamples, seed=args.seed, normalised=args.normalised)
-    console.print(Markdown((Path(args.out) / "tradeoff.md").read_text(encoding="utf-8")))
+    print_markdown(console, (Path(args.out) / "tradeoff.md").read_text(encoding="utf-8"))  # whole through a pipe
     front = [row["label"] for row in table["points"] if row["front"]]
     console.print(f"on the front: {', '.join(front)}; written: {Path(args.out) / 'tradeoff.png'}, tradeoff.md, "
                   "tradeoff.json", highlight=False)

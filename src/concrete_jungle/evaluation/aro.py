@@ -27,8 +27,10 @@ from PIL import Image
 from ..stats import reported, series
 from ..records import file_digest
 from .checks import items_of, numbered_lines, outside, pixel_box, text_of
-from .choice import picks
+from .choice import subset_picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from .chance import pick_chance
+from .validity import averages, blind_block
 
 FILES = {"vg_relation": "visual_genome_relation.json", "vg_attribution": "visual_genome_attribution.json"}
 SYMMETRIC = "vg_relation_symmetric.txt"
@@ -74,6 +76,11 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
             "boxes_outside_image": {s: len(keys) for s, keys in outside_keys.items()}, "notes": notes, "files": files}
 
 
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load` of ``<root>/aro``."""
+    return load(root / "aro", skip_missing=skip_missing)
+
+
 def _row(subset: str, path: Path, n: int, item: dict, root: Path) -> tuple:
     """One item: (key, Crop, false caption, true caption, group), every field checked as the run will use it."""
     missing = [f for f in ("image_path", "bbox_x", "bbox_y", "bbox_w", "bbox_h", "true_caption", "false_caption")
@@ -92,10 +99,24 @@ def _row(subset: str, path: Path, n: int, item: dict, root: Path) -> tuple:
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
-    """Macro and micro accuracy of each subset; ``outcomes`` per relation or attribute pair (`stats`)."""
+    """Macro and micro accuracy of each subset; ``outcomes`` per relation or attribute pair (`stats`); the labelled
+    averages (``averages``) and the blind baseline (``blind``: `choice.subset_picks`)."""
+    chosen = subset_picks(encoder, {s: ([it[1] for it in items], [[it[2], it[3]] for it in items])
+                                    for s, items in data["items"].items()})
+    outcomes = outcomes_of(data, {s: p == 1 for s, p in chosen["picks"].items()})  # the true caption is second
+    blind = outcomes_of(data, {s: p == 1 for s, p in chosen["blind"].items()})
+    return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
+            "skipped": data["skipped"], "boxes_outside_image": data["boxes_outside_image"], "notes": data["notes"],
+            "outcomes": outcomes, "averages": averages(outcomes["metrics"]),
+            "blind": blind_block(blind, chosen["pictures"])}
+
+
+def outcomes_of(data: dict, answers_of: dict) -> dict:
+    """The outcomes of the answers ``answers_of[subset]`` (each item right or not): a series per subset and per
+    relation or attribute pair, with the recipes of the macro and micro accuracies."""
     answers, recipes = {}, {}
     for subset, items in data["items"].items():
-        right = picks(encoder, [it[1] for it in items], [[it[2], it[3]] for it in items]) == 1  # true is second
+        right = answers_of[subset]
         keys, units = [it[0] for it in items], [unit_of(it[1].path) for it in items]
         answers[subset] = series(keys, units, right)
         groups: dict[str, list[int]] = {}
@@ -111,8 +132,11 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
             kept = [g for g in sorted(groups) if len(groups[g]) >= MIN_ATTRIBUTE_ITEMS]
             name = "VG-Attribution"
         recipes[name] = {"macro": [f"{subset}/{g}" for g in kept]}
-        recipes[f"{name.split(' (')[0]} (micro)"] = {"mean": subset}
-    outcomes = {"series": answers, "metrics": recipes}
-    return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "boxes_outside_image": data["boxes_outside_image"], "notes": data["notes"],
-            "outcomes": outcomes}
+        recipes[f"{name.split(' (')[0]} (micro)"] = {"micro": [subset]}  # every item of the file
+    return {"series": answers, "metrics": recipes}
+
+
+def item_chances(data: dict) -> dict:
+    """Each item's chance (`chance.item_chances`): [false caption, true caption], the true one second, so a tie is
+    wrong."""
+    return {s: [(row[0], pick_chance([row[2], row[3]], 1)) for row in rows] for s, rows in data["items"].items()}

@@ -41,9 +41,11 @@ from pathlib import Path
 import numpy as np
 
 from ..stats import reported, series
-from .choice import picks
+from .choice import subset_picks
 from .encoding import Crop, Encoder, check_images, unit_of
 from .retrieval import LAYOUT, listings
+from .chance import pick_chance
+from .validity import blind_block
 
 SEED = 1  # main_aro.py's --seed default, given to seed_all before the dataset is built
 MAX_WORDS = 30
@@ -169,11 +171,22 @@ def _tokenizer_note(name: str, captions: list[str]) -> list[str]:
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
-    """Precision@1 per task; ``outcomes`` per caption, its image the unit (`stats`)."""
-    answers = {}
-    for name, items in data["items"].items():
-        right = picks(encoder, [it[1] for it in items], [it[2] for it in items]) == 0  # the caption is first
-        answers[name] = series([it[0] for it in items], [unit_of(it[1].path) for it in items], right)
-    outcomes = {"series": answers, "metrics": {name: {"mean": name} for name in answers}}
+    """Precision@1 per task; ``outcomes`` per caption, its image the unit (`stats`); the blind baseline
+    (``blind``: `choice.subset_picks`)."""
+    chosen = subset_picks(encoder, {s: ([it[1] for it in items], [it[2] for it in items])
+                                    for s, items in data["items"].items()})
+
+    def outcomes_of(picked: dict) -> dict:  # the caption is first
+        answers = {name: series([it[0] for it in items], [unit_of(it[1].path) for it in items], picked[name] == 0)
+                   for name, items in data["items"].items()}
+        return {"series": answers, "metrics": {name: {"mean": name} for name in answers}}
+
+    outcomes = outcomes_of(chosen["picks"])
     return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "notes": data["notes"], "outcomes": outcomes}
+            "skipped": data["skipped"], "notes": data["notes"], "outcomes": outcomes,
+            "blind": blind_block(outcomes_of(chosen["blind"]), chosen["pictures"])}
+
+
+def item_chances(data: dict) -> dict:
+    """Each item's chance (`chance.item_chances`): the caption listed first, so a tie is right."""
+    return {s: [(row[0], pick_chance(row[2], 0)) for row in rows] for s, rows in data["items"].items()}

@@ -47,34 +47,14 @@ def below_chance(others: list[str], text: str) -> float:
 
 def item_chances(name: str, data: dict) -> dict[str, float | list[tuple[str, float]]]:
     """Per series of the benchmark's outcomes that a headline metric reads: each item's key and chance of being
-    right, in the series' order, or one number for every item of the series. Series not listed have no level."""
-    items = data.get("items")
-    if name == "sugarcrepe":  # right: the caption strictly above the negative, i.e. [negative, caption], pick 1
-        return {s: [(k, pick_chance([neg, pos], 1)) for k, _, pos, neg in rows] for s, rows in items.items()}
-    if name == "sugarcrepe_pp":
-        return {f"{s}/ITT": [(k, below_chance([p1, p2], neg)) for k, _, p1, p2, neg in rows]
-                for s, rows in items.items()}
-    if name == "winoground":
-        return dict(WINOGROUND)
-    if name in ("aro", "valse"):  # [false caption, true caption], the true one second: a tie is wrong
-        return {s: [(row[0], pick_chance([row[2], row[3]], 1)) for row in rows] for s, rows in items.items()}
-    if name in ("aro_order", "whatsup"):  # the right caption listed first: a tie is right
-        return {s: [(row[0], pick_chance(row[2], 0)) for row in rows] for s, rows in items.items()}
-    if name in ("retrieval", "coco_retrieval"):
-        # a caption's query is right at 1 when its one image ranks first of N; an image's when one of its c captions
-        # ranks first of all T
-        from .encoding import unit_of
+    right, in the series' order, or one number for every item of the series, by the benchmark module's own
+    ``item_chances``. Series not listed, and benchmarks without one, have no level."""
+    from importlib import import_module
 
-        total = sum(len(caps) for _, caps in items)
-        return {"t2i_rank": 1 / len(items), "i2t_rank": [(unit_of(path), len(caps) / total) for path, caps in items]}
-    if name == "zeroshot":  # a uniform guess among the dataset's classes
-        return {f"{d}/acc1": 1 / len(dataset["classes"]) for d, dataset in data["datasets"].items()
-                if dataset.get("classes")}
-    if name == "linear_probe":
-        return {"top1": 1 / len(data["classes"])}
-    if name == "vtab":
-        return {task: 1 / len(t["classes"]) for task, t in data["tasks"].items() if t.get("classes")}
-    return {}
+    from .names import module_of
+
+    module = import_module(f".{module_of(name)}", __package__)
+    return module.item_chances(data) if hasattr(module, "item_chances") else {}
 
 
 def expected_average_precision(positives: int, total: int) -> float:

@@ -92,6 +92,63 @@ def numbered_lines(path: Path) -> list[tuple[int, str]]:
     return [(n, line.strip()) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
 
 
+def _csv_records(path: Path, layout: str, read) -> list:
+    """``read(file)`` of a CSV file opened as UTF-8 (a byte-order mark dropped), cells of any length; an error naming
+    the file when it is not UTF-8 or not CSV."""
+    import csv
+    import sys
+
+    csv.field_size_limit(sys.maxsize)  # a cell may be long: a list of captions
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            return read(f)
+    except UnicodeDecodeError as e:
+        raise BenchmarkDataError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    except csv.Error as e:
+        raise BenchmarkDataError(f"{path}: not a CSV file ({e}); expected layout: {layout}") from None
+
+
+def csv_lines(path: Path, layout: str) -> list[tuple[int, list[str]]]:
+    """(line, cells) of every record of a CSV file, the header too."""
+    import csv
+
+    def read(f):
+        reader = csv.reader(f)
+        return [(reader.line_num, cells) for cells in reader]
+
+    return _csv_records(path, layout, read)
+
+
+def csv_rows(path: Path, columns: tuple[str, ...], layout: str) -> list[tuple[int, dict]]:
+    """(line, row) of every data row of a CSV file whose header names at least ``columns``, each row keyed by the
+    header; an error naming the file when a column is missing or there is no row."""
+    import csv
+
+    def read(f):
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise BenchmarkDataError(f"{path} has no column {', '.join(missing)}; expected layout: {layout}")
+        return [(reader.line_num, row) for row in reader]
+
+    rows = _csv_records(path, layout, read)
+    if not rows:
+        raise BenchmarkDataError(f"{path} holds no rows; expected layout: {layout}")
+    return rows
+
+
+def partial(benchmark: str, missing: list[str], official: int, wholes: list[str], what: str = "files") -> dict:
+    """``{"partial": note}`` when ``missing`` names parts of the release that are not there (of ``official``; ``what``:
+    files or subsets), else ``{}``; ``wholes``: the metrics left without a value for it (each over parts not all
+    there, as SugarCrepe's ADD, REPLACE and SWAP need all their subsets); the parts present keep their scores."""
+    if not missing:
+        return {}
+    shown_files = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return {"partial": f"{official - len(missing)} of the {official} {what} of {benchmark}'s release are here "
+                       f"(missing: {shown_files}), so {', '.join(wholes)} (over {what} not all here) have no value; "
+                       f"the scores of the {what} here are given"}
+
+
 def repeated_names(names: list[str]) -> list[tuple[str, int, int]]:
     """``(name, first position, later position)`` of each class name given again: two classes of one name get the
     same weights, so the later one can never be predicted."""

@@ -1,9 +1,10 @@
-"""Shared machinery of every benchmark: check the files, encode each unique image and text once.
+"""Shared machinery of every benchmark: check the files, encode each distinct picture and text once.
 
 Images are checked (present, readable header) before any model loads, so a wrong folder fails in
 seconds with the file and the expected layout named. Encoding is batched, shows a progress bar, and is
-cached on disk by (model hash, the exact list of items and their file stamps): a second evaluation of the
-same model reads its embeddings back instead of recomputing them.
+cached on disk by (model hash, the exact list of distinct items: a picture by its file's content, reading and box):
+a second evaluation of the same model reads its embeddings back instead of recomputing them. Files of one content
+(and equal crops of them) share one feature, so they tie exactly wherever they stand in a batch.
 """
 
 from __future__ import annotations
@@ -132,10 +133,36 @@ def rgb_picture(path: Path):
 
     from ..images import check_file, check_header
 
+    if Path(path).suffix == ".npy":
+        return frame_picture(path)
     check_file(path)
     with Image.open(path) as image:
         check_header(image, str(path))
         return image.convert("RGB")
+
+
+def frame_picture(path: Path):
+    """A video frame released as a numpy array (``.npy``, height x width x 3, uint8, channels in BGR order: EqBen's
+    YouCook2 frames), read as EqBen's official loader reads it, ``Image.fromarray(np.load(path)[:, :, [2, 1, 0]],
+    "RGB")``; an `images.ImageRejected` when the file holds no such array."""
+    import numpy as np
+    from PIL import Image
+
+    from ..images import ImageRejected, check_file, check_header
+
+    check_file(path)
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise ImageRejected(f"unreadable frame: {path} ({type(e).__name__}; a .npy frame is one numpy array)") \
+            from None
+    if not isinstance(array, np.ndarray) or array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
+        shape = getattr(array, "shape", None)
+        raise ImageRejected(f"unreadable frame: {path} holds {getattr(array, 'dtype', '?')} {shape}, not a height "
+                            "x width x 3 uint8 array (BGR)")
+    picture = Image.fromarray(np.ascontiguousarray(array[:, :, [2, 1, 0]]))
+    check_header(picture, str(path))
+    return picture
 
 
 class _Images(torch.utils.data.Dataset):
@@ -174,6 +201,10 @@ class Encoder:
         self.cache_dir = Path(cache_dir) / clip.hash if cache_dir else None
         self.progress = progress
         self.encoded = {"images": 0, "texts": 0}  # items actually run through the model (not cached)
+        self._digests: dict[tuple, str] = {}  # (file, size, mtime) -> sha256 of its content
+        # each content's feature, kept across calls until `forget_pictures`: a picture met again within a benchmark
+        # (another file of it, another of its calls) gets the very same feature, not one of another batch position
+        self._pictures: dict[str, torch.Tensor] = {}
 
     def _cached(self, kind: str, keys: list[str], compute) -> torch.Tensor:
         if self.cache_dir is None:
@@ -190,19 +221,36 @@ class Encoder:
         atomic_write_safetensors(path, {"embeddings": out})
         return out
 
+    def forget_pictures(self) -> None:
+        """Drop the features kept for exact ties (`images`): once a benchmark is scored, its ties are decided, and
+        keeping every picture's feature for the next would grow with the run (the disk cache keeps them)."""
+        self._pictures.clear()
+
+    def _content(self, item: Path | Crop) -> str:
+        """What an image item shows, as the model reads it: its file's content (sha256), how it is read (as opened,
+        or converted to RGB first) and its box; two files of one content read alike share one key."""
+        path = item.path if isinstance(item, Crop) else item
+        st = Path(path).stat()
+        stamp = (str(path), st.st_size, st.st_mtime_ns)
+        if stamp not in self._digests:  # each file hashed once per encoder
+            self._digests[stamp] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        reading = f"rgb|{item.box}" if isinstance(item, Crop) else "opened"
+        return f"{self._digests[stamp]}|{reading}"
+
     @torch.no_grad()
     def images(self, paths: list[Path | Crop]) -> torch.Tensor:
-        """One row per path or `Crop` (in order); each distinct one is encoded once."""
-        unique = list(dict.fromkeys(paths))
-        # a Crop's key says how it is read (converted to RGB first): another reading is another embedding
-        stamps = [f"{p}|{'rgb|' if isinstance(p, Crop) else ''}{st.st_size}|{st.st_mtime_ns}" for p, st in
-                  ((p, (p.path if isinstance(p, Crop) else p).stat()) for p in unique)]
+        """One row per path or `Crop` (in order); each distinct content (file content, reading and box) is encoded
+        once, so files of one picture get one feature and tie exactly, whatever their place in a batch (a feature
+        may differ in its last bits with its batch position)."""
+        keys = [self._content(p) for p in paths]
+        first = dict(zip(reversed(keys), reversed(paths)))  # one item of each content, its first in the list
+        unique = [k for k in dict.fromkeys(keys) if k not in self._pictures]  # not encoded by an earlier call
 
         def compute():
             from tqdm import tqdm
 
-            loader = torch.utils.data.DataLoader(_Images(unique, self.clip.preprocess), batch_size=self.batch_size,
-                                                 num_workers=self.num_workers)
+            loader = torch.utils.data.DataLoader(_Images([first[k] for k in unique], self.clip.preprocess),
+                                                 batch_size=self.batch_size, num_workers=self.num_workers)
             # a model loaded in bf16 or fp16 (--precision) takes its pictures in the dtype of its weights
             dtype = max(self.clip.model.visual.parameters(), key=lambda t: t.numel()).dtype
             rows = []
@@ -212,9 +260,11 @@ class Encoder:
             self.encoded["images"] += len(unique)
             return torch.cat(rows) if rows else torch.empty(0)
 
-        table = self._cached("images", stamps, compute)
-        index = {p: i for i, p in enumerate(unique)}
-        return table[[index[p] for p in paths]]
+        if unique:
+            self._pictures.update(zip(unique, self._cached("images", unique, compute)))
+        if not keys:
+            return torch.empty(0)
+        return torch.stack([self._pictures[k] for k in keys])
 
     @torch.no_grad()
     def texts(self, texts: list[str]) -> torch.Tensor:

@@ -20,26 +20,30 @@ from ..stats import metric_values, series
 from ..records import file_digest
 from .checks import shown, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
+from .image_folder import class_folders, not_read_note, pictures
 
-IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
 FOLDER_LAYOUT = "<root>/train/<class>/<image> and <root>/val/<class>/<image> (ImageFolder)"
 COCO_LAYOUT = "<root>/annotations/instances_{train,val}2017.json and <root>/{train,val}2017/<file_name>"
 
 
 def load_image_folder(root: str | Path, splits=("train", "val"), skip_missing: bool = False) -> dict:
-    """Image paths and class indices of an ImageFolder's two splits (classes from the first split)."""
+    """Image paths and class indices of an ImageFolder's two splits, each read as torchvision's ``ImageFolder``
+    reads it (`image_folder`: every image extension it reads, sub-folders included; the files it does not read
+    named in a note); the classes are those the first split has pictures of."""
     root = Path(root)
-    names, splits = splits, {}
+    names, splits, notes = splits, {}, []
     layout = FOLDER_LAYOUT.replace("val", names[1])
     for split in names:
         d = root / split
         if not d.is_dir():
             raise BenchmarkDataError(f"{d} not found; expected layout: {layout}")
-        classes = sorted(p.name for p in d.iterdir() if p.is_dir())
-        splits[split] = [(p, c) for c in classes for p in sorted((d / c).iterdir()) if p.suffix.lower() in IMAGE_EXTS]
+        classes = class_folders(d)
+        items, others = pictures(d, classes)
+        splits[split] = [(path, classes[k]) for path, k in items]
+        notes += not_read_note(d, others)
         if not splits[split]:
             raise BenchmarkDataError(f"{d} holds no image in a class folder; expected layout: {layout}")
-    classes = sorted({c for _, c in splits[names[0]]})
+    classes = sorted({c for _, c in splits[names[0]]})  # a class without a training picture cannot be learned
     for split in names[1:]:
         unknown = sorted({c for _, c in splits[split]} - set(classes))
         if unknown:
@@ -51,7 +55,8 @@ def load_image_folder(root: str | Path, splits=("train", "val"), skip_missing: b
     out = {s: ([p for p, c in items if p not in problems],
                torch.tensor([index[c] for p, c in items if p not in problems]))
            for s, items in splits.items()}
-    return {"kind": "folder", "splits": out, "classes": classes, "skipped": len(problems), "files": sha256}
+    return {"kind": "folder", "splits": out, "classes": classes, "skipped": len(problems), "notes": notes,
+            "files": sha256}
 
 
 def load_coco(root: str | Path, skip_missing: bool = False) -> dict:
@@ -88,6 +93,16 @@ def load_coco(root: str | Path, skip_missing: bool = False) -> dict:
         keep = [i for i, p in enumerate(paths) if p not in problems]
         out[s] = ([paths[i] for i in keep], y[keep])
     return {"kind": "coco", "splits": out, "classes": categories, "skipped": len(problems), "files": files | sha256}
+
+
+def load_imagenet_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load_image_folder` of ``<root>/imagenet``."""
+    return load_image_folder(root / "imagenet", skip_missing=skip_missing)
+
+
+def load_coco_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load_coco` of ``<root>/coco``."""
+    return load_coco(root / "coco", skip_missing=skip_missing)
 
 
 def _coco_field(path: Path, part: str, n: int, entry, key: str):
@@ -140,3 +155,9 @@ def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, s
                            "top5": series(units, units, (top == y_val[:, None]).any(dim=1).tolist())},
                 "metrics": {"top1": {"mean": "top1"}, "top5": {"mean": "top5"}}}
     return {"metrics": metric_values(outcomes), "n": n, "skipped": data["skipped"], "outcomes": outcomes}
+
+
+def item_chances(data: dict) -> dict:
+    """A uniform guess among the classes (`chance.item_chances`); COCO's mAP has its own level
+    (`chance.expected_average_precision`)."""
+    return {"top1": 1 / len(data["classes"])}

@@ -1,4 +1,91 @@
-"""Benchmark names, importable without torch (the CLI's help lists them)."""
+"""The benchmark registry, importable without torch (the CLI's help lists it): per benchmark, its kind, headline
+metrics, where its data sits under the data root, and the module that reads and scores it (one module per benchmark,
+each with ``load_root(root, skip_missing)``, ``evaluate(encoder, data)`` and, where it has a chance level,
+``item_chances(data)``)."""
 
-BENCHMARKS = ("sugarcrepe", "sugarcrepe_pp", "winoground", "aro", "aro_order", "valse", "whatsup", "retrieval",
-              "coco_retrieval", "zeroshot", "linear_probe", "coco_probe", "vtab")
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    kind: str  # "compositional" or "recognition": the summary's two means
+    headlines: tuple[str, ...]  # the metrics its paper leads with, averaged into its headline number
+    markers: tuple[str, ...]  # globs under the data root, any of which shows its data is there ("x/": a folder)
+    layout: str  # its files under the data root, one line for `eval --help`
+    module: str = ""  # the module under concrete_jungle.evaluation; default: the benchmark's name
+    reader: str = "load_root"  # that module's function reading the data root
+    rule: int = 1  # the version of its scoring rule, which a result records: bumped when the rule changes
+
+
+COMPOSITIONAL, RECOGNITION = "compositional", "recognition"
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "sugarcrepe": Benchmark(COMPOSITIONAL, ("M.Avg",), ("sugarcrepe/*.json",),
+                            "sugarcrepe/*.json (official SugarCrepe JSON), images in coco/val2017/"),
+    "sugarcrepe_pp": Benchmark(COMPOSITIONAL, ("M.Avg/ITT",), ("sugarcrepe_pp/*.json",),
+                               "sugarcrepe_pp/*.json (official SugarCrepe++ JSON), images in coco/val2017/"),
+    "winoground": Benchmark(COMPOSITIONAL, ("group",), ("winoground/examples.jsonl",),
+                            "winoground/examples.jsonl + winoground/images/<image>.png"),
+    "aro": Benchmark(COMPOSITIONAL, ("VG-Relation", "VG-Relation (all relations)", "VG-Attribution"),
+                     ("aro/visual_genome_relation.json", "aro/visual_genome_attribution.json"),
+                     "aro/visual_genome_{relation,attribution}.json + aro/images/ (+ aro/vg_relation_symmetric.txt)"),
+    "aro_order": Benchmark(COMPOSITIONAL, ("coco_order", "flickr30k_order"), reader="load",
+                           markers=("coco/dataset_coco.json", "flickr30k/dataset_flickr30k.json"),
+                           layout="COCO-Order and Flickr30k-Order from coco/dataset_coco.json and "
+                           "flickr30k/dataset_flickr30k.json (the Karpathy files)"),
+    "valse": Benchmark(COMPOSITIONAL, ("VALSE",), ("valse/*.json",), "valse/<piece>.json + valse/images/<image_file>"),
+    "whatsup": Benchmark(COMPOSITIONAL, ("controlled_a", "controlled_b", "coco_qa_one", "coco_qa_two", "vg_qa_one",
+                                         "vg_qa_two"),
+                         ("whatsup/controlled_images_dataset.json", "whatsup/controlled_clevr_dataset.json",
+                          "whatsup/*_qa_*_obj.json"),
+                         "whatsup/controlled_{images,clevr}_dataset.json + whatsup/controlled_{images,clevr}/; "
+                         "whatsup/{coco,vg}_qa_{one,two}_obj.json + coco/val2017/, whatsup/vg_images/"),
+    "bivlc": Benchmark(COMPOSITIONAL, ("group",), ("bivlc/examples.jsonl",),
+                       "bivlc/examples.jsonl + bivlc/images/ (exported from the HF dataset imirandam/BiVLC)"),
+    "vismin": Benchmark(COMPOSITIONAL, ("macro/group",), ("vismin/examples.jsonl",),
+                        "vismin/examples.jsonl + vismin/images/ (exported from the HF dataset mair-lab/vismin-bench)"),
+    "naturalbench": Benchmark(COMPOSITIONAL, ("group",), ("naturalbench/NaturalBench-Retrieval/metadata.json",),
+                              "naturalbench/NaturalBench-Retrieval/{metadata.json,images/} (the unzipped release)"),
+    "mmvp_vlm": Benchmark(COMPOSITIONAL, ("macro",), ("mmvp_vlm/Questions.csv",),
+                          "mmvp_vlm/Questions.csv + mmvp_vlm/MLLM_VLM Images/<Type>/<id>.jpg (the MMVP_VLM release)"),
+    "eqben": Benchmark(COMPOSITIONAL, ("micro/group",), ("eqben/all_select.json",),
+                       "eqben/all_select.json + eqben/images/ (the eqben_vllm release, EqBen_Mini)"),
+    "colorswap": Benchmark(COMPOSITIONAL, ("group",), ("colorswap/test.json",),
+                           "colorswap/test.json + colorswap/images/ (the ColorSwap release's data/)"),
+    "imagecode": Benchmark(COMPOSITIONAL, ("ImageCoDe",), ("imagecode/valid_data.json",),
+                           "imagecode/valid_data.json + imagecode/image-sets/<set>/img<N>.jpg (the valid split)"),
+    "crepe": Benchmark(COMPOSITIONAL, ("CREPE",), ("crepe/prod_hard_negatives/*/",),
+                       "crepe/prod_hard_negatives/<type>/*.csv (productivity) + crepe/vg/{VG_100K,VG_100K_2}/"),
+    "vl_checklist": Benchmark(COMPOSITIONAL, ("VL-CheckList",), ("vl_checklist/data/",),
+                              "vl_checklist/data/ (the release's JSON) + vl_checklist/{vg,swig,hake}/"),
+    "spec": Benchmark(COMPOSITIONAL, ("i2t", "t2i"), ("spec/*/image2text.json",),
+                      "spec/<subset>/{image2text,text2image}.json + the pictures they name (data.zip)"),
+    "svo_probes": Benchmark(COMPOSITIONAL, ("SVO-Probes",), ("svo_probes/svo_probes.csv",),
+                            "svo_probes/svo_probes.csv + svo_probes/images/<image id>.jpg"),
+    "hard_positives": Benchmark(COMPOSITIONAL, ("augmented",), ("hard_positives/data/*.json",),
+                                "hard_positives/{data,swapped_data}/*.json (the release) + its data/VG_100K{,_2}/ "
+                                "and data/images/ (ARO's VG images)"),
+    "retrieval": Benchmark(RECOGNITION, ("image_retrieval_recall@1", "text_retrieval_recall@1"),
+                           ("flickr30k/dataset_flickr30k.json",),
+                           "flickr30k/dataset_flickr30k.json + flickr30k/images/ (the Karpathy test split)"),
+    "coco_retrieval": Benchmark(RECOGNITION, ("image_retrieval_recall@1", "text_retrieval_recall@1"),
+                                ("coco/dataset_coco.json",),
+                                "coco/dataset_coco.json + coco/val2014/ (the Karpathy 5k test split)",
+                                module="retrieval", reader="load_coco_root"),
+    "zeroshot": Benchmark(RECOGNITION, ("acc1 (mean over datasets)",), ("zeroshot/*/",),
+                          "zeroshot/<dataset>/test/<class>/ (+ classnames.txt, templates.txt; else clip_benchmark's)"),
+    "linear_probe": Benchmark(RECOGNITION, ("top1",), ("imagenet/train/",), "imagenet/{train,val}/<class>/ "
+                              "(ImageFolder)", reader="load_imagenet_root"),
+    "coco_probe": Benchmark(RECOGNITION, ("mAP",), ("coco/annotations/instances_train2017.json",),
+                            "coco/annotations/instances_{train,val}2017.json + coco/{train,val}2017/",
+                            module="linear_probe", reader="load_coco_root"),
+    "vtab": Benchmark(RECOGNITION, ("M.Avg",), ("vtab/*/",),
+                      "vtab/<task>/{train,test}/<class>/ or a clip_benchmark dataset root per task"),
+}
+
+
+def module_of(name: str) -> str:
+    """The module (under concrete_jungle.evaluation) that reads and scores benchmark ``name``."""
+    return BENCHMARKS[name].module or name

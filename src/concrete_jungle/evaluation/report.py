@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .names import BENCHMARKS
+
 
 def counts(data) -> tuple[int, int]:
     """(usable items, skipped items) of what `load_data` returned, whatever the benchmark's structure; for VTAB,
@@ -33,37 +35,17 @@ def layout_report(loaded: dict) -> str:
     return "\n".join(lines)
 
 
-# The one number of each benchmark in a run's summary line, and which of the two means it joins. Each is the number
-# the benchmark's paper leads with; a benchmark of several (ARO, What'sUp, retrieval) gives the mean of those.
-HEADLINES = {
-    "sugarcrepe": ("compositional", ["M.Avg"]),
-    "sugarcrepe_pp": ("compositional", ["M.Avg/ITT"]),
-    "winoground": ("compositional", ["group"]),
-    "aro": ("compositional", ["VG-Relation", "VG-Relation (all relations)", "VG-Attribution"]),
-    "aro_order": ("compositional", ["coco_order", "flickr30k_order"]),
-    "valse": ("compositional", ["VALSE"]),
-    "whatsup": ("compositional", ["controlled_a", "controlled_b", "coco_qa_one", "coco_qa_two", "vg_qa_one",
-                                  "vg_qa_two"]),
-    "retrieval": ("recognition", ["image_retrieval_recall@1", "text_retrieval_recall@1"]),
-    "coco_retrieval": ("recognition", ["image_retrieval_recall@1", "text_retrieval_recall@1"]),
-    "zeroshot": ("recognition", ["acc1 (mean over datasets)"]),
-    "linear_probe": ("recognition", ["top1"]),
-    "coco_probe": ("recognition", ["mAP"]),
-    "vtab": ("recognition", ["M.Avg"]),
-}
-
-
 def summary(results: dict[str, dict]) -> dict[str, dict]:
     """Per kind (compositional, recognition): the mean over the run's benchmarks of their headline numbers
-    (`HEADLINES`), and those numbers; and the same for their chance-normalised scores (`chance.normalised`: 0 at
-    chance, 1 perfect), from the chance level each result carries (``chance``, by headline metric). A result
-    without one (written before results carried it) is named in ``without_chance`` and leaves the normalised mean
-    unset: a mean over fewer benchmarks would not be comparable."""
+    (the registry's ``headlines``), and those numbers; and the same for their chance-normalised scores
+    (`chance.normalised`: 0 at chance, 1 perfect), from the chance level each result carries (``chance``, by
+    headline metric). A result without one (written before results carried it) is named in ``without_chance``
+    and leaves the normalised mean unset: a mean over fewer benchmarks would not be comparable."""
     from .chance import normalised
 
     out: dict[str, dict] = {}
     for name, result in results.items():
-        kind, keys = HEADLINES[name]
+        kind, keys = BENCHMARKS[name].kind, BENCHMARKS[name].headlines
         keys = [k for k in keys if result["metrics"].get(k) is not None]
         if not keys:
             continue
@@ -111,8 +93,7 @@ def markdown(results: dict[str, dict]) -> str:
             lines += ["Items: " + ", ".join(f"{k} {v}" for k, v in result["n"].items()), ""]
         elif "n" in result or "items" in result:
             lines += [f"Items: {result.get('n', result.get('items'))}", ""]
-        lines += ["| metric | % |", "| --- | --- |"]
-        lines += [f"| {k} | {percent(v)} |" for k, v in result["metrics"].items()] + [""]
+        lines += metric_table(result) + [""] + validity_lines(result)
         if any(v is not None for v in (result.get("chance") or {}).values()):
             lines += ["Chance level (a model that scores every option at random): " + ", ".join(
                 f"{k} {percent(v)}" for k, v in result["chance"].items() if v is not None), ""]
@@ -124,6 +105,42 @@ def markdown(results: dict[str, dict]) -> str:
         if result.get("benchmark_files_sha256"):
             lines += [f"Benchmark files (sha256): `{result['benchmark_files_sha256']}`", ""]
     return "\n".join(lines)
+
+
+def metric_table(result: dict) -> list[str]:
+    """A result's metrics, a row each; beside them, where the result has them, the blind baseline's value
+    (``blind``) and the kind of each average (``averages``: macro, the mean of subsets; micro, of items)."""
+    blind = (result.get("blind") or {}).get("metrics")
+    unseen = set((result.get("blind") or {}).get("not_applicable", ()))  # a text -> image choice: no blind
+    kinds = result.get("averages") or {}
+    head = ["metric", "%"] + (["blind %"] if blind is not None else []) + (["average"] if kinds else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for k, v in result["metrics"].items():
+        cells = [k, percent(v)] + ([percent(blind[k]) if k in blind else "n/a" if k in unseen else ""]
+                                   if blind is not None else [])
+        lines.append("| " + " | ".join(cells + ([kinds.get(k, "")] if kinds else [])) + " |")
+    return lines
+
+
+def validity_lines(result: dict) -> list[str]:
+    """What the blind column and the bag-of-words parts of a result's table mean, in words (docs/method.md §7)."""
+    lines = []
+    if result.get("blind") is not None:
+        lines += [f"Blind: the same options against the mean picture of the benchmark ({result['blind']['pictures']} "
+                  "pictures), decided by the benchmark's own rule and tie rule: what the text tower prefers "
+                  "whatever the picture."
+                  + (" n/a: a caption choosing among pictures, which a model with no picture information can only "
+                     "guess (its blind level is the chance level)." if result["blind"].get("not_applicable") else ""),
+                  ""]
+    if result.get("partial"):
+        lines += [f"Partial: {result['partial']}.", ""]
+    if result.get("bag_of_words"):
+        parts = "; ".join(f"{s} {c['bow_identical']} of the same words ({s}/bow_identical), {c['bow_differs']} "
+                          f"not ({s}/bow_differs)" for s, c in result["bag_of_words"].items())
+        lines += [f"Bag of words (caption and negative of the same words, order aside): {parts}. A model that "
+                  "ignores word order scores such a caption and its negative alike, a tie, which the rule counts "
+                  "wrong.", ""]
+    return lines
 
 
 def percent(value) -> str:
@@ -205,6 +222,8 @@ def compare(first: list[str | Path], second: list[str | Path] | None = None, res
             "files": {label: files for label, files, _ in sides}, "resamples": resamples, "seed": seed,
             "without_outcomes": without, "rows": rows,
             "without_digest": [n for n in names if n not in digests],
+            # the version of the benchmark's scoring rule each was scored under (before results recorded it: 1)
+            "rules": {n: r.get("rule", 1) for n, r in zip(names, results)},
             "models": {n: r.get("model_label") or r.get("model_hash", "?")[:8] for n, r in zip(names, results)},
             "items": {n: r.get("items", "?") for n, r in zip(names, results)}, "paths": dict(zip(names, paths))}
 
@@ -253,6 +272,11 @@ def compare_markdown(comparison: dict) -> str:
     if comparison["without_outcomes"]:
         lines += ["", "No intervals: " + ", ".join(comparison["without_outcomes"]) + " hold(s) no per-item outcomes "
                   "(written before they were kept); evaluate again to get them."]
+    rules = comparison.get("rules", {})
+    if len(set(rules.values())) > 1:
+        lines += ["", f"Warning: scored under different versions of the {comparison['benchmark']} rule ("
+                  + ", ".join(f"{n} rule {v}" for n, v in rules.items()) + "): the rule changed between them "
+                  "(docs/method.md §7), so a difference may be the rule's, not the models'; evaluate the older again."]
     if comparison["without_digest"]:
         lines += ["", "Not confirmed on the same benchmark files: " + ", ".join(comparison["without_digest"])
                   + " (written before results carried the digest of their benchmark files): only item keys and "

@@ -82,6 +82,16 @@ def load(karpathy_json: str | Path, image_dir: str | Path, split: str = "test", 
             "files": {path: file_digest(path)} | sha256}
 
 
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """Flickr30k's Karpathy test split: ``<root>/flickr30k/dataset_flickr30k.json`` and ``images/``."""
+    return load(root / "flickr30k" / "dataset_flickr30k.json", root / "flickr30k" / "images", skip_missing=skip_missing)
+
+
+def load_coco_root(root: Path, skip_missing: bool = False) -> dict:
+    """COCO's Karpathy 5k test split: ``<root>/coco/dataset_coco.json``, images under ``<root>/coco``."""
+    return load(root / "coco" / "dataset_coco.json", root / "coco", skip_missing=skip_missing)
+
+
 def first_hit(scores: torch.Tensor, positives: list[list[int]]) -> list[int]:
     """Per row (a query), the rank (0 = best) of its best-ranked positive column, such that it is below K exactly
     when clip_benchmark's ``recall_at_k`` counts a hit at K (a positive among ``torch.topk(scores, K)``), for each K
@@ -129,3 +139,11 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
                             for kind, rank in (("image", "t2i_rank"), ("text", "i2t_rank")) for k in RECALL_AT}}
     return {"metrics": metric_values(outcomes), "n": {"images": len(items), "texts": len(texts)},
             "skipped": data["skipped"], "notes": data["notes"], "outcomes": outcomes}
+
+
+def item_chances(data: dict) -> dict:
+    """Each query's chance of a first place (`chance.item_chances`): a caption's when its one image ranks first of
+    N; an image's when one of its c captions ranks first of all T."""
+    items = data["items"]
+    total = sum(len(caps) for _, caps in items)
+    return {"t2i_rank": 1 / len(items), "i2t_rank": [(unit_of(path), len(caps) / total) for path, caps in items]}

@@ -13,6 +13,8 @@ from ..stats import metric_values, series
 from ..records import file_digest
 from .checks import checked_items
 from .encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
+from .chance import below_chance
+from .validity import averages, blind, blind_block, mean_picture
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
@@ -38,13 +40,40 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
     return checked | {"files": files | checked["files"]}
 
 
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load` of ``<root>/sugarcrepe_pp`` with the images in ``<root>/coco/val2017``."""
+    return load(root / "sugarcrepe_pp", root / "coco" / "val2017", skip_missing=skip_missing)
+
+
+def _dot(a, b):
+    return (a * b).sum(-1)
+
+
+def image_to_text(img, p1, p2, n) -> list[bool]:
+    """ITT's rule: per item, both positives strictly above the negative for its image."""
+    return ((_dot(img, p1) > _dot(img, n)) & (_dot(img, p2) > _dot(img, n))).tolist()
+
+
 def evaluate(encoder: Encoder, data: dict) -> dict:
+    """ITT and TOT per subset, their means over subsets (M.Avg) and over items; the labelled averages
+    (``averages``) and the blind baseline of ITT (``blind``; TOT reads no picture)."""
     items = [it for s in data["items"] for it in data["items"][s]]
     img = encoder.images([it[1] for it in items])
     p1, p2, n = (encoder.texts([it[k] for it in items]) for k in (2, 3, 4))
-    dot = lambda a, b: (a * b).sum(-1)  # noqa: E731
-    itt = ((dot(img, p1) > dot(img, n)) & (dot(img, p2) > dot(img, n))).tolist()
-    tot = ((dot(p1, p2) > dot(p1, n)) & (dot(p1, p2) > dot(p2, n))).tolist()
+    tot = ((_dot(p1, p2) > _dot(p1, n)) & (_dot(p1, p2) > _dot(p2, n))).tolist()
+    outcomes = outcomes_of(data, image_to_text(img, p1, p2, n), tot)
+    result = {"metrics": metric_values(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
+              "skipped": data["skipped"], "outcomes": outcomes, "averages": averages(outcomes["metrics"])}
+    if items:
+        names = [it[1] for it in items]
+        itt = blind(image_to_text, mean_picture(img, names), len(items), p1, p2, n)
+        result["blind"] = blind_block(outcomes_of(data, itt, tot), len(set(names)),
+                                      [m for m in outcomes["metrics"] if m.endswith("/ITT")])
+    return result
+
+
+def outcomes_of(data: dict, itt: list[bool], tot: list[bool]) -> dict:
+    """The outcomes of every item's ITT and TOT answers (in the subsets' order), with the metrics' recipes."""
     answers, at = {}, 0
     for subset, subset_items in data["items"].items():
         k = len(subset_items)
@@ -54,6 +83,12 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
         at += k
     recipes = {name: {"mean": name} for name in answers}
     recipes |= {f"M.Avg/{kind}": {"macro": [f"{s}/{kind}" for s in data["items"]]} for kind in ("ITT", "TOT")}
-    outcomes = {"series": answers, "metrics": recipes}
-    return {"metrics": metric_values(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "outcomes": outcomes}
+    recipes |= {f"all items (micro)/{kind}": {"micro": [f"{s}/{kind}" for s in data["items"]]}
+                for kind in ("ITT", "TOT")}
+    return {"series": answers, "metrics": recipes}
+
+
+def item_chances(data: dict) -> dict:
+    """Each item's chance of ITT (`chance.item_chances`): the negative below both positives."""
+    return {f"{s}/ITT": [(k, below_chance([p1, p2], neg)) for k, _, p1, p2, neg in rows]
+            for s, rows in data["items"].items()}

@@ -19,8 +19,10 @@ from pathlib import Path
 from ..stats import reported, series
 from ..records import file_digest
 from .checks import items_of, shown, text_of
-from .choice import picks
+from .choice import subset_picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from .chance import pick_chance
+from .validity import averages, blind_block
 
 LAYOUT = "<root>/valse/<piece>.json (the VALSE release) and <root>/valse/images/<image_file>"
 MIN_VOTES = 2
@@ -62,17 +64,38 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
             "filtered": filtered, "files": files | sha256}
 
 
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load` of ``<root>/valse``."""
+    return load(root / "valse", skip_missing=skip_missing)
+
+
 def evaluate(encoder: Encoder, data: dict) -> dict:
-    """acc_r per piece, per phenomenon and over pieces; ``outcomes`` per item (`stats`)."""
+    """acc_r per piece, per phenomenon and over pieces (and over items, ``all items (micro)``); ``outcomes`` per
+    item (`stats`); the labelled averages (``averages``) and the blind baseline (``blind``)."""
+    chosen = subset_picks(encoder, {s: ([it[1] for it in items], [[it[2], it[3]] for it in items])
+                                    for s, items in data["items"].items()})
+    outcomes = outcomes_of(data, {s: p == 1 for s, p in chosen["picks"].items()})  # the caption is second
+    blind = outcomes_of(data, {s: p == 1 for s, p in chosen["blind"].items()})
+    return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
+            "skipped": data["skipped"], "filtered": data["filtered"], "outcomes": outcomes,
+            "averages": averages(outcomes["metrics"]), "blind": blind_block(blind, chosen["pictures"])}
+
+
+def outcomes_of(data: dict, answers_of: dict) -> dict:
+    """The outcomes of the answers ``answers_of[piece]`` (each item right or not), with the metrics' recipes."""
     answers, recipes, phenomena = {}, {}, {}
     for piece, items in data["items"].items():
-        right = picks(encoder, [it[1] for it in items], [[it[2], it[3]] for it in items]) == 1  # the caption: second
+        right = answers_of[piece]
         answers[piece] = series([it[0] for it in items], [unit_of(it[1].path) for it in items], right)
         recipes[piece] = {"mean": piece}
         if items:
             phenomena.setdefault(items[0][4], []).append(piece)
     recipes |= {f"phenomenon/{p}": {"macro": pieces} for p, pieces in sorted(phenomena.items())}
     recipes["VALSE"] = {"macro": list(data["items"])}
-    outcomes = {"series": answers, "metrics": recipes}
-    return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "filtered": data["filtered"], "outcomes": outcomes}
+    recipes["all items (micro)"] = {"micro": list(data["items"])}
+    return {"series": answers, "metrics": recipes}
+
+
+def item_chances(data: dict) -> dict:
+    """Each item's chance (`chance.item_chances`): [foil, caption], the caption second, so a tie is wrong."""
+    return {s: [(row[0], pick_chance([row[2], row[3]], 1)) for row in rows] for s, rows in data["items"].items()}

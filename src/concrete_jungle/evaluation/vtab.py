@@ -62,6 +62,11 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     return {"tasks": tasks, "skipped": len(absent), "files": files}
 
 
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load` of ``<root>/vtab``."""
+    return load(root / "vtab", skip_missing=skip_missing)
+
+
 def _builder_name(task: str) -> str:
     return task if task == "sun397" else f"vtab/{task}"
 
@@ -90,3 +95,8 @@ def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, s
     outcomes = {"series": answers, "metrics": {task: {"mean": task} for task in answers}
                 | {"M.Avg": {"macro": list(answers)}}}
     return {"metrics": metric_values(outcomes), "n": n, "skipped": data["skipped"], "outcomes": outcomes}
+
+
+def item_chances(data: dict) -> dict:
+    """A uniform guess among each task's classes (`chance.item_chances`)."""
+    return {task: 1 / len(t["classes"]) for task, t in data["tasks"].items() if t.get("classes")}

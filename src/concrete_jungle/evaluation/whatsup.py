@@ -23,8 +23,10 @@ from pathlib import Path
 from ..stats import reported, series
 from ..records import file_digest
 from .checks import items_of, shown, text_of
-from .choice import picks
+from .choice import subset_picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
+from .chance import pick_chance
+from .validity import averages, blind_block
 
 CONTROLLED = {"controlled_a": ("controlled_images_dataset.json", "controlled_images", ("on", "under")),
               "controlled_b": ("controlled_clevr_dataset.json", "controlled_clevr", ("in-front", "behind"))}
@@ -67,6 +69,11 @@ def load(root: str | Path, coco_images: str | Path, skip_missing: bool = False) 
     return {"items": {s: [it for it in items if it[1].path not in problems] for s, items in data.items()},
             "skipped": {s: sum(it[1].path in problems for it in items) for s, items in data.items()},
             "files": files | sha256}
+
+
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load` of ``<root>/whatsup`` with the COCO-QA images in ``<root>/coco/val2017``."""
+    return load(root / "whatsup", root / "coco" / "val2017", skip_missing=skip_missing)
 
 
 def _controlled(subset: str, path: Path, n: int, item, folder: Path) -> tuple:
@@ -114,10 +121,24 @@ def _listed(path: Path) -> list:
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
-    """Accuracy per subset, and pair and set accuracy of the controlled subsets; ``outcomes`` per item (`stats`)."""
+    """Accuracy per subset, and pair and set accuracy of the controlled subsets; the mean of the subsets'
+    accuracies and over all their items; ``outcomes`` per item (`stats`); the labelled averages (``averages``) and
+    the blind baseline (``blind``)."""
+    chosen = subset_picks(encoder, {s: ([it[1] for it in items], [it[2] for it in items])
+                                    for s, items in data["items"].items()})
+    outcomes = outcomes_of(data, {s: p == 0 for s, p in chosen["picks"].items()})  # the right caption is first
+    blind = outcomes_of(data, {s: p == 0 for s, p in chosen["blind"].items()})
+    return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
+            "skipped": data["skipped"], "outcomes": outcomes, "averages": averages(outcomes["metrics"]),
+            "blind": blind_block(blind, chosen["pictures"])}
+
+
+def outcomes_of(data: dict, answers_of: dict) -> dict:
+    """The outcomes of the answers ``answers_of[subset]`` (each item right or not), the pairs and sets of the
+    controlled subsets made from them, with the metrics' recipes."""
     answers, recipes = {}, {}
     for subset, items in data["items"].items():
-        right = picks(encoder, [it[1] for it in items], [it[2] for it in items]) == 0  # the right caption is first
+        right = answers_of[subset]
         answers[subset] = series([it[0] for it in items], [it[3] for it in items], right)
         recipes[subset] = {"mean": subset}
         if subset not in CONTROLLED:
@@ -133,6 +154,11 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
         for kind, rows in (("pair", pairs), ("set", sets)):
             answers[f"{subset}/{kind}"] = series(*zip(*rows)) if rows else series([], [], [])
             recipes[f"{subset}/{kind}"] = {"mean": f"{subset}/{kind}"}
-    outcomes = {"series": answers, "metrics": recipes}
-    return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "outcomes": outcomes}
+    recipes["all subsets (macro)"] = {"macro": list(data["items"])}  # the subsets' accuracies, not pairs or sets
+    recipes["all items (micro)"] = {"micro": list(data["items"])}
+    return {"series": answers, "metrics": recipes}
+
+
+def item_chances(data: dict) -> dict:
+    """Each item's chance (`chance.item_chances`): the right caption listed first, so a tie is right."""
+    return {s: [(row[0], pick_chance(row[2], 0)) for row in rows] for s, rows in data["items"].items()}

@@ -13,10 +13,14 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import torch
+
 from ..stats import metric_values, series
 from ..records import file_digest
 from .checks import numbered_lines, shown, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path
+from .chance import WINOGROUND
+from .validity import blind, blind_block, mean_picture
 
 LAYOUT = "<root>/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and " \
          "<root>/images/<image_0>.png, <image_1>.png"
@@ -77,23 +81,53 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     return {"items": kept, "skipped": len(items) - len(kept), "files": {path: file_digest(path)} | sha256}
 
 
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load` of ``<root>/winoground``."""
+    return load(root / "winoground", skip_missing=skip_missing)
+
+
+def _score(c, i):
+    return (c * i).sum(-1)
+
+
+def text_score(i0, i1, c0, c1):
+    """The text score's rule: each image scores its own caption strictly above the other."""
+    return (_score(c0, i0) > _score(c1, i0)) & (_score(c1, i1) > _score(c0, i1))
+
+
 def evaluate(encoder: Encoder, data: dict) -> dict:
+    """Text, image and group scores, overall and per tag; the blind baseline of the text score (``blind``: both
+    images of an item replaced by the mean picture, so no item can prefer a caption for one image and the other
+    caption for the other: 0 by construction)."""
     items = data["items"]
     i0, i1 = encoder.images([it["path_0"] for it in items]), encoder.images([it["path_1"] for it in items])
     c0, c1 = encoder.texts([it["caption_0"] for it in items]), encoder.texts([it["caption_1"] for it in items])
-    s = lambda c, i: (c * i).sum(-1)  # noqa: E731
-    text = (s(c0, i0) > s(c1, i0)) & (s(c1, i1) > s(c0, i1))
-    image = (s(c0, i0) > s(c0, i1)) & (s(c1, i1) > s(c1, i0))
-    group = text & image
+    text = text_score(i0, i1, c0, c1)
+    image = (_score(c0, i0) > _score(c0, i1)) & (_score(c1, i1) > _score(c1, i0))
+    outcomes = outcomes_of(items, {"text": text, "image": image, "group": text & image})
+    result = {"metrics": metric_values(outcomes), "n": len(items), "skipped": data["skipped"], "outcomes": outcomes}
+    if items:
+        names = [it["path_0"] for it in items] + [it["path_1"] for it in items]
+        mean = mean_picture(torch.cat([i0, i1]), names)
+        blind_text = blind(lambda pictures, *texts: text_score(pictures, pictures, *texts), mean, len(items), c0, c1)
+        result["blind"] = blind_block(outcomes_of(items, {"text": blind_text}), len(set(names)))
+    return result
+
+
+def outcomes_of(items: list[dict], scores: dict) -> dict:
+    """The outcomes of each item's ``scores`` (name -> flags), overall and per ``collapsed_tag``."""
     tags = defaultdict(list)
     for n, it in enumerate(items):
         tags[it.get("collapsed_tag") or "untagged"].append(n)
     # an item shows two images of its own: the item is the unit of resampling
     keys = [str(it["id"]) for it in items]
-    answers = {name: series(keys, keys, flags.tolist()) for name, flags in
-               (("text", text), ("image", image), ("group", group))}
+    answers = {name: series(keys, keys, flags.tolist()) for name, flags in scores.items()}
     for tag, rows in sorted(tags.items()):
-        for name, flags in (("text", text), ("image", image), ("group", group)):
+        for name, flags in scores.items():
             answers[f"{tag}/{name}"] = series([keys[r] for r in rows], [keys[r] for r in rows], flags[rows].tolist())
-    outcomes = {"series": answers, "metrics": {name: {"mean": name} for name in answers}}
-    return {"metrics": metric_values(outcomes), "n": len(items), "skipped": data["skipped"], "outcomes": outcomes}
+    return {"series": answers, "metrics": {name: {"mean": name} for name in answers}}
+
+
+def item_chances(data: dict) -> dict:
+    """Every item's chance of each score (`chance.WINOGROUND`)."""
+    return dict(WINOGROUND)

@@ -79,6 +79,11 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
             "notes": notes, "files": files}
 
 
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """`load` of ``<root>/zeroshot``."""
+    return load(root / "zeroshot", skip_missing=skip_missing)
+
+
 def _kept_as_clip_benchmark(dataset: str, names: list[str]) -> list[str]:
     """clip_benchmark's own class names of a dataset are its rule, repeats included (ImageNet-1k's give "missile"
     and "sunglasses" to two classes each): kept, so its numbers are reproduced, and said."""
@@ -222,3 +227,9 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     return {"metrics": reported(outcomes), "n": n,
             "skipped": data["skipped"], "notes": data["notes"], "outcomes": outcomes,
             "sources": {k: v["sources"] for k, v in data["datasets"].items()}}
+
+
+def item_chances(data: dict) -> dict:
+    """A uniform guess among each dataset's classes (`chance.item_chances`)."""
+    return {f"{d}/acc1": 1 / len(dataset["classes"]) for d, dataset in data["datasets"].items()
+            if dataset.get("classes")}

@@ -150,9 +150,9 @@ def run_grid(grid: GridConfig, progress: bool = True, log=print) -> dict:
 
 
 def headline(name: str, metric: str | None) -> str:
-    from ..evaluation.report import HEADLINES
+    from ..evaluation.names import BENCHMARKS
 
-    return metric or HEADLINES[name][1][0]
+    return metric or BENCHMARKS[name].headlines[0]
 
 
 def grid_table(grid: GridConfig, start_files: dict[str, Path], cells: dict) -> dict:

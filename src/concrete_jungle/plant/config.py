@@ -10,6 +10,7 @@ from pathlib import Path
 from ..configs import ConfigError
 from ..errors import PlantError
 from .keywords import SamplerConfig
+from .scoring import Gate, ScoringConfig, parse_gates
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class PlantConfig:
     shard_index: int = 0
     engine: EngineConfig = field(default_factory=EngineConfig)
     limit: int | None = None  # only the first N samples of the input: to try settings on a few
+    scoring: ScoringConfig | None = None  # scores on every pair (None: none are computed)
+    gates: list[str] = field(default_factory=list)  # thresholds on the scores, e.g. agreement>=0.0 (no setting of
+    # the dataset: a re-plant with other gates decides again from the stored scores)
 
     def __post_init__(self):
         if self.sampler.mode != self.mode:
@@ -75,6 +79,14 @@ class PlantConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit must be >= 1 (or null: every sample), got {self.limit}")
+        gates = parse_gates(self.gates)
+        if gates and self.scoring is None:
+            raise ConfigError(f"gate {gates[0]} needs scores: turn scoring on (--score, or scoring: {{}} in the "
+                              "config)")
+
+    @property
+    def parsed_gates(self) -> list[Gate]:
+        return parse_gates(self.gates)
 
     def check_inputs(self) -> None:
         """The caption files and image folder exist and the captioner and editor import as classes with their
@@ -101,10 +113,11 @@ class PlantConfig:
         anything. ``captioner`` or ``editor`` False: one handed in already built, not checked. Returns the notes
         they give (what their options will cost)."""
         from ..plugins import check
+        from .scoring import check_scoring
 
         notes = [check("captioner", self.captioner, self.captioner_options) if captioner else None,
                  check("editor", self.editor, self.editor_options) if editor else None]
-        return [note for note in notes if note]
+        return [note for note in notes if note] + check_scoring(self.scoring, self.parsed_gates)
 
     def check_images(self, probe: int = 20) -> None:
         """A wrong --images is an error before any file is written or model loaded, not a run of rejects: some
@@ -134,15 +147,18 @@ class PlantConfig:
     def dataset_settings(self) -> dict:
         """What defines the dataset (every part of a run must agree); run-time knobs left out."""
         d = asdict(self)
-        for runtime in ("out", "shard_index", "batch_size", "spacy_model", "engine"):
+        for runtime in ("out", "shard_index", "batch_size", "spacy_model", "engine", "gates"):
             d.pop(runtime)
+        if d["scoring"] is None:  # as datasets made before scores existed hold it: not at all
+            d.pop("scoring")
         return d
 
 
 # what `plant` writes into its --out (and `cache` into a dataset: cache/); hidden files are locks and temporary files
 PART = r"-\d{5,}-of-\d{5,}"
-DATASET_ENTRY = re.compile(rf"shard-\d{{6,}}\.tar|(manifest|rejects)({PART})?\.jsonl|summary({PART})?\.json"
-                           rf"|config\.yaml|keywords{PART}(\.jsonl|\.config\.json|\.summary\.json)|manifests|cache")
+DATASET_ENTRY = re.compile(rf"shard-\d{{6,}}\.tar|(manifest|rejects)({PART})?\.jsonl|summary({PART})?\.(json|md)"
+                           rf"|config\.yaml|keywords{PART}(\.jsonl|\.config\.json|\.summary\.json)|manifests|cache"
+                           r"|gated")  # gated/: the records of pairs a gate rejected (gates.py)
 STARTED = re.compile(rf"keywords{PART}\.config\.json")  # the first file a run writes
 
 

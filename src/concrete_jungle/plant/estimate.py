@@ -273,8 +273,17 @@ def work_figures(config: PlantConfig, count: InputCount) -> dict[str, dict]:
         "edits": figure("edits", records if editing else 0, "pictures", ESTIMATED,
                         f"{records:,} records x 1 edit each" if editing else "editor none: the anchor is the "
                         "negative picture"),
-        "scoring_passes": figure("scoring passes", 0, "passes", COUNTED, "no scores are computed in a plant yet"),
+        "scoring_passes": scoring_passes(config, records),
     }
+
+
+def scoring_passes(config: PlantConfig, records: int) -> dict:
+    """One pass a scorer a made pair (a gated pair is scored too: it is made before it is gated)."""
+    if config.scoring is None:
+        return figure("scoring passes", 0, "passes", COUNTED, "scoring off (--score turns it on)")
+    names = list(config.scoring.scorers)
+    return figure("scoring passes", records * len(names), "passes", ESTIMATED,
+                  f"{records:,} records x {len(names)} scorer(s): {', '.join(names)}")
 
 
 def disk_figures(config: PlantConfig, count: InputCount, records: int) -> dict[str, dict]:
@@ -330,7 +339,9 @@ def time_figures(config: PlantConfig, count: InputCount, records: int, table: Th
         f["edit_hours"] = hours(records, table.edit or edit_rate(config), "edit")
     else:
         f["edit_hours"] = figure("edit GPU-hours", 0, "GPU-hours", COUNTED, "editor none: no picture is made")
-    f["scoring_hours"] = figure("scoring GPU-hours", 0, "GPU-hours", COUNTED, "no scores are computed in a plant yet")
+    f["scoring_hours"] = figure("scoring GPU-hours", 0, "GPU-hours", COUNTED, "scoring off") if config.scoring is None \
+        else figure("scoring GPU-hours", None, "GPU-hours", UNKNOWN, "not measured yet: no GPU was available; the "
+                    "scorers' rate is in no throughput table")
     stages = [f[k] for k in ("rewrite_hours", "edit_hours", "scoring_hours") if f[k]["unit"] == "GPU-hours"]
     known = [x for x in stages if x["value"] is not None]
     bases = {x["basis"] for x in known}

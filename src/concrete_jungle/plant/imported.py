@@ -29,7 +29,7 @@ from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, 
 from ..sources.peers import FORMATS, NAMES_IMAGE_FILES, PeerOptions, image_root, input_files, read_records
 from .stages import load_image, package_versions, reason_kind, summarize_manifest
 
-ENTRY = re.compile(r"shard-\d{6,}\.tar|manifests|manifest\.jsonl|rejects\.jsonl|summary\.json|config\.yaml|cache")
+ENTRY = re.compile(r"shard-\d{6,}\.tar|manifests|manifest\.jsonl|rejects\.jsonl|summary\.(json|md)|config\.yaml|cache")
 JPEG = b"\xff\xd8\xff"  # a picture in these bytes is stored as it is (others are encoded, as the plant does)
 # settings that one format alone reads, with their defaults: given to another format they are an error, not ignored
 ONLY_FOR = {"hard_images": ("negclip", False), "swaps": ("coco-swaps", 1), "split": ("coco-swaps", None),
@@ -294,6 +294,7 @@ def _run(config: ImportConfig, files: list[Path], root: Path, out: Path, started
             reused += 1
         else:
             (out / "summary.json").unlink(missing_ok=True)  # a shard to make: the folder is unfinished meanwhile
+            (out / "summary.md").unlink(missing_ok=True)  # its table, which `concrete-jungle import` writes
             done[index] = importer.make_shard(out, index, chunk, seen)
         bar.set_postfix(rejected=len(unread) + sum(r["status"] != "ok" for rows in done.values() for r in rows))
         index += 1

@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .captioners import make_captioner
 from .editors import make_editor
+from .scoring import PairScorers, scoring_device
 
 
 def extractor(config) -> None:
@@ -22,6 +23,8 @@ def process(plant, batches, n_done: int, total: int) -> tuple[str, str]:
     c = plant.config
     captioner = plant.given_captioner or make_captioner(c.captioner, **c.captioner_options)
     editor = plant.given_editor or make_editor(c.editor, **c.editor_options)
+    # scorers load only for pairs to make (a re-plant that only re-gates needs none), on the editor's device
+    scorers = PairScorers(c.scoring, scoring_device(c.scoring, editor)) if c.scoring and len(batches) else None
     plant.write_config(captioner.name, editor.name)
     bar = tqdm(total=total, initial=n_done, desc=f"plant {c.mode} {c.part}", unit="sample",
                disable=not plant.progress, dynamic_ncols=True)
@@ -38,7 +41,7 @@ def process(plant, batches, n_done: int, total: int) -> tuple[str, str]:
                 # the next batch's captions are made while this batch's images are edited
                 current = next(work, None)
                 future = pool.submit(plant.rewrite, captioner, current[1]) if current is not None else None
-                yield shard, last_of_shard, plant.edit(shard, batch, rewritten, editor, captioner.name)
+                yield shard, last_of_shard, plant.edit(shard, batch, rewritten, editor, captioner.name, scorers)
 
         try:
             plant.write_results(results(), bar)

@@ -148,11 +148,16 @@ class _Editor:
         if not c.engine.edit_gpus:  # Ray starts a worker with one thread: give the editor the CPUs it reserved
             torch.set_num_threads(max(1, math.ceil(c.engine.edit_cpus)))
         self.editor = make_editor(c.editor, **c.editor_options)
+        self.scorers = None
+        if c.scoring is not None:  # on the editor's device: the GPU this actor holds
+            from .scoring import PairScorers, scoring_device
+
+            self.scorers = PairScorers(c.scoring, scoring_device(c.scoring, self.editor))
 
     def __call__(self, batch):
         records, rewritten = json.loads(batch["batch"][0]), json.loads(batch["rewritten"][0])
         edited = self.plant.edit(int(batch["shard"][0]), records, [tuple(r) for r in rewritten], self.editor,
-                                 str(batch["captioner"][0]))
+                                 str(batch["captioner"][0]), self.scorers)
         return {"shard": batch["shard"], "last": batch["last"], "edited": [pickle.dumps(edited)],
                 "captioner": batch["captioner"], "editor": [self.editor.name]}
 

@@ -28,8 +28,8 @@ from PIL import Image
 from .captioners import Captioner, RewriteRequest
 from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
 from .captioners.validation import check_rewrite, clean_reply
-from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, sample_key, shard_files, shard_problem,
-                             write_shard_manifest)
+from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, picture, sample_key, shard_files,
+                             shard_problem, write_shard_manifest)
 from .concreteness import load_ratings
 from .editors import Editor
 from ..errors import JobError, PlantError
@@ -42,6 +42,9 @@ from ..records import atomic_write_json, atomic_write_text, differing, read_json
 from ..sources import UnsafePathError
 from ..sources.stores import StoreError, read_named
 from .config import PlantConfig
+from .gates import GatedWriter, regate_shards
+from .scorers import ScorePair
+from .scoring import score_and_gate
 from .streams import AtomicJsonl, ValueTally, read_records
 
 
@@ -92,7 +95,8 @@ def check_config_matches(out: Path, settings: dict) -> None:
     if not path.exists():
         return
     previous = (yaml.safe_load(path.read_text()) or {}).get("dataset", {})
-    changed = sorted(k for k in settings if previous.get(k) != settings[k])
+    # scoring is left out of the settings when off: a dataset scored before is not resumed without its scores
+    changed = sorted(k for k in settings.keys() | ({"scoring"} & previous.keys()) if previous.get(k) != settings.get(k))
     if changed:
         raise PlantError(f"{out} holds a dataset made with other settings ({differing(changed)}, see "
                          f"{path}); pass another --out, or delete it to start over")
@@ -170,6 +174,16 @@ class Plant:
         shard_of = [j * c.num_shards + c.shard_index for j in range(-(-n_ok // c.samples_per_shard))]
         self.remove_orphans(shard_of)
         done = self.verified_shards(set(shard_of))
+        if c.scoring is not None:  # the finished shards decided again under this run's gates, from their scores
+            regated, remake = regate_shards(self.out, set(done), c.parsed_gates)
+            for index in remake:
+                print(f"plant: the gated records of {SHARD_PATTERN.format(index)} are missing or damaged; making it "
+                      "again", file=sys.stderr)
+                del done[index]
+            if regated:
+                print(f"plant: {regated} finished shard(s) decided again under the gates "
+                      f"{', '.join(c.gates) or '(none)'} from their stored scores (no rewrite, edit or scoring)",
+                      file=sys.stderr)
         batches = Batches(self.keyword_file, c, shard_of, set(done), n_ok)
         n_done = sum(done.values())
         if done:
@@ -182,9 +196,11 @@ class Plant:
     def write_config(self, captioner_name: str, editor_name: str) -> None:
         import yaml
 
+        # the gates of the latest run (they are no dataset setting: a re-plant with others decides again)
+        gates = {"gates": list(self.config.gates)} if self.config.scoring is not None else {}
         atomic_write_text(self.out / "config.yaml", yaml.safe_dump({
             "dataset": self.config.dataset_settings(), "captioner_id": captioner_name, "editor_id": editor_name,
-            "engine": self.config.engine.name, "prompt": {"template": PROMPT_TEMPLATE, "examples": EXAMPLES},
+            "engine": self.config.engine.name, **gates, "prompt": {"template": PROMPT_TEMPLATE, "examples": EXAMPLES},
             "versions": package_versions(),
         }, sort_keys=False, allow_unicode=True, width=120))
 
@@ -224,31 +240,36 @@ class Plant:
         [(manifest row, record or None)]); a shard is committed with its digest and manifest when its last
         batch is in. A failure throws the shard in progress away; committed shards stay."""
         rejects = Counter()
-        writer, rows = None, []
+        writer, gated, rows = None, None, []
         try:
             for shard, last_of_shard, edited in results:
                 if self.first_batch_at is None:
                     self.first_batch_at = time.perf_counter()
                 if writer is None:
                     writer, rows = ShardWriter(self.out / SHARD_PATTERN.format(shard)), []
+                    gated = GatedWriter(self.out, shard)
                 for row, record in edited:
                     rows.append(row)
-                    if record is not None:
-                        writer.write(*record)
+                    if record is not None:  # a kept pair, or one a gate rejected (kept beside the shard)
+                        (writer if row["status"] == "ok" else gated).write(*record)
                 rejects.update(reason_kind(row["reason"]) for row, _ in edited if row["status"] != "ok")
                 bar.update(len(edited))
                 bar.set_postfix(rejected=sum(rejects.values()))
                 if last_of_shard:
+                    gated.commit()
                     write_shard_manifest(self.out, shard, rows, writer.commit())
                     writer = None
         except BaseException:
             if writer is not None:
                 writer.abort()
+                gated.abort()
             raise
 
-    def edit(self, shard: int, batch: list[dict], rewritten, editor, captioner_name: str) -> list[tuple]:
+    def edit(self, shard: int, batch: list[dict], rewritten, editor, captioner_name: str,
+             scorers=None) -> list[tuple]:
         """Load the anchors, edit them towards the rewritten captions and build each sample's manifest row and
-        record ``(key, anchor JPEG, caption, negative JPEG, negative caption, metadata)`` (None for a reject)."""
+        record ``(key, anchor JPEG, caption, negative JPEG, negative caption, metadata)`` (None for a reject).
+        ``scorers`` (`scoring.PairScorers`): score each pair as stored and gate it (its record is kept)."""
         c = self.config
         out, todo = [], []
         for record, (new, reason, attempts) in zip(batch, rewritten):
@@ -282,6 +303,11 @@ class Plant:
             }
             neg_bytes = anchor_bytes if meta["neg_image_is_anchor"] else encode_jpeg(neg)
             out[at][1] = (sample_key(record["id"]), anchor_bytes, record["caption"], neg_bytes, new, meta)
+        if scorers is not None:  # the pictures as stored: the scores are those of what is trained on
+            pairs = {at: ScorePair(picture(r[1], f"the anchor of {r[5]['id']}"), r[2], None if r[5][
+                "neg_image_is_anchor"] else picture(r[3], f"the negative of {r[5]['id']}"), r[4])
+                for at, (_, r) in enumerate(out) if r is not None}
+            score_and_gate(out, pairs, scorers, c.parsed_gates, call_plugin)
         return [tuple(x) for x in out]
 
     def finish(self, shard_of: list[int], names: tuple[str, str], seconds: float, to_first_batch: float | None,
@@ -303,7 +329,8 @@ class Plant:
         startup = None if to_first_batch is None else round(to_first_batch, 2)
         summary = tally.summary() | {"seconds": round(seconds, 2), "seconds_to_first_batch": startup,
                                      "captioner": names[0], "editor": names[1], "part": c.part,
-                                     "engine": c.engine.name, "shards_reused": reused}
+                                     "engine": c.engine.name, "shards_reused": reused} | (
+            {"gates": list(c.gates)} if c.scoring is not None else {})
         atomic_write_json(self.out / f"summary{name}.json", summary)
         return summary
 

@@ -2,5 +2,8 @@
 
 - `world.py`: scenes, captions, the caption parser and the renderer;
 - `rewrite.py`: the captioner and editor that plug into ConcretePlant;
-- `build.py`: a world on disk, with a SugarCrepe-format compositional test and a retrieval split.
+- `build.py`: a world on disk, with a SugarCrepe-format compositional test and a retrieval split;
+- `viewer.py`: whether a caption reads true of a picture;
+- `faulty.py`: an editor that ignores a seeded share of its prompts, and `separation.py`: how well the plant's pair
+  scores tell its good pairs from its bad ones, with the viewer as judge.
 """

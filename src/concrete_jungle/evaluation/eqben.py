@@ -1,0 +1,99 @@
+"""EqBen (Wang et al. 2023, "Equivariant Similarity for Vision-Language Foundation Models"): pairs of images with a
+minimal visual change (frames of one video, renders of one scene, edits of one generated image) and their two
+captions, in five sources: Action Genome (eqbenag), YouCook2 (eqbenyoucook2), GEBC (eqbengebc), Kubric (counting,
+location, attribute: eqbenkubric_{cnt,loc,attr}) and Stable Diffusion (eqbensd).
+
+Data: the EqBen evaluation subset ``eqben_vllm`` (the "EqBen_Mini" of t2v_metrics, linzhiqiu/t2v_metrics
+``dataset.py`` at commit 1c7c763, and the ``eqben`` of VisMin's evaluation), unchanged: ``all_select.json``, a list
+of items ``{image0, caption0, image1, caption1}`` (caption k written for image k), and ``images/<image0>``, each
+path starting with its source's folder (``eqbenag/...``); YouCook2's frames are numpy arrays (``.npy``, BGR), read
+as EqBen's official loader reads them (``Image.fromarray(np.load(path)[:, :, [2, 1, 0]], "RGB")``), the other
+pictures ``Image.open(path).convert("RGB")``. We read this subset because it is the one the field evaluates
+contrastive models on and the one small enough to download whole; the full test set (~100 GB of images, its released
+annotation randomised and scored on a server) and the 10 % subset (~10 GB) are not read here.
+
+The official rule: Winoground's text, image and group scores with strict comparisons, so a tie is wrong
+(`two_by_two`), as EqBen's own ``src/eqben/eqben_acc.py`` (``cal_wino_score``, Wangt-CN/EqBen, commit 128ac8a) and
+``evaluate_eqben_locally.py`` (commit 1b0f319; both unchanged through ab6c79a) compute them, and as t2v_metrics'
+``EqBen_Mini.evaluate_scores`` (``get_winoground_acc``) reports them for this subset: each score over all items
+(``micro/text``, ``micro/image``, ``micro/group``: the official overall numbers; the headline is ``micro/group``,
+the number t2v_metrics returns) and per group of sources, t2v_metrics' five: ``eqbenag``, ``eqbeny`` (YouCook2),
+``eqbeng`` (GEBC), ``eqbenk`` (the three Kubric sets together) and ``eqbensd``. Beside them, labelled, the mean of
+the groups' scores (``macro/``), which the official code does not report. Scores in fp32 (the official CLIP example
+runs CLIP in fp16 on a GPU, where near-equal scores tie more often). Items that share an image are one unit of
+resampling (`two_by_two.units`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from ..records import file_digest
+from . import two_by_two
+from .checks import items_of, text_of
+from .encoding import BenchmarkDataError, CheckedImages, Crop, Encoder, check_images, frame_picture, image_path, \
+    load_json_file
+from .two_by_two import Pair
+
+LAYOUT = ("<root>/eqben/all_select.json (a list of {image0, caption0, image1, caption1}: the eqben_vllm release, "
+          "EqBen_Mini) and <root>/eqben/images/<image0>, <image1> (paths starting with their source's folder, "
+          "eqbenag/, eqbenyoucook2/ ...; YouCook2 frames as .npy)")
+GROUPS = {"eqbenag": "eqbenag", "eqbenyoucook2": "eqbeny", "eqbengebc": "eqbeng", "eqbenkubric_cnt": "eqbenk",
+          "eqbenkubric_loc": "eqbenk", "eqbenkubric_attr": "eqbenk", "eqbensd": "eqbensd"}
+NAMES = {"text": "text", "image": "image", "group": "group"}
+
+
+def load_root(root: Path, skip_missing: bool = False) -> dict:
+    """Items per group of sources (`two_by_two.Pair`, each image a `Crop`: converted to RGB first); every item and
+    image checked before any model loads."""
+    folder = Path(root) / "eqben"
+    path = folder / "all_select.json"
+    raw = load_json_file(path, LAYOUT)
+    if not isinstance(raw, list):
+        raise BenchmarkDataError(f"{path}: EqBen's all_select.json is a list of items; expected layout: {LAYOUT}")
+    data: dict[str, list[Pair]] = {}
+    for n, item in items_of(raw, path, dict, LAYOUT):
+        image0, image1, caption0, caption1 = [text_of(item.get(f), path, f"item {n}", f)
+                                              for f in ("image0", "image1", "caption0", "caption1")]
+        source = image0.split("/")[0]
+        if source not in GROUPS:
+            raise BenchmarkDataError(f"{path}: item {n}'s image0 {image0!r} is in no EqBen source folder "
+                                     f"({', '.join(GROUPS)}), which names its subset; use the release's paths")
+        images = (Crop(image_path(folder / "images", image0)), Crop(image_path(folder / "images", image1)))
+        data.setdefault(GROUPS[source], []).append(Pair(str(n), images, (caption0, caption1), GROUPS[source]))
+    problems, sha256 = _checked([crop.path for items in data.values() for it in items for crop in it.images],
+                                skip_missing)
+    usable = {g: [it for it in items if not any(crop.path in problems for crop in it.images)]
+              for g, items in data.items()}
+    return {"items": usable, "skipped": {g: len(data[g]) - len(usable[g]) for g in data},
+            "files": {path: file_digest(path)} | sha256}
+
+
+def _checked(paths: list[Path], skip_missing: bool) -> CheckedImages:
+    """`encoding.check_images` for the pictures, and the same checks for the ``.npy`` frames: present, and one
+    height x width x 3 uint8 array each, decoded whole."""
+    from ..images import ImageRejected
+
+    problems, sha256 = check_images([p for p in paths if p.suffix != ".npy"], LAYOUT, skip_missing)
+    for path in dict.fromkeys(p for p in paths if p.suffix == ".npy"):
+        try:
+            frame_picture(path).close()
+            sha256[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except ImageRejected as e:
+            problems[path] = "missing" if not path.exists() else str(e)
+            if not skip_missing:
+                raise BenchmarkDataError(f"frame {path} is {problems[path]}; expected layout: {LAYOUT}. Fix the "
+                                         "data root, or pass --skip-missing to count and skip such items.") from None
+    return CheckedImages(problems, sha256)
+
+
+def evaluate(encoder: Encoder, data: dict) -> dict:
+    """Text, image and group scores over all items (``micro/``, the official overall numbers), per group of
+    sources, the groups' mean (``macro/``) and the blind baseline (`two_by_two.evaluate`)."""
+    return two_by_two.evaluate(encoder, data, NAMES, overall="micro/")
+
+
+def item_chances(data: dict) -> dict:
+    """Each item's chance of every score (`two_by_two.chances`)."""
+    return two_by_two.item_chances([it for rows in data["items"].values() for it in rows], NAMES)
