@@ -385,3 +385,18 @@ def test_the_readme_and_toyworld_paragraphs_on_the_studies_state_what_study2_s_f
     assert f"{points(p3['estimate'])} on D_wo" in text
     assert f"by {p2['estimate']:.2f} points (P2" in text and f"cost {-s2['estimate']:.2f} point (S2)" in text
     assert f"({points(p2['estimate'] + s2['estimate'], 3)})" in text
+
+
+def test_answers_read_back_keep_a_series_that_had_no_items(tmp_path):
+    """A series without items (a world whose swap negatives all keep their words has no bag-of-words-differing part)
+    has no line in the answers file; read back, it is there and empty, and its metric has no value."""
+    from concrete_jungle.experiments.published import read_answers, write_gzip_lines
+    from concrete_jungle.stats import metric_values
+
+    recipes = {"swap_att": {"mean": "swap_att"}, "swap_att/bow_differs": {"mean": "swap_att/bow_differs"},
+               "all": {"micro": ["swap_att", "swap_att/bow_differs"]}}
+    path = tmp_path / "answers.jsonl.gz"
+    write_gzip_lines(path, [["row", 0, "swap_att", "k1", "scene-1", 1.0], ["row", 0, "swap_att", "k2", "scene-2", 0.0]])
+    outcomes = read_answers(path, recipes)[("row", 0)]["outcomes"]
+    assert outcomes["series"]["swap_att/bow_differs"] == {"keys": [], "units": [], "values": []}
+    assert metric_values(outcomes) == {"swap_att": 0.5, "swap_att/bow_differs": None, "all": 0.5}

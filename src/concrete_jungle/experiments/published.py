@@ -220,6 +220,13 @@ def read_answers(path: Path, recipes: dict) -> dict:
                              f"{RESTORE}") from None
     if not items:
         raise PublishedError(f"{path} holds no answers; {RESTORE}")
+    # a series without items (every swap negative of a world keeps its words: no bag-of-words-differing part) has no
+    # line in the file; its recipes still name it, and it holds no answer
+    named = {s for recipe in recipes.values() for s in ([recipe["mean"]] if "mean" in recipe else [])
+             + list(recipe.get("micro", []))}
+    for result in items.values():
+        for name in named - result["outcomes"]["series"].keys():
+            result["outcomes"]["series"][name] = {"keys": [], "units": [], "values": []}
     return items
 
 
