@@ -23,6 +23,7 @@ def results_rows(page: str, heading: str) -> list[str]:
 @pytest.mark.parametrize("study, heading, tables, rows", [
     ("study1", "### Study 1 rerun", 2, 7 + 9),
     ("study2", "## Study 2 results", 3, 3 + 11 + 10),
+    ("gate", "## Result", 3, 2 + 2 + 6),
 ])
 def test_a_study_s_published_files_reproduce_every_number_of_its_results_in_the_docs(study, heading, tables, rows,
                                                                                    tmp_path):
