@@ -347,25 +347,108 @@ def test_ceclip_annotations_come_out_with_their_valid_rewrites_as_negatives(tmp_
     check_readable(out, 5)
 
 
-class RunsCode:
+class Reduces:
+    """Pickles as ``fn(*args)`` with ``state`` given to the result: how a crafted file names NumPy's parts."""
+
+    def __init__(self, fn, args, state=None):
+        self.fn, self.args, self.state = fn, args, state
+
     def __reduce__(self):
-        return (exec, ("open('PWNED', 'w').write('x')",))
+        return (self.fn, self.args) if self.state is None else (self.fn, self.args, self.state)
 
 
-def test_an_npy_file_that_would_run_code_is_refused_and_never_run(tmp_path, monkeypatch):
+def dtype_of(name: str, state: tuple) -> Reduces:
+    return Reduces(np.dtype, (name, False, True), state)
+
+
+def object_array(items: list, dtype=None, shape=None) -> Reduces:
+    """An array as numpy.save pickles one, with the dtype and shape the pickle gives (the object dtype's own
+    state by default)."""
+    from numpy._core.multiarray import _reconstruct
+
+    dtype = dtype or dtype_of("O8", (3, "|", None, None, None, -1, -1, 63))
+    return Reduces(_reconstruct, (np.ndarray, (0,), b"b"), (1, shape or (len(items),), dtype, False, items))
+
+
+def npy_file(path: Path, payload, shape=(1,)) -> Path:
+    """A version 1.0 .npy file of Python objects: the header np.save writes for ``shape``, then ``payload``
+    pickled."""
+    header = repr({"descr": "|O", "fortran_order": False, "shape": shape}).encode("latin-1")
+    header += b" " * (63 - (len(header) + 10) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + pickle.dumps(payload, 3))
+    return path
+
+
+def crafted_npy(kind: str, path: Path) -> Path:
+    """A .npy file made to run code or to make NumPy read memory the file chooses, of the ``kind`` named."""
+    if kind == "object field with flags cleared":  # 8 file bytes would be copied into an object pointer
+        field = (np.dtype(object), 0)
+        return npy_file(path, object_array(
+            b"\x41" * 8, dtype_of("V8", (3, "|", None, ("f",), {"f": field}, 8, 1, 0)), shape=(1,)))
+    if kind == "runs code":
+        import os
+
+        return npy_file(path, object_array([Reduces(os.system, ("touch PWNED",))]))
+    if kind == "negative itemsize":
+        return npy_file(path, object_array([1], dtype_of("O8", (3, "|", None, None, None, -8, -1, 63))))
+    if kind == "huge shape":
+        return npy_file(path, object_array([{"caption": "x"}], shape=(2 ** 62,)), shape=(2 ** 62,))
+    if kind == "nested object array":
+        return npy_file(path, object_array([{"caption": "x", "valid_caption": object_array([1, 1, 1, 1, 1])}]))
+    if kind == "numeric dtype state":  # the header says objects, the pickle an int64 array over raw bytes
+        return npy_file(path, object_array(b"\x00" * 8, dtype_of("i8", (3, "<", None, None, None, -1, -1, 0))))
+    if kind == "numeric array":
+        np.save(path, np.arange(4))
+        return path
+    raise AssertionError(kind)
+
+
+CRAFTED = ("object field with flags cleared", "runs code", "negative itemsize", "huge shape", "nested object array",
+           "numeric dtype state", "numeric array")
+
+
+@pytest.mark.parametrize("kind", CRAFTED)
+def test_a_crafted_npy_file_is_refused_naming_it_and_nothing_of_it_runs(kind, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = tmp_path / "evil.npy"
-    array = np.empty(1, dtype=object)
-    array[0] = {"caption": RunsCode()}
-    with open(path, "wb") as f:
-        np.save(f, array, allow_pickle=True)
-    with pytest.raises(SourceError, match="builtins.exec, which is not a NumPy array's part"):
+    path = crafted_npy(kind, tmp_path / "processed_dataset0.npy")
+    with pytest.raises(SourceError, match=f"^{path}") as refused:
         load_object_array(path)
+    assert "\n" not in str(refused.value)
     assert not (tmp_path / "PWNED").exists()
-    data = path.read_bytes()
-    path.write_bytes(data[: data.index(b"\n") + 1] + pickle.dumps([1]))  # the header, then a pickle that is no array
+
+
+@pytest.mark.slow
+def test_a_crafted_npy_file_is_one_line_from_the_import_command_not_a_crash(tmp_path):
+    from conftest import cli
+
+    for kind in CRAFTED:
+        folder = tmp_path / kind.replace(" ", "_")
+        folder.mkdir()
+        path = crafted_npy(kind, folder / "processed_dataset0.npy")
+        done = cli("import", "ce-clip", path, "--images", tmp_path, "--out", folder / "cb", "--no-progress")
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and str(path) in lines[0], (kind, done.returncode, lines)
+        assert "Traceback" not in done.stderr and not (folder / "cb").exists()
+
+
+def test_an_npy_file_that_holds_no_array_is_refused(tmp_path):
+    path = npy_file(tmp_path / "list.npy", [1])
     with pytest.raises(SourceError, match="does not hold a NumPy array"):
         load_object_array(path)
+
+
+def test_an_npy_file_is_read_as_numpy_reads_it_numpy_scalars_made_python_numbers(tmp_path):
+    items = [{"image_id": np.int64(7), "score": np.float32(0.5), "flag": np.bool_(True), "small": np.uint8(3),
+              "caption": "A cat.", "valid_caption": [1, 0, 1, 1, 1], "pair": (1, "a")}, "text", None]
+    np.save(tmp_path / "a.npy", np.array(items, dtype=object), allow_pickle=True)
+    got = load_object_array(tmp_path / "a.npy")
+    assert got == [{"image_id": 7, "score": 0.5, "flag": True, "small": 3, "caption": "A cat.",
+                    "valid_caption": [1, 0, 1, 1, 1], "pair": [1, "a"]}, "text", None]
+    assert [type(got[0][k]) for k in ("image_id", "score", "flag", "small")] == [int, float, bool, int]
+    matrix = np.empty((2, 3), dtype=object)
+    matrix[:] = [["a", "b", "c"], ["d", "e", "f"]]
+    np.save(tmp_path / "m.npy", matrix, allow_pickle=True)
+    assert load_object_array(tmp_path / "m.npy") == list("abcdef")
 
 
 # -- COCO captions with rule swaps made on the fly

@@ -12,69 +12,23 @@ Each annotation is one record with a caption-only negative per valid rewrite (``
 verb); the whole annotation is kept in the record's fields. The same records as a JSON list or JSON Lines are
 read too.
 
-The ``.npy`` files hold Python objects, which NumPy stores with pickle; unpickling runs whatever the file names.
-They are read by an unpickler that builds NumPy arrays and plain Python values and refuses anything else, so a
-file made to run code is a `SourceError`, never run.
+The ``.npy`` files hold Python objects, which NumPy stores with pickle; unpickling runs whatever the file names,
+and NumPy builds arrays from whatever state the file gives. They are read by `object_npy`, which parses the
+header itself and unpickles with stand-ins that build plain Python values and refuse anything else, so a file
+made to run code or to corrupt memory is a `SourceError`, and no byte of it reaches NumPy.
 """
 
 from __future__ import annotations
 
-import importlib
-import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..base import SourceError
 from .base import PeerNegative, PeerOptions, PeerRecord, json_items
+from .object_npy import load_object_array
 
 SUFFIXES = (".npy", ".json", ".jsonl")
 KINDS = ("relation", "adj", "noun", "verb")  # the order of valid_caption[1:] and of CE-CLIP's batch
 NO_CAPTION = "###"  # what CE-CLIP writes where a caption has no relation rewrite
-
-
-class _ArraysOnly(pickle.Unpickler):
-    """Unpickles what `numpy.save` writes for an array of Python objects, and nothing that could run code."""
-
-    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
-               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
-               ("numpy._core.multiarray", "scalar")}
-
-    def find_class(self, module, name):
-        if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(f"it names {module}.{name}, which is not a NumPy array's part")
-        if module.startswith("numpy.core"):  # NumPy 2 moved numpy.core to numpy._core
-            module = module.replace("numpy.core", "numpy._core", 1)
-        return getattr(importlib.import_module(module), name)
-
-
-def load_object_array(path: Path) -> list:
-    """The items of a ``.npy`` file of Python objects, read without running code from the file."""
-    import numpy as np
-    from numpy.lib import format as npy
-
-    try:
-        with open(path, "rb") as f:
-            version = npy.read_magic(f)
-            header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-            _, _, dtype = header(f)
-            if dtype != np.dtype(object):
-                raise SourceError(f"{path} holds a {dtype} array, not CE-CLIP's records (Python objects)")
-            array = _ArraysOnly(f).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
-        raise SourceError(f"{path} is not read: {e}; only NumPy arrays of plain Python values (CE-CLIP's "
-                          "processed_dataset*.npy) are unpickled") from None
-    if not isinstance(array, np.ndarray):
-        raise SourceError(f"{path} does not hold a NumPy array")
-    return [plain(item) for item in array.reshape(-1).tolist()]
-
-
-def plain(value):
-    """A value with NumPy's scalars (an ``image_id`` read as ``numpy.int64``) made Python's own, as JSON takes."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value.item() if hasattr(value, "item") and type(value).__module__ == "numpy" else value
 
 
 def _items(path: Path) -> Iterator[tuple[dict, object]]:
