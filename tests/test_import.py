@@ -221,6 +221,24 @@ def write_tripletdata(root: Path) -> tuple[list[Path], dict]:
     return shards, expected
 
 
+def test_tripletdata_members_whose_names_differ_only_in_case_are_a_reject_naming_both(tmp_path):
+    from concrete_jungle.sources.peers import read_records
+
+    shard = tmp_path / "shard-0.tar"
+    image = picture(tmp_path / "a.jpg", 1)
+    with tarfile.open(shard, "w") as tar:
+        for key in ("00000000", "00000001"):
+            for ext, data in (("image", image), ("neg_image", image), ("caption", b"A dog."),
+                              ("neg_caption", b"A cat.")):
+                add_member(tar, f"{key}.{ext}", data)
+        add_member(tar, "00000001.CAPTION", b"Another dog.")
+    records = {r.id: r for r in read_records("tripletclip", [shard])}
+    assert records["shard-0.tar/00000000"].error is None
+    assert records["shard-0.tar/00000001"].error == (
+        "shard-0.tar holds '00000001.caption' and '00000001.CAPTION', whose names differ only in case: which is "
+        "this sample's is not known; rename one")
+
+
 def test_tripletdata_shards_come_out_with_both_pictures_and_their_keys(tmp_path):
     shards, expected = write_tripletdata(tmp_path)
     out = tmp_path / "cb"

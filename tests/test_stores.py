@@ -415,6 +415,17 @@ def test_a_member_twice_in_one_shard_is_a_reject_naming_both_copies(tmp_path, ho
         samples[TEN[1]].error
 
 
+@pytest.mark.parametrize("ext", ["TXT", "JPG"])
+def test_members_whose_names_differ_only_in_case_are_a_reject_naming_both(tmp_path, ext):
+    """``k.txt`` beside ``k.TXT`` (or ``.jpg`` beside ``.JPG``) kept whichever came last, the other lost."""
+    other = jpeg(7) if ext == "JPG" else b"another caption for the same picture"
+    shard = plain_tar(tmp_path / "00000.tar", TEN[:3], first=[(f"{TEN[1]}.{ext}", other)])
+    samples = {s.id: s for s in read_samples([shard])}
+    assert {i for i, s in samples.items() if s.error is None} == {TEN[0], TEN[2]}
+    assert samples[TEN[1]].error == (f"00000.tar holds '{TEN[1]}.{ext}' and '{TEN[1]}.{ext.lower()}', whose names "
+                                     "differ only in case: which is this sample's is not known; rename one")
+
+
 def test_a_key_the_shard_holds_and_its_metadata_marks_failed_is_one_reject_naming_both(tmp_path):
     shard = img2dataset_shard(tmp_path / "00000.tar", TEN[:3], failed=[TEN[1]])
     samples = list(read_samples([shard]))

@@ -14,7 +14,8 @@ Every sample is read exactly or is a skip with its reason, naming the shard:
   failed download is a skip with img2dataset's reason; a key it lists as downloaded that the shard lacks is a skip,
   and fewer samples than it counts is damage; a key it marks failed that the shard holds is one skip naming both
   (they disagree, and neither is taken over the other);
-- a member the shard holds twice (an appended or concatenated tar) makes its sample a skip naming both copies;
+- a member the shard holds twice (an appended or concatenated tar), or two members whose names differ only in case
+  (``k.txt`` and ``k.TXT``), make their sample a skip naming both;
 - a caption that is not UTF-8 is a skip naming the member and the byte.
 """
 
@@ -36,6 +37,25 @@ def split_key(name: str) -> tuple[str, str]:
     folder, _, base = name.rpartition("/")
     stem, _, ext = base.partition(".")
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
+
+
+def group_members(scan: TarScan) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """(key -> extension -> member name, key -> why its members cannot be told apart) of a scanned shard. The
+    extension is compared lower-cased (``KEY.JPG`` is an image), so ``k.txt`` beside ``k.TXT`` would leave one of
+    them unread: that key is a clash naming both. The key of a member the damage falls in is there, with no
+    member, even when no member of it is whole."""
+    groups: dict[str, dict[str, str]] = {}
+    clashes: dict[str, str] = {}
+    for name in scan.members:
+        key, ext = split_key(name)
+        exts = groups.setdefault(key, {})
+        if ext in exts and key not in clashes:
+            clashes[key] = (f"holds {exts[ext]!r} and {name!r}, whose names differ only in case: which is this "
+                            "sample's is not known; rename one")
+        exts.setdefault(ext, name)
+    if scan.cut:
+        groups.setdefault(split_key(scan.cut)[0], {})
+    return groups, clashes
 
 
 @dataclass
@@ -93,12 +113,7 @@ def read_shard(path: Path, caption_field: str | None, store: str) -> Iterator[tu
     renames (`name_repeated`): what a worker can read without knowing the other shards. ``store`` is the shard's
     name in locators (`stores.store_name`)."""
     scan, downloads = scan_tar(path), img2dataset_metadata(path)
-    groups: dict[str, dict[str, str]] = {}
-    for name in scan.members:
-        key, ext = split_key(name)
-        groups.setdefault(key, {})[ext] = name
-    if scan.cut:  # the sample whose member is cut is a skip of its own, even when no member of it is whole
-        groups.setdefault(split_key(scan.cut)[0], {})
+    groups, clashes = group_members(scan)
     fd = os.open(path, os.O_RDONLY)
     try:
         def member(name: str) -> bytes:
@@ -108,8 +123,8 @@ def read_shard(path: Path, caption_field: str | None, store: str) -> Iterator[tu
                 raise SourceError(f"{path} changed while it was read ({name!r} is shorter); read it again")
             return data
 
-        samples = {key: _sample(key, exts, member, scan, downloads, store, caption_field)
-                   for key, exts in groups.items()}
+        samples = {key: CaptionSample(key, error=f"{store} {clashes[key]}") if key in clashes else
+                   _sample(key, exts, member, scan, downloads, store, caption_field) for key, exts in groups.items()}
     finally:
         os.close(fd)
     yield from ((sample, True) for sample in samples.values())

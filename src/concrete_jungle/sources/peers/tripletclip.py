@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..stores import locator, store_name
 from ..tar_archive import scan_tar
-from ..webdataset import split_key
+from ..webdataset import group_members, split_key
 from .base import PeerNegative, PeerOptions, PeerRecord
 
 SUFFIXES = (".tar",)
@@ -30,17 +30,12 @@ MEMBERS = (IMAGE, NEG_IMAGE, CAPTION, NEG_CAPTION)
 def read(path: Path, options: PeerOptions) -> Iterator[PeerRecord]:
     store = store_name(path, options.root)
     scan = scan_tar(path)
-    groups: dict[str, dict[str, str]] = {}
-    for name in scan.members:
-        key, ext = split_key(name)
-        groups.setdefault(key, {})[ext] = name
-    if scan.cut:
-        groups.setdefault(split_key(scan.cut)[0], {})
+    groups, clashes = group_members(scan)
     fd = os.open(path, os.O_RDONLY)
     try:
         for key, exts in groups.items():
             yield _record(key, exts, lambda name: os.pread(fd, scan.members[name][1], scan.members[name][0]),
-                          scan, store, path)
+                          scan, store, path, clashes.get(key))
     finally:
         os.close(fd)
     if scan.damage:
@@ -48,11 +43,13 @@ def read(path: Path, options: PeerOptions) -> Iterator[PeerRecord]:
                          error=f"the shard {store} is damaged: {scan.damage}; nothing after that is read")
 
 
-def _record(key: str, exts: dict[str, str], member, scan, store: str, path: Path) -> PeerRecord:
+def _record(key: str, exts: dict[str, str], member, scan, store: str, path: Path, clash: str | None) -> PeerRecord:
     record = PeerRecord(f"{store}/{key}", source={"file": str(path), "key": key})
     repeated = next((name for name in exts.values() if name in scan.repeated), None)
     missing = [m for m in MEMBERS if m not in exts]
-    if scan.cut and split_key(scan.cut)[0] == key:
+    if clash:
+        record.error = f"{store} {clash}"
+    elif scan.cut and split_key(scan.cut)[0] == key:
         record.error = f"the shard {store} is cut inside its member {scan.cut!r}: the record is not read"
     elif repeated:
         record.error = f"{store} holds its member {repeated!r} {len(scan.repeated[repeated])} times"
