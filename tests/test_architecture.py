@@ -106,7 +106,7 @@ def test_architecture_doc_names_only_modules_that_exist():
 LAYERS = [
     {"errors", "loss_options"},
     {"records", "configs", "stats", "images", "plugins", "checkpoints", "text_encoding", "loss", "tiny", "nlp",
-     "locks"},
+     "locks", "tar_archive"},
     {"registry"},
     {"models", "token_features"},
     {"sources", "concretebatch"},

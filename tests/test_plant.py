@@ -2,11 +2,13 @@
 summary."""
 
 import hashlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -241,6 +243,49 @@ def test_a_key_written_twice_is_an_error_naming_both_ids(tmp_path):
     writer.commit()
     with pytest.raises(DatasetError, match=r"key 'same-key' appears twice .*\['first', 'second'\]"):
         IndexedConcreteBatch([out])
+
+
+def shard_of(out, records: int):
+    """A shard of ``records`` records as another tool writes one (no digest, no manifest): ``r0``, ``r1``, ..."""
+    from concrete_jungle.concretebatch import ShardWriter, encode_jpeg
+
+    out.mkdir()
+    writer = ShardWriter(out / "shard-000000.tar")
+    jpeg = encode_jpeg(Image.new("RGB", (8, 8)))
+    for i in range(records):
+        writer.write(f"r{i}", jpeg, "a cat", jpeg, "a dog", {"id": f"r{i}", "concreteness": 4.0})
+    writer.commit()
+    return out / "shard-000000.tar"
+
+
+def test_a_shard_cut_between_two_records_is_an_error_naming_it_not_fewer_records(tmp_path):
+    """Cut where a record begins, a shard read as 4 of its 6 records, and trained."""
+    from concrete_jungle.concretebatch import IndexedConcreteBatch, iter_records
+    from concrete_jungle.errors import DatasetError
+
+    shard = shard_of(tmp_path / "cb", 6)
+    with tarfile.open(shard) as tar:
+        cut = next(m.offset for m in tar if m.name.startswith("r4."))
+    shard.write_bytes(shard.read_bytes()[:cut])
+    for read in (IndexedConcreteBatch, lambda roots: list(iter_records(roots[0]))):
+        with pytest.raises(DatasetError, match=f"{shard} is damaged: it ends without its end-of-archive blocks"):
+            read([tmp_path / "cb"])
+
+
+def test_a_record_with_a_gap_in_its_negatives_is_an_error_naming_it(tmp_path):
+    """``neg.txt`` and ``neg3.txt`` without ``neg2.txt`` read as one negative, the third lost."""
+    from concrete_jungle.concretebatch import IndexedConcreteBatch
+    from concrete_jungle.errors import DatasetError
+
+    shard = shard_of(tmp_path / "cb", 2)
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar]
+    with tarfile.open(shard, "w") as tar:
+        for member, data in members + [(tarfile.TarInfo("r1.neg3.txt"), b"a bird")]:
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    with pytest.raises(DatasetError, match=r"record 'r1' holds neg3\.txt but only 1 negative caption"):
+        IndexedConcreteBatch([tmp_path / "cb"])
 
 
 def test_image_names_outside_the_image_folder_are_rejected_and_links_inside_it_work(tmp_path):

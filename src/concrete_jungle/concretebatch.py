@@ -294,21 +294,16 @@ def record_fields(meta: dict, members, read: callable, where: str) -> dict:
     }
 
 
-def _decode(sample: dict) -> dict:
-    meta = json.loads(sample["json"])
-    where = f"record {sample['__key__']} of {sample.get('__url__', 'a shard')}"
-    return {"key": sample["__key__"], **record_fields(meta, sample, sample.__getitem__, where)}
-
-
 def iter_records(source: str | Path | list[str], partial: bool = False) -> Iterator[dict]:
-    """Every record of a ConcreteBatch (directory or list of shard paths/URLs), decoded, streaming with
-    `webdataset`: dicts with image, caption, neg_image, neg_caption, concreteness, meta. ``partial``: the
-    finished shards of an unfinished dataset (`shard_urls`)."""
-    import webdataset as wds
-
+    """Every record of a ConcreteBatch (directory or list of shard paths), decoded, in shard order: dicts with
+    image, caption, neg_image, neg_caption, concreteness, negatives, meta. ``partial``: the finished shards of an
+    unfinished dataset (`shard_urls`). The shards are indexed first (`index_shards`), so a cut or malformed shard
+    stops the read before any record of it is used."""
     urls = source if isinstance(source, list) else shard_urls(source, partial)
-    for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
-        yield _decode(sample)
+    for location in index_shards(urls):
+        members = {ext: read_member(at) for ext, at in location.items()}
+        meta = json.loads(members["json"])
+        yield record_fields(meta, members, members.__getitem__, f"record {meta.get('id')!r} of {location['jpg'][0]}")
 
 
 def iter_quintuples(source: str | Path | list[str]) -> Iterator[tuple]:
@@ -326,41 +321,53 @@ def read_manifest(root: str | Path) -> list[dict]:
 
 
 MEMBERS = frozenset({"jpg", "txt", "neg.txt", "json"})  # a negative's picture may be absent
+NEGATIVE_MEMBER = re.compile(r"neg\d*\.(jpg|txt)")
 
 
 def index_shards(urls: list[str]) -> list[dict[str, tuple[str, int, int]]]:
     """For every record of the tar shards: member extension -> (tar path, data offset, size).
 
-    One pass over the tar headers (no image bytes are read), so a training set can be read by random
-    access: shuffled per epoch, split across ranks, resumed at an exact position. A shard that does not parse,
-    a record missing a member, or a key that appears twice is a `DatasetError` naming the shard (and, for a
-    key, both sample ids): two samples are never merged into one record.
+    One pass over the tar headers (`tar_archive.scan_tar`; no image bytes are read), so a training set can
+    be read by random access: shuffled per epoch, split across ranks, resumed at an exact position. A shard that is
+    not whole (cut inside a member, or between two records, where it ends without its end-of-archive blocks), a
+    record missing a member or with a gap in its negatives (``neg.txt`` and ``neg3.txt`` without ``neg2.txt``), or
+    a key that appears twice is a `DatasetError` naming the shard (and, for a key, both sample ids): a record is
+    never lost, shortened or merged into another.
     """
-    import tarfile
+    from .tar_archive import scan_tar
 
     records: list[dict] = []
     seen: dict[str, dict] = {}
     for url in urls:
         in_shard: dict[str, dict] = {}
         try:
-            with tarfile.open(url) as tar:
-                for member in tar:
-                    if not member.isfile():
-                        continue
-                    key, _, ext = member.name.partition(".")
-                    if key in seen or ext in in_shard.get(key, {}):
-                        first = (seen.get(key) or in_shard[key])[ext][0]
-                        raise DatasetError(f"key {key!r} appears twice ({first} and {url}; sample ids "
-                                           f"{ids_under_key(key, [first, url])}): two samples would be merged "
-                                           "into one record")
-                    in_shard.setdefault(key, {})[ext] = (url, member.offset_data, member.size)
-        except (tarfile.TarError, EOFError, OSError) as e:
-            raise DatasetError(f"{url} is damaged: it does not read as a tar file ({type(e).__name__}: {e}); "
-                               "re-run the `concrete-jungle plant` command that made it to redo it") from None
+            scan = scan_tar(url)
+        except OSError as e:
+            raise DatasetError(f"{url} cannot be read ({type(e).__name__}: {e})") from None
+        damage = scan.damage or (None if scan.end_blocks else "it ends without its end-of-archive blocks, so it "
+                                 "may be cut between two records")
+        if damage:
+            raise DatasetError(f"{url} is damaged: {damage}; re-run the `concrete-jungle plant` or `import` "
+                               "command that made it to redo it")
+        for name, (offset, size) in scan.members.items():
+            key, _, ext = name.partition(".")
+            if key in seen or ext in in_shard.get(key, {}) or name in scan.repeated:
+                first = (seen.get(key) or in_shard.get(key) or {ext: (url,)})[ext][0]
+                raise DatasetError(f"key {key!r} appears twice ({first} and {url}; sample ids "
+                                   f"{ids_under_key(key, [first, url])}): two samples would be merged "
+                                   "into one record")
+            in_shard.setdefault(key, {})[ext] = (url, offset, size)
         for key, members in in_shard.items():
             if not MEMBERS <= members.keys():
                 raise DatasetError(f"{url}: record {key!r} lacks {sorted(MEMBERS - members.keys())}; "
                                    "is this a ConcreteBatch shard?")
+            k = negative_count(members)
+            stray = sorted(ext for ext in members if NEGATIVE_MEMBER.fullmatch(ext)
+                           and ext not in {m for i in range(k) for m in negative_members(i)})
+            if stray:
+                raise DatasetError(f"{url}: record {key!r} holds {', '.join(stray)} but only {k} negative "
+                                   f"caption(s) without a gap ({', '.join(negative_members(i)[1] for i in range(k))})"
+                                   "; the shard is damaged: re-make the dataset")
         seen.update(in_shard)
         records.extend(in_shard.values())
     return records

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from .stores import IMAGE_EXTENSIONS, locator
 from .base import CaptionSample, ReadOptions, SourceError, SourceFile
-from .tar_archive import TarScan, scan_tar
+from ..tar_archive import TarScan, scan_tar
 
 
 def split_key(name: str) -> tuple[str, str]:

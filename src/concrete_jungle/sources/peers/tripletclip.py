@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..stores import locator, store_name
-from ..tar_archive import scan_tar
+from ...tar_archive import scan_tar
 from ..webdataset import group_members, split_key
 from .base import PeerNegative, PeerOptions, PeerRecord
 
