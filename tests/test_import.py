@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import pickle
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -168,6 +169,56 @@ def test_negclip_hard_images_become_negatives_with_the_rows_picture_and_caption(
     assert IndexedConcreteBatch([tmp_path / "cb"]).has_negative_pictures()
 
 
+def test_a_blank_line_in_negclips_table_shifts_no_hard_image_reference(negclip, tmp_path):
+    """pandas skips blank lines, so neg_image numbers the rows without them; counting them gave 6 of 10 records
+    another row's picture and caption."""
+    from concrete_jungle.sources.peers import PeerOptions, read_records
+
+    _, tsv, expected = negclip
+    lines = tsv.read_text().split("\n")
+    spaced = tmp_path / "train_neg_clip.tsv"
+    spaced.write_text("\n".join(lines[:3] + ["", "   "] + lines[3:]))
+    records = {r.id: r for r in read_records("negclip", [spaced], PeerOptions(hard_images=True))}
+    for i, want in expected.items():
+        hard = [n for n in records[f"train_neg_clip.tsv#{i}"].negatives if n.kind == "hard-image"]
+        assert [(n.caption, n.fields["row"]) for n in hard] == [(expected[j]["caption"], j) for j in want["hard"]]
+    assert records["train_neg_clip.tsv#5"].source["line"] == expected[5]["line"] + 2
+
+
+@pytest.mark.parametrize("header, row, message", [
+    ("\ttitle\tfilepath\tneg_caption\ttitle", "0\tA cat.\ta.jpg\t['A dog.']\tx",
+     "its header names the column 'title' twice"),
+    ("\ttitle\tfilepath\tneg_caption\tneg_image", "0\tA cat.\ta.jpg\t['" + "x" * 140_000 + "']\t[0]",
+     "line 2: not read as a table (field larger than field limit"),
+], ids=["a column named twice", "a field over 128 KiB"])
+def test_a_negclip_table_that_cannot_be_read_cell_by_cell_is_one_error_naming_it(tmp_path, header, row, message):
+    from concrete_jungle.sources.peers import read_records
+
+    (tmp_path / "t.tsv").write_text(f"{header}\n{row}\n")
+    with pytest.raises(SourceError, match=f"^{tmp_path / 't.tsv'}.*{re.escape(message)}"):
+        list(read_records("negclip", [tmp_path / "t.tsv"]))
+
+
+def test_empty_captions_and_negatives_and_negatives_clip_cannot_tell_apart_are_rejects(tmp_path):
+    """A blank caption, a NegCLIP ``['']`` and a negative changed only past CLIP's 77 tokens became ok records."""
+    picture(tmp_path / "a.jpg", 0)
+    long = "A dog on a couch " + " ".join(["and a small red ball"] * 16) + " near a cat."
+    rows = [("0", "   ", ["A couch on a dog ."]), ("1", "A dog on a couch.", [""]),
+            ("2", long, [long.replace("near a cat.", "near a bird.")]),
+            ("3", "A dog on a couch.", ["A couch on a dog .", " "])]
+    lines = [f"{i}\t{caption}\ta.jpg\t{negatives!r}\t[0]" for i, caption, negatives in rows]
+    (tmp_path / "t.tsv").write_text("\n".join(["\ttitle\tfilepath\tneg_caption\tneg_image", *lines]) + "\n")
+    assert main(["import", "negclip", str(tmp_path / "t.tsv"), "--images", str(tmp_path), "--out",
+                 str(tmp_path / "cb"), "--no-progress"]) == 0
+    reasons = rejects(tmp_path / "cb")
+    assert reasons["t.tsv#0"] == "no caption (title is empty)"
+    assert reasons["t.tsv#1"] == "empty negative caption ('')"
+    assert reasons["t.tsv#2"].startswith("the negative reads as the caption in CLIP's first 77 tokens")
+    kept = members(tmp_path / "cb")["t.tsv#3"]
+    assert kept["neg.txt"] == b"A couch on a dog ." and "neg2.txt" not in kept
+    assert kept["meta"]["dropped_negatives"][0]["reason"] == "empty negative caption (' ')"
+
+
 def test_a_repeated_id_is_a_reject_naming_the_record_that_holds_it(tmp_path):
     picture(tmp_path / "a.jpg", 0)
     rows = [f"7\t{caption}\ta.jpg\t{negatives!r}\t[0]" for caption, negatives in CAPTIONS[:2]]
@@ -221,17 +272,35 @@ def write_tripletdata(root: Path) -> tuple[list[Path], dict]:
     return shards, expected
 
 
+def triplet_shard(path: Path, texts: dict[str, tuple[bytes, bytes]], more=()) -> Path:
+    """A TripletData shard of one record per key (caption, negative caption; one picture for both), then the
+    members ``more`` ((name, bytes) pairs)."""
+    image = picture(path.with_suffix(".jpg"), 1)
+    with tarfile.open(path, "w") as tar:
+        for key, (caption, negative) in texts.items():
+            for ext, data in (("image", image), ("neg_image", image), ("caption", caption),
+                              ("neg_caption", negative)):
+                add_member(tar, f"{key}.{ext}", data)
+        for name, data in more:
+            add_member(tar, name, data)
+    return path
+
+
+def test_tripletdata_blank_captions_and_negatives_are_not_records(tmp_path):
+    from concrete_jungle.sources.peers import read_records
+
+    shard = triplet_shard(tmp_path / "shard-0.tar", {"00000000": (b" \n", b"A cat."), "00000001": (b"A dog.", b"")})
+    records = {r.id: r for r in read_records("tripletclip", [shard])}
+    assert records["shard-0.tar/00000000"].error == "no caption (it is ' \\n')"
+    assert records["shard-0.tar/00000001"].negatives[0].error == "empty negative caption ('')"
+
+
 def test_tripletdata_members_whose_names_differ_only_in_case_are_a_reject_naming_both(tmp_path):
     from concrete_jungle.sources.peers import read_records
 
-    shard = tmp_path / "shard-0.tar"
-    image = picture(tmp_path / "a.jpg", 1)
-    with tarfile.open(shard, "w") as tar:
-        for key in ("00000000", "00000001"):
-            for ext, data in (("image", image), ("neg_image", image), ("caption", b"A dog."),
-                              ("neg_caption", b"A cat.")):
-                add_member(tar, f"{key}.{ext}", data)
-        add_member(tar, "00000001.CAPTION", b"Another dog.")
+    shard = triplet_shard(tmp_path / "shard-0.tar", {"00000000": (b"A dog.", b"A cat."),
+                                                     "00000001": (b"A dog.", b"A cat.")},
+                          [("00000001.CAPTION", b"Another dog.")])
     records = {r.id: r for r in read_records("tripletclip", [shard])}
     assert records["shard-0.tar/00000000"].error is None
     assert records["shard-0.tar/00000001"].error == (

@@ -13,6 +13,7 @@ the shards whose manifests exist (every step is deterministic, so the redone sha
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import time
@@ -240,6 +241,9 @@ class Importer:
             entry = {"kind": negative.kind, "image": negative.image, "position": position, "fields": negative.fields}
             why = negative.error
             picture = None
+            if why is None and same_in_clip_context(record.caption, negative.caption):
+                why = (f"the negative reads as the caption in CLIP's first {CONTEXT} tokens (its change lies past "
+                       "them): CLIP cannot tell the two apart")
             if why is None and negative.image:
                 image, picture, why = load_image(self.root, negative.image)
                 if why is None and picture[:3] != JPEG:
@@ -255,6 +259,32 @@ class Importer:
             else:
                 dropped.append({"caption": negative.caption, "reason": why, "position": position})
         return kept, dropped
+
+
+CONTEXT = 77  # the tokens CLIP's text tower reads (open_clip's context length for the paper's models)
+
+
+@functools.cache
+def _clip_tokenizer():
+    from open_clip.tokenizer import SimpleTokenizer
+
+    return SimpleTokenizer(context_length=CONTEXT)
+
+
+def same_in_clip_context(caption: str, negative: str) -> bool:
+    """Whether CLIP reads ``negative`` as ``caption``: their first `CONTEXT` tokens (start and end of text
+    included, as open_clip cuts them) are equal while the texts are not. A text of fewer UTF-8 bytes than the
+    context has fewer tokens than that (a token is at least one byte), so the tokenizer is loaded only for long
+    texts."""
+    if caption == negative or max(len(caption.encode("utf-8")), len(negative.encode("utf-8"))) <= CONTEXT - 2:
+        return False
+    tokenizer = _clip_tokenizer()
+
+    def context(text: str) -> list[int]:
+        tokens = tokenizer.encode(text)[:CONTEXT - 2]
+        return [tokenizer.sot_token_id, *tokens, tokenizer.eot_token_id]
+
+    return context(caption) == context(negative)
 
 
 def run_import(config: ImportConfig, progress: bool = True) -> dict:

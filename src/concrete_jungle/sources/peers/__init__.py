@@ -72,10 +72,16 @@ def read_records(fmt: str, files: list[Path], options: PeerOptions = PeerOptions
 
 
 def _valid_text(record: PeerRecord) -> PeerRecord:
-    """The record, or a reject when its text cannot be written as UTF-8 (a lone surrogate from a file that is not
-    UTF-8, or JSON's ``\\ud800``)."""
+    """The record, or a reject when its caption is empty or blank, or its text cannot be written as UTF-8 (a lone
+    surrogate from a file that is not UTF-8, or JSON's ``\\ud800``); an empty or blank negative is marked
+    unusable (the record keeps its other negatives): every format's records are held to the same rule."""
     if record.error is not None:
         return record
+    if not isinstance(record.caption, str) or not record.caption.strip():
+        return PeerRecord(record.id, source=record.source, error=f"no caption (it is {record.caption!r})")
+    for negative in record.negatives:
+        if negative.error is None and (not isinstance(negative.caption, str) or not negative.caption.strip()):
+            negative.error = f"empty negative caption ({negative.caption!r})"
     try:
         json.dumps([record.id, record.caption, record.image, record.fields,
                     [[n.caption, n.image, n.fields] for n in record.negatives]], ensure_ascii=False).encode("utf-8")

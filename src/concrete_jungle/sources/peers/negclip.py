@@ -37,22 +37,33 @@ def _literal_list(text: str, kind: type, what: str) -> list:
 
 
 def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
-    """(header, [(line the row starts on, row)]); text that is not UTF-8 is kept as escapes, to be rejected by row."""
+    """(header, [(line the row starts on, row)]); text that is not UTF-8 is kept as escapes, to be rejected by row.
+    A blank line (empty or spaces only) is no row, as pandas reads the table: ``neg_image`` numbers the rows
+    NegCLIP's trainer reads, so counting a blank line would give every later reference another row's picture."""
     with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
         reader = csv.reader(f, dialect="excel" if path.suffix.lower() == ".csv" else "excel-tab")
-        header = next(reader, None)
-        if header is None:
-            raise SourceError(f"{path} is empty; expected NegCLIP's table ({CAPTION}, {IMAGE}, {NEGATIVES}, "
-                              f"{HARD_IMAGES})")
-        missing = [c for c in (CAPTION, IMAGE, NEGATIVES) if c not in header]
-        if missing:
-            raise SourceError(f"{path} has no column {missing}; its header is {header}: is it NegCLIP's "
-                              "train_neg_clip.tsv?")
-        rows, line = [], reader.line_num
-        for values in reader:
-            rows.append((line + 1, dict(zip(header, values)) | ({"__extra__": values[len(header):]}
-                                                                 if len(values) > len(header) else {})))
-            line = reader.line_num
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise SourceError(f"{path} is empty; expected NegCLIP's table ({CAPTION}, {IMAGE}, {NEGATIVES}, "
+                                  f"{HARD_IMAGES})")
+            missing = [c for c in (CAPTION, IMAGE, NEGATIVES) if c not in header]
+            if missing:
+                raise SourceError(f"{path} has no column {missing}; its header is {header}: is it NegCLIP's "
+                                  "train_neg_clip.tsv?")
+            twice = next((c for c in header if header.count(c) > 1), None)
+            if twice is not None:
+                raise SourceError(f"{path}: its header names the column {twice!r} twice ({header}); rename one, "
+                                  "so that each cell is read under its own name")
+            rows, line = [], reader.line_num
+            for values in reader:
+                if values and (len(values) > 1 or values[0].strip()):
+                    rows.append((line + 1, dict(zip(header, values)) | ({"__extra__": values[len(header):]}
+                                                                         if len(values) > len(header) else {})))
+                line = reader.line_num
+        except csv.Error as e:  # a field over csv's limit (128 KiB), a NUL byte
+            raise SourceError(f"{path}, line {reader.line_num}: not read as a table ({e}); NegCLIP's cells are a "
+                              "caption, a path and two short lists: is this its train_neg_clip.tsv?") from None
     return header, rows
 
 
