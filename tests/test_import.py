@@ -612,6 +612,51 @@ def test_import_refuses_other_settings_a_planted_folder_and_a_missing_image_fold
     assert not (tmp_path / "new").exists()
 
 
+def test_an_import_rerun_or_resumed_after_its_input_was_edited_is_refused_keeping_its_records(negclip, tmp_path,
+                                                                                              capsys):
+    """A finished shard was matched to the input by ids only: killed, edited and resumed, an import mixed old
+    and new captions."""
+    root, tsv, _ = negclip
+    edited = tmp_path / "train_neg_clip.tsv"
+    edited.write_bytes(tsv.read_bytes())
+    out = tmp_path / "cb"
+    args = ["import", "negclip", str(edited), "--images", str(root), "--out", str(out), "--samples-per-shard", "4",
+            "--no-progress"]
+    assert main(args) == 0
+    before = {p.name: p.read_bytes() for p in out.glob("shard-*.tar")}
+    edited.write_text(edited.read_text().replace("petting a yak", "feeding a yak"))
+    assert main(args) == 2
+    assert f"{out} was imported from other bytes of {edited}: the input changed since" in capsys.readouterr().err
+    (out / "summary.json").unlink()  # killed before its end, then edited and resumed
+    (out / "manifests" / "shard-000002.jsonl").unlink()
+    assert main(args) == 2
+    assert "was imported from other bytes of" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.glob("shard-*.tar")} == before and len(before) == 3
+
+
+def test_an_import_whose_every_row_is_rejected_fails_counting_the_reasons_and_runs_again_once_fixed(tmp_path,
+                                                                                                     capsys):
+    picture(tmp_path / "a.jpg", 0)
+    tsv = tmp_path / "t.tsv"
+    header = "\ttitle\tfilepath\tneg_caption\tneg_image"
+    out = tmp_path / "cb"
+    args = ["import", "negclip", str(tsv), "--images", str(tmp_path), "--out", str(out), "--no-progress"]
+    tsv.write_text(header + "\n")
+    assert main(args) == 2
+    assert "hold no negclip record (a header and no rows?)" in capsys.readouterr().err
+    rows = [f"{i}\t{caption}\ta.jpg\t{[caption.lower()]!r}\t[0]" for i, (caption, _) in enumerate(CAPTIONS[:3])]
+    tsv.write_text("\n".join([header, *rows, "3\t\ta.jpg\t['x']\t[0]"]) + "\n")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"every one of the 4 records of {tsv} was rejected (3 × the negative has the same words as the caption; " \
+           f"1 × no caption; each with its reason in {out / 'rejects.jsonl'}); {out} is no dataset" in err
+    assert len(rejects(out)) == 4 and "import" in unfinished(out)
+    tsv.write_text("\n".join([header, *(f"{i}\t{c}\ta.jpg\t{n!r}\t[0]" for i, (c, n) in enumerate(CAPTIONS[:3]))])
+                   + "\n")
+    assert main(args) == 0
+    check_readable(out, 3)
+
+
 @pytest.mark.parametrize("args, message", [
     (["import", "negclip", "nope.tsv", "--images", ".", "--out", "cb"], "negclip input file not found: nope.tsv"),
     (["import", "vismin", "train.json", "--images", "nope", "--out", "cb"], "image directory not found: nope"),

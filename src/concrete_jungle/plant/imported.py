@@ -26,7 +26,7 @@ from ..concretebatch import (ShardWriter, encode_jpeg, read_shard_manifests, sam
 from ..configs import ConfigError
 from ..errors import PlantError
 from ..locks import locked
-from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing
+from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, file_digest
 from ..sources.peers import FORMATS, NAMES_IMAGE_FILES, PeerOptions, image_root, input_files, read_records
 from .stages import load_image, package_versions, reason_kind, summarize_manifest
 
@@ -295,7 +295,7 @@ def run_import(config: ImportConfig, progress: bool = True) -> dict:
     with locked(out / ".import.lock", f"--out {out}", "concrete-jungle import"):
         out.mkdir(parents=True, exist_ok=True)
         check_import_folder(out)
-        write_config(out, config)
+        write_config(out, config, input_digests(files))
         for orphan in [*out.glob(".*.tmp"), *out.glob("manifests/.*.tmp")]:
             orphan.unlink(missing_ok=True)  # what a killed run left: a write is a temporary file renamed into place
         return _run(config, files, root, out, started, progress)
@@ -347,10 +347,22 @@ def _run(config: ImportConfig, files: list[Path], root: Path, out: Path, started
     finally:
         bar.close()
     for stale in sorted(set(done) - set(range(index))):  # shards of an earlier run past this input's end
-        for path in shard_files(out, stale)[::-1]:
-            path.unlink(missing_ok=True)
+        remove_shard(out, stale)
         del done[stale]
     return finish(out, config, done, unread, time.perf_counter() - started, reused)
+
+
+def no_record_message(out: Path, config: ImportConfig, rows: list[dict]) -> str:
+    """Why an import made no record: every input row rejected (the reasons counted), or no row at all. The folder
+    is left without summary.json, so it reads as an unfinished import, never as a dataset."""
+    if not rows:
+        return (f"the inputs ({', '.join(config.inputs)}) hold no {config.format} record (a header and no rows?): "
+                f"nothing was imported; {out} is no dataset")
+    reasons = Counter(reason_kind(r["reason"]) for r in rows).most_common()
+    counted = "; ".join(f"{n} × {reason}" for reason, n in reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
+    return (f"every one of the {len(rows)} records of {', '.join(config.inputs)} was rejected ({counted}; each with "
+            f"its reason in {out / 'rejects.jsonl'}); {out} is no dataset: fix the inputs (or --images) and run the "
+            "command again")
 
 
 def verified_shards(out: Path) -> dict[int, list[dict]]:
@@ -361,29 +373,54 @@ def verified_shards(out: Path) -> dict[int, list[dict]]:
         problem = shard_problem(out, index)
         if problem:
             print(f"import: {problem}; making it again", file=sys.stderr)
-            shard, rows, digest = shard_files(out, index)
-            rows.unlink()  # first: without its rows the shard is not done, whatever else a kill leaves
-            digest.unlink(missing_ok=True)
-            shard.unlink(missing_ok=True)
+            remove_shard(out, index)
             del done[index]
     return done
 
 
-def write_config(out: Path, config: ImportConfig) -> None:
-    """config.yaml, the import's first file: its settings and package versions. A folder imported with other
-    settings is refused naming them."""
+def remove_shard(out: Path, index: int) -> None:
+    """A shard's files, its manifest rows first: without them the shard is not done, whatever else a kill leaves."""
+    shard, rows, digest = shard_files(out, index)
+    rows.unlink(missing_ok=True)
+    digest.unlink(missing_ok=True)
+    shard.unlink(missing_ok=True)
+
+
+def input_digests(files: list[Path]) -> dict[str, str]:
+    """The sha256 of every input file, by path: with the settings, what the dataset was made from."""
+    return {str(path): file_digest(path) for path in files}
+
+
+def write_config(out: Path, config: ImportConfig, digests: dict[str, str]) -> None:
+    """config.yaml, the import's first file: its settings, its input files' digests and package versions. A
+    folder whose finished shards hold records imported with other settings or from other input bytes is refused
+    naming them (a resume never mixes old records with new ones); one whose shards hold no record (every row
+    rejected) is started again, its old shards removed."""
     import yaml
 
-    previous = read_config(out).get("import")
-    settings = config.settings()
-    if previous is not None:
-        changed = sorted(k for k in settings if previous.get(k) != settings[k])
-        if changed:
+    previous = read_config(out)
+    if previous.get("import") is not None:
+        settings = config.settings()
+        changed = sorted(k for k in settings if previous["import"].get(k) != settings[k])
+        before = previous.get("inputs_sha256", digests)  # a folder imported before digests were kept: unknown
+        edited = sorted(path for path in digests if before.get(path) != digests[path])
+        if not changed and not edited:
+            return
+        done = read_shard_manifests(out)
+        if changed and any(r["status"] == "ok" for rows in done.values() for r in rows):
             raise PlantError(f"{out} holds a dataset imported with other settings ({differing(changed)}, see "
                              f"{out / 'config.yaml'}); pass another --out, or delete it to start over")
-        return
+        if edited and any(r["status"] == "ok" for rows in done.values() for r in rows):
+            raise PlantError(f"{out} was imported from other bytes of {edited[0]}"
+                             f"{f' (and {len(edited) - 1} more input files)' if len(edited) > 1 else ''}: the input "
+                             f"changed since (its sha256 differs from the one in {out / 'config.yaml'}), and the "
+                             f"finished shards hold the old records; import into another --out, or delete {out} to "
+                             "start over")
+        for index in done:  # shards of rejects only: made again from the new input
+            remove_shard(out, index)
     atomic_write_text(out / "config.yaml", yaml.safe_dump({
-        "import": settings, "format_reader": FORMATS[config.format].__name__, "versions": package_versions(),
+        "import": config.settings(), "inputs_sha256": digests, "format_reader": FORMATS[config.format].__name__,
+        "versions": package_versions(),
     }, sort_keys=False, allow_unicode=True, width=120))
 
 
@@ -394,6 +431,8 @@ def finish(out: Path, config: ImportConfig, done: dict[int, list[dict]], unread:
     atomic_write_jsonl(out / "manifest.jsonl", rows)
     atomic_write_jsonl(out / "rejects.jsonl", [r for r in rows if r["status"] != "ok"])
     ok = [r for r in rows if r["status"] == "ok"]
+    if not ok:
+        raise PlantError(no_record_message(out, config, rows))
     dropped = Counter(reason_kind(reason) for r in rows for reason in (r["dropped"] if r["status"] == "ok" else []))
     summary = summarize_manifest(rows) | {
         "format": config.format, "negatives": sum(r["negatives"] for r in ok),
