@@ -538,6 +538,26 @@ def test_an_npy_file_is_read_as_numpy_reads_it_numpy_scalars_made_python_numbers
     assert load_object_array(tmp_path / "m.npy") == list("abcdef")
 
 
+def test_ceclip_takes_val2014_only_where_a_word_of_the_path_begins_with_val():
+    from concrete_jungle.sources.peers.ceclip import image_name
+
+    assert image_name(Path("data/interval/processed_dataset0.npy"), 7) == "train2014/COCO_train2014_000000000007.jpg"
+    assert image_name(Path("generated_data/coco_val/processed_dataset0.npy"), 7).startswith("val2014/")
+    assert image_name(Path("val2014/records.json"), 7).startswith("val2014/")
+
+
+def test_json_nested_deeper_than_python_reads_is_one_error_or_a_reject_naming_it(tmp_path):
+    from concrete_jungle.sources.peers import read_records
+
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "train.json").write_text(deep)
+    with pytest.raises(SourceError, match=f"^{tmp_path / 'train.json'}: not a JSON file"):
+        list(read_records("vismin", [tmp_path / "train.json"]))
+    (tmp_path / "train.jsonl").write_text(deep + "\n")
+    [record] = read_records("ce-clip", [tmp_path / "train.jsonl"])
+    assert record.id == "train.jsonl#1" and record.error.startswith("not a JSON line (maximum recursion depth")
+
+
 # -- COCO captions with rule swaps made on the fly
 
 

@@ -288,6 +288,27 @@ def test_a_record_with_a_gap_in_its_negatives_is_an_error_naming_it(tmp_path):
         IndexedConcreteBatch([tmp_path / "cb"])
 
 
+@pytest.mark.parametrize("meta, message", [
+    ({"id": "r0"}, r"record 'r0' of .*shard-000000\.tar cannot be read \(its json has no 'concreteness'\)"),
+    (["r0"], r"the record at byte \d+ of .*shard-000000\.tar cannot be read \(ValueError: its json is a list"),
+    ({"id": "r0", "concreteness": "high"}, r"record 'r0' of .* cannot be read \(ValueError: could not convert"),
+], ids=["no concreteness", "not an object", "a rating that is no number"])
+def test_a_foreign_records_json_problem_is_an_error_naming_the_record(tmp_path, meta, message):
+    """A shard another tool wrote, its json short of a field, raised KeyError or ValueError naming nothing."""
+    from concrete_jungle.concretebatch import IndexedConcreteBatch, ShardWriter, encode_jpeg, iter_records
+    from concrete_jungle.errors import DatasetError
+
+    (tmp_path / "cb").mkdir()
+    writer = ShardWriter(tmp_path / "cb" / "shard-000000.tar")
+    jpeg = encode_jpeg(Image.new("RGB", (8, 8)))
+    writer.write("r0", jpeg, "a cat", jpeg, "a dog", meta)
+    writer.commit()
+    with pytest.raises(DatasetError, match=message):
+        IndexedConcreteBatch([tmp_path / "cb"])[0]
+    with pytest.raises(DatasetError, match=message):
+        list(iter_records(tmp_path / "cb"))
+
+
 def test_image_names_outside_the_image_folder_are_rejected_and_links_inside_it_work(tmp_path):
     rng = np.random.default_rng(1)
     secret = tmp_path / "private" / "secret.jpg"  # a readable image outside --images

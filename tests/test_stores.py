@@ -415,6 +415,22 @@ def test_a_member_twice_in_one_shard_is_a_reject_naming_both_copies(tmp_path, ho
         samples[TEN[1]].error
 
 
+def test_parquet_rows_without_image_bytes_share_one_reject_reason(tmp_path):
+    """Each such row was a reject bucket of its own (its row number led the reason)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from concrete_jungle.plant.stages import load_image, reason_kind
+
+    pq.write_table(pa.table({"caption": [caption(i) for i in range(3)], "image": [jpeg(0), None, None]}),
+                   tmp_path / "train.parquet")
+    samples = list(read_samples([tmp_path / "train.parquet"]))
+    reasons = [load_image(tmp_path, s.image)[2] for s in samples]
+    assert reasons[0] is None
+    assert reasons[1] == f"no image bytes in column 'image' (row 1 of {tmp_path / 'train.parquet'})"
+    assert reason_kind(reasons[1]) == reason_kind(reasons[2]) == "no image bytes in column"
+
+
 @pytest.mark.parametrize("ext", ["TXT", "JPG"])
 def test_members_whose_names_differ_only_in_case_are_a_reject_naming_both(tmp_path, ext):
     """``k.txt`` beside ``k.TXT`` (or ``.jpg`` beside ``.JPG``) kept whichever came last, the other lost."""

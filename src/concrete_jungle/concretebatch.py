@@ -294,6 +294,23 @@ def record_fields(meta: dict, members, read: callable, where: str) -> dict:
     }
 
 
+def decoded(members, read: callable, location: dict) -> dict:
+    """`record_fields` of one indexed record, its json checked: a record whose json does not parse, or lacks what
+    a record holds (its ``concreteness``), is a `DatasetError` naming the record and its shard, not a KeyError."""
+    url, offset, _ = location["json"]
+    where = f"the record at byte {offset} of {url}"
+    try:
+        meta = json.loads(read("json"))
+        if not isinstance(meta, dict):
+            raise ValueError(f"its json is a {type(meta).__name__}, not an object")
+        where = f"record {meta.get('id')!r} of {url}"
+        return record_fields(meta, members, read, where)
+    except (KeyError, ValueError, TypeError) as e:
+        what = f"its json has no {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise DatasetError(f"{where} cannot be read ({what}); is it a ConcreteBatch shard? Re-make it with "
+                           "`concrete-jungle plant` or `import`") from None
+
+
 def iter_records(source: str | Path | list[str], partial: bool = False) -> Iterator[dict]:
     """Every record of a ConcreteBatch (directory or list of shard paths), decoded, in shard order: dicts with
     image, caption, neg_image, neg_caption, concreteness, negatives, meta. ``partial``: the finished shards of an
@@ -302,8 +319,7 @@ def iter_records(source: str | Path | list[str], partial: bool = False) -> Itera
     urls = source if isinstance(source, list) else shard_urls(source, partial)
     for location in index_shards(urls):
         members = {ext: read_member(at) for ext, at in location.items()}
-        meta = json.loads(members["json"])
-        yield record_fields(meta, members, members.__getitem__, f"record {meta.get('id')!r} of {location['jpg'][0]}")
+        yield decoded(members, members.__getitem__, location)
 
 
 def iter_quintuples(source: str | Path | list[str]) -> Iterator[tuple]:
@@ -412,6 +428,4 @@ class IndexedConcreteBatch:
 
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]
-        meta = json.loads(read_member(r["json"]))
-        fields = record_fields(meta, r, lambda ext: read_member(r[ext]), f"record {i} of {r['jpg'][0]}")
-        return fields | {"has_negative": True}
+        return decoded(r, lambda ext: read_member(r[ext]), r) | {"has_negative": True}

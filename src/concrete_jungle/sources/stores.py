@@ -158,7 +158,7 @@ def parquet_image(path: str, row: int, column: str | None = None) -> bytes:
         _last_group[key] = images
     data = image_bytes(_last_group[key][row - starts[group]])
     if data is None:
-        raise StoreError(f"{path} row {row} holds no image bytes in column {column!r}")
+        raise StoreError(f"no image bytes in column {column!r} (row {row} of {path})")
     return data
 
 
@@ -213,7 +213,7 @@ def saved_dataset_image(path: str, row: int, column: str | None = None) -> bytes
         raise StoreError(f"{path} has no image at row {row}")
     data = image_bytes(images[row].as_py())
     if data is None:
-        raise StoreError(f"{path} row {row} holds no image bytes")
+        raise StoreError(f"no image bytes (row {row} of {path})")
     return data
 
 

@@ -88,6 +88,6 @@ def _valid_text(record: PeerRecord) -> PeerRecord:
     except UnicodeEncodeError:
         return PeerRecord(record.id.encode("utf-8", "backslashreplace").decode("utf-8"), source=record.source,
                           error="not valid Unicode text (a lone surrogate such as \\ud800; is the file UTF-8?)")
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         return PeerRecord(record.id, source=record.source, error=f"a field is not JSON data ({e})")
     return record

@@ -93,12 +93,12 @@ def json_items(path: Path, not_json: str, not_a_list: str):
                 if line.strip():
                     try:
                         yield {"file": str(path), "line": line_number}, json.loads(line)
-                    except ValueError as e:
+                    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than json reads
                         yield {"file": str(path), "line": line_number}, ValueError(f"not a JSON line ({e})")
         return
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nested deeper than json reads
         raise SourceError(f"{path}: not a JSON file ({e}){not_json}") from None
     if not isinstance(data, list):
         raise SourceError(f"{path}: {not_a_list}; this file holds a {type(data).__name__}")

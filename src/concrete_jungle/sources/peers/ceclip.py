@@ -20,6 +20,7 @@ made to run code or to corrupt memory is a `SourceError`, and no byte of it reac
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,9 +40,13 @@ def _items(path: Path) -> Iterator[tuple[dict, object]]:
     yield from json_items(path, "", "CE-CLIP's records are a list")
 
 
+VAL = re.compile(r"(?<![a-z])val", re.IGNORECASE)  # "val2014", "coco_val", "val/"; not "interval/"
+
+
 def image_name(path: Path, image_id: int) -> str:
-    """CE-CLIP's image of an annotation (its trainer's rule: the split from the records file's path)."""
-    split = "val2014" if "val" in str(path) else "train2014"
+    """CE-CLIP's image of an annotation (its trainer's rule, the split from the records file's path, taken where
+    "val" begins a word of it, so that a folder such as ``interval/`` does not send a train file to val2014)."""
+    split = "val2014" if VAL.search(str(path)) else "train2014"
     return f"{split}/COCO_{split}_{image_id:012d}.jpg"
 
 
