@@ -261,6 +261,7 @@ class Importer:
         return kept, dropped
 
 
+UNREADABLE_FIRST = 1000  # an input whose first this many records are all unreadable is not of its format
 CONTEXT = 77  # the tokens CLIP's text tower reads (open_clip's context length for the paper's models)
 
 
@@ -331,13 +332,18 @@ def _run(config: ImportConfig, files: list[Path], root: Path, out: Path, started
         chunk.clear()
 
     try:
-        for record in itertools.islice(read_records(config.format, files, config.options()), config.limit):
+        for count, record in enumerate(itertools.islice(read_records(config.format, files, config.options()),
+                                                        config.limit), start=1):
             bar.update(1)
             if record.error is not None:
                 unread.append({"id": record.id, "shard": None, "keyword": None, "category": None,
                                "concreteness": None, "negatives": 0, "pictures": 0, "dropped": [],
                                "source": record.source, "status": "rejected", "reason": record.error,
                                "stage": "read"})
+                if len(unread) == count == UNREADABLE_FIRST:
+                    raise PlantError(f"the first {UNREADABLE_FIRST} records of {', '.join(config.inputs)} are all "
+                                     f"unreadable ({counted_reasons(unread)}): is it {config.format}'s file "
+                                     "(docs/peers.md)? Nothing was imported")
                 continue
             chunk.append(record)
             if len(chunk) == config.samples_per_shard:
@@ -352,15 +358,20 @@ def _run(config: ImportConfig, files: list[Path], root: Path, out: Path, started
     return finish(out, config, done, unread, time.perf_counter() - started, reused)
 
 
+def counted_reasons(rows: list[dict]) -> str:
+    """The three most common reasons of rejected rows, counted: ``3 × no caption; 1 × missing image``."""
+    reasons = Counter(reason_kind(r["reason"]) for r in rows).most_common()
+    return "; ".join(f"{n} × {reason}" for reason, n in reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
+
+
 def no_record_message(out: Path, config: ImportConfig, rows: list[dict]) -> str:
     """Why an import made no record: every input row rejected (the reasons counted), or no row at all. The folder
     is left without summary.json, so it reads as an unfinished import, never as a dataset."""
     if not rows:
         return (f"the inputs ({', '.join(config.inputs)}) hold no {config.format} record (a header and no rows?): "
                 f"nothing was imported; {out} is no dataset")
-    reasons = Counter(reason_kind(r["reason"]) for r in rows).most_common()
-    counted = "; ".join(f"{n} × {reason}" for reason, n in reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
-    return (f"every one of the {len(rows)} records of {', '.join(config.inputs)} was rejected ({counted}; each with "
+    return (f"every one of the {len(rows)} records of {', '.join(config.inputs)} was rejected "
+            f"({counted_reasons(rows)}; each with "
             f"its reason in {out / 'rejects.jsonl'}); {out} is no dataset: fix the inputs (or --images) and run the "
             "command again")
 

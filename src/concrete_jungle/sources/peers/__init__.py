@@ -65,10 +65,30 @@ def read_records(fmt: str, files: list[Path], options: PeerOptions = PeerOptions
     """Every record of ``files`` (`input_files`) in file order."""
     module = _module(fmt)
     options = replace(options, root=stores_folder(files) if fmt == "tripletclip" else options.root)
+    names = file_names(files)
     records = module.read_all(files, options) if hasattr(module, "read_all") else (
-        record for path in files for record in module.read(path, options))
+        _named(record, path, names[path]) for path in files for record in module.read(path, options))
     for record in records:
         yield _valid_text(record)
+
+
+def file_names(files: list[Path]) -> dict[Path, str]:
+    """The name a file's record ids begin with: its file name, or, where two inputs share one (``a/train.json``
+    and ``b/train.json``), its path from the folder they share, so that the second's records are not taken for
+    duplicates of the first's."""
+    import os
+
+    names = [path.name for path in files]
+    if len(set(names)) == len(names):
+        return dict(zip(files, names))
+    common = os.path.commonpath([os.path.abspath(path) for path in files])
+    return {path: Path(os.path.relpath(os.path.abspath(path), common)).as_posix() for path in files}
+
+
+def _named(record: PeerRecord, path: Path, name: str) -> PeerRecord:
+    if name != path.name and record.id.startswith(f"{path.name}#"):
+        record.id = name + record.id[len(path.name):]
+    return record
 
 
 def _valid_text(record: PeerRecord) -> PeerRecord:
