@@ -550,6 +550,16 @@ def test_two_inputs_of_one_name_in_two_folders_give_records_of_their_own(tmp_pat
     assert sorted(members(tmp_path / "cb")) == ["one/train.tsv#0", "two/train.tsv#0"]
 
 
+def test_split_on_captions_that_have_no_splits_is_an_error_not_ignored(tmp_path, capsys):
+    picture(tmp_path / "a.jpg", 0)
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": "a", "caption": "A dog on a red couch.", "image": "a.jpg"}))
+    assert main(["import", "coco-swaps", str(tmp_path / "c.jsonl"), "--images", str(tmp_path), "--split", "train",
+                 "--out", str(tmp_path / "cb"), "--no-progress"]) == 2
+    assert f"--split train chooses images of a Karpathy split file; {tmp_path / 'c.jsonl'} is jsonl" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "cb").exists()
+
+
 def test_a_large_array_of_non_records_stops_early_with_one_error(tmp_path, capsys):
     """2,000,000 numbers in a JSON list gave 2,000,000 rejects in 309 s."""
     (tmp_path / "train.json").write_text(json.dumps(list(range(200_000))))

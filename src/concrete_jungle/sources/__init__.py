@@ -149,6 +149,9 @@ def read_samples(paths: list[str | Path], fmt: str | None = None, split: str | N
         file = SourceFile(path)
         if kind == "json":
             kind = _json_kind(file)
+        if split is not None and kind != "karpathy":  # other formats have no split: it would be ignored
+            raise SourceError(f"--split {split} chooses images of a Karpathy split file; {path} is {kind}, which has "
+                              "no splits: leave out --split (or pass the split's own file)")
         if parts is not None and kind in STORES:  # read elsewhere, put in order here
             read = next(parts)
             samples = webdataset.name_repeated(iter(read), stores.store_name(path, root), options.seen_ids) \
