@@ -8,7 +8,10 @@ anchor picture cannot be read, or that is left with no usable negative, is a row
 cannot be used (its picture unreadable, no rating) is dropped from its record, named with its reason in the
 record's json and the row, and counted in the summary. config.yaml is written first and summary.json last: in
 between the folder reads as unfinished (`concretebatch.unfinished`), and the same command resumes it, skipping
-the shards whose manifests exist (every step is deterministic, so the redone shards are the same bytes).
+the shards whose manifests exist (every step is deterministic, so the redone shards are the same bytes). The
+import's identity is its settings and the sha256 of every input file, kept in config.yaml: a resume or re-run
+with another is refused while the finished shards hold records, so old and new records never mix. An import that
+makes no record (no input row, or every one rejected) is an error counting the reasons, and writes no summary.json.
 """
 
 from __future__ import annotations
