@@ -471,6 +471,19 @@ def test_seeds_train_one_resumable_run_per_seed_in_seed_folders(planted, tmp_pat
     assert "--seeds runs one seed per folder: leave out --seed" in capsys.readouterr().err
 
 
+def test_seeds_resumed_under_other_settings_are_refused_before_any_seed_trains(planted, tmp_path, capsys):
+    """`train --seeds ... --resume latest` kept finished seeds without comparing their settings and trained the new
+    seeds under the new ones (two recipes in one series)."""
+    out = tmp_path / "series"
+    base = ["train", "--data", str(planted), "--out", str(out), "--steps", "1", *TINY_TRAIN]
+    assert main(base + ["--seeds", "0"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--lr", "0.05", "--seeds", "0", "1", "--resume", "latest"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "continues a run made with other settings: optim.lr" in err and f"{out / 'seed-0' / 'config.json'}" in err
+    assert not (out / "seed-1").exists()
+
+
 def test_training_pairs_from_stores_print_count_and_log_every_sample_skipped_when_read(tmp_path, capsys):
     """`train` with data.pairs dropped a store's skips (a damaged shard's report, its cut sample, a failed download)
     without printing or counting them."""

@@ -139,15 +139,28 @@ def labels_and_paths(items: list[str]) -> list[tuple[str, str]]:
 
     pairs = [item.split("=", 1) if "=" in item and not Path(item).exists() else [None, item] for item in items]
     names = column_names([path for _, path in pairs])
-    return [(label or name, path) for (label, path), name in zip(pairs, names)]
+    labelled = [(label or name, path) for (label, path), name in zip(pairs, names)]
+    seen: dict[str, str] = {}
+    for label, path in labelled:
+        if label in seen:
+            raise TradeoffError(f"{seen[label]} and {path} have the same label {label!r}: give each point a label of "
+                                "its own (LABEL=PATH)")
+        seen[label] = path
+    return labelled
+
+
+OUTPUTS = ["tradeoff.png", "tradeoff.md", "tradeoff.json"]
 
 
 def tradeoff(items: list[str], out: str | Path, resamples: int = 2000, seed: int = 0,
-             normalised: bool = False) -> dict:
+             normalised: bool = False, overwrite: bool = False) -> dict:
     """Place every model, find the front, write ``tradeoff.png``, ``tradeoff.md`` and ``tradeoff.json`` to
-    ``out``; the placed points."""
+    ``out`` (replacing only such files a trade-off wrote there, `outputs.claim`, unless ``overwrite``); the placed
+    points."""
+    from ..outputs import claim, output_folder, written
     from ..records import atomic_write_json, atomic_write_text
 
+    output_folder(out)
     points = []
     for label, path in labels_and_paths(items):
         results = read_point(path)
@@ -163,11 +176,11 @@ def tradeoff(items: list[str], out: str | Path, resamples: int = 2000, seed: int
         row["front"] = front
     table = {"points": rows, "resamples": resamples, "seed": seed, "normalised": normalised,
              "benchmarks": {k: sorted(rows[0][k]["parts"]) for k in KINDS}, "sweeps": sweeps(points)}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim(out, OUTPUTS, "tradeoff", overwrite)
     plot(table, out / "tradeoff.png")
     atomic_write_text(out / "tradeoff.md", markdown(table))
     atomic_write_json(out / "tradeoff.json", table)
+    written(out, OUTPUTS)
     return table
 
 
