@@ -121,3 +121,19 @@ def test_two_points_under_one_label_are_refused(evaluated, tmp_path, capsys):
     assert main(["tradeoff", f"a={evaluated['start']}", f"a={evaluated['tuned']}", "--out", str(tmp_path / "x")]) == 2
     assert "give each point a label of its own" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "x").exists()
+
+
+def test_a_result_whose_headline_disagrees_with_its_outcomes_is_refused_naming_it(evaluated, tmp_path, capsys):
+    """A result whose headline number is not what its per-item outcomes give crashed in matplotlib (negative error
+    bars: the interval was another number's)."""
+    other = tmp_path / "edited"
+    shutil.copytree(evaluated["tuned"], other)
+    result = json.loads((other / "sugarcrepe.json").read_text())
+    result["metrics"] = {k: (0.01 if v is not None else v) for k, v in result["metrics"].items()}
+    (other / "sugarcrepe.json").write_text(json.dumps(result))
+    assert main(["tradeoff", str(evaluated["start"]), str(other), "--resamples", "50", "--out",
+                 str(tmp_path / "x")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{other}: its sugarcrepe result disagrees with its own per-item outcomes (M.Avg 0.01 where they give" \
+        in err
+    assert "evaluate the model again" in err

@@ -558,6 +558,28 @@ def write_k_negative_set(root: Path, n: int = 16) -> Path:
     return root
 
 
+def test_a_record_rated_infinitely_concrete_is_a_damaged_dataset_not_a_margin(tmp_path):
+    """A record whose concreteness was inf trained (the margin schedule's end, without a word)."""
+    from PIL import Image
+
+    from concrete_jungle.concretebatch import IndexedConcreteBatch, ShardWriter, encode_jpeg, sample_key, shard_name
+    from concrete_jungle.errors import DatasetError
+
+    root = tmp_path / "cb"
+    root.mkdir()
+    writer = ShardWriter(root / shard_name(0))
+    picture = encode_jpeg(Image.new("RGB", (40, 40), (10, 20, 30)))
+    for i, rating in enumerate([3.5, float("inf"), None]):
+        writer.write(sample_key(f"s{i}"), picture, f"a photo of thing {i}", picture, f"a drawing of thing {i}",
+                     {"id": f"s{i}", "concreteness": rating})
+    writer.commit()
+    records = IndexedConcreteBatch([root])
+    assert records[0]["concreteness"] == 3.5 and records[2]["concreteness"] != records[2]["concreteness"]  # NaN
+    with pytest.raises(DatasetError, match=r"record 's1' has the concreteness rating inf in its json; a rating is a "
+                                           r"finite number \(or null: not rated\): re-make the dataset"):
+        records[1]
+
+
 def test_k_negatives_with_missing_pictures_batch_alike_decoded_preloaded_and_cached_and_train(tmp_path):
     from concrete_jungle.concretebatch import IndexedConcreteBatch
     from concrete_jungle.train.data import PreloadedSet, TrainingSet

@@ -60,6 +60,12 @@ def headline_draws(name: str, result: dict, resamples: int, rng: np.random.Gener
     if not keys or not outcomes or any(k not in outcomes["metrics"] for k in keys):
         return None
     outcomes = prepared(outcomes)
+    whole = metric_values(outcomes, None, keys)
+    differ = [f"{k} {result['metrics'][k]!r} where they give {whole[k]!r}" for k in keys
+              if whole[k] is None or abs(whole[k] - result["metrics"][k]) > 1e-9]
+    if differ:  # the interval would be another number's, and the figure's error bars negative
+        raise TradeoffError(f"its {name} result disagrees with its own per-item outcomes ({'; '.join(differ)}): "
+                            "the file was edited or put together from two; evaluate the model again")
     units = sorted({u for data in outcomes["series"].values() for u in data["units"]})
     index = {u: i for i, u in enumerate(units)}
     where = {s: np.array([index[u] for u in data["units"]], dtype=np.int64) for s, data in outcomes["series"].items()}
@@ -164,9 +170,12 @@ def tradeoff(items: list[str], out: str | Path, resamples: int = 2000, seed: int
     points = []
     for label, path in labels_and_paths(items):
         results = read_point(path)
+        try:
+            placed = place(results, resamples, seed, normalised)
+        except TradeoffError as e:
+            raise TradeoffError(f"{path}: {e}") from None
         points.append({"label": label, "path": path, "results": results,
-                       "model": next(iter(results.values())).get("model_label", "?"),
-                       "placed": place(results, resamples, seed, normalised)})
+                       "model": next(iter(results.values())).get("model_label", "?"), "placed": placed})
     if len(points) < 2:
         raise TradeoffError("a trade-off needs two or more models (a start model, its fine-tunes, a WiSE-FT sweep)")
     comparable(points)
