@@ -107,7 +107,7 @@ LAYERS = [
     {"errors", "loss_options"},
     {"records", "configs", "stats", "images", "plugins", "checkpoints", "text_encoding", "loss", "tiny", "nlp",
      "locks", "tar_archive"},
-    {"registry"},
+    {"registry", "outputs", "identity"},
     {"models", "token_features"},
     {"sources", "concretebatch"},
     {"export", "wise_ft"},

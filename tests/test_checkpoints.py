@@ -5,6 +5,8 @@ checkpoint folder published as it is (its model card, plain open_clip's `local-d
 import json
 import re
 
+import pytest
+
 from concrete_jungle.cli import main
 
 
@@ -78,3 +80,21 @@ def test_a_published_checkpoint_folder_has_a_model_card_from_its_run_and_loads_i
     with torch.no_grad():
         torch.testing.assert_close(plain.eval().encode_image(pixels), ours.model.encode_image(pixels), rtol=0, atol=0)
         torch.testing.assert_close(plain.encode_text(tokens), ours.model.encode_text(tokens), rtol=0, atol=0)
+
+
+def test_a_model_card_s_repo_is_a_hub_id_and_its_upload_line_is_quoted_for_the_shell(tmp_path, capsys):
+    """`model-card --repo` took any text, and a shell fragment (or a folder named with one) landed in the printed
+    upload line."""
+    import shlex
+
+    from concrete_jungle.models import load_model, save_checkpoint
+
+    clip = load_model("cj-tiny", "none", seed=0)
+    folder = save_checkpoint(tmp_path / "my $(touch pwned) model", clip.model, clip.config)
+    with pytest.raises(SystemExit, match="2"):  # argparse's usage error
+        main(["model-card", str(folder), "--repo", "me/x; rm -rf ~"])
+    assert "'me/x; rm -rf ~' is not a Hub repository id: give ORG/NAME" in " ".join(capsys.readouterr().err.split())
+    assert not (folder / "README.md").exists()
+    assert main(["model-card", str(folder), "--repo", "me/cement-tiny"]) == 0
+    line = f"hf upload me/cement-tiny {shlex.quote(str(folder))} . --exclude 'trainer_state.*'"
+    assert line in " ".join(capsys.readouterr().out.split()) and line in (folder / "README.md").read_text()

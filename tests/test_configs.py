@@ -37,6 +37,11 @@ def test_numbers_in_flags_and_yaml_are_numbers(tmp_path, planted):
     (["loss.center=.nan"], "loss.center must be a finite number, got nan"),
     (["optim.lr=.inf"], "optim.lr must be a finite number, got inf"),
     (["optim.beta2=1.5"], "optim.beta2 must be in [0, 1)"),
+    (["optim.weight_decay=1e6"], "optim.weight_decay 1e+06 with optim.lr 1e-05 multiplies every weight by -9 each "
+                                 "step (AdamW: 1 - lr x weight_decay), which zeroes or flips it: lower "
+                                 "optim.weight_decay"),
+    (["seed=18446744073709551616"], "seed must be in [0, 2**32), got 18446744073709551616 (flag --seed)"),
+    (["seed=-1"], "seed must be in [0, 2**32), got -1"),
 ])
 def test_numbers_out_of_range_are_refused_where_they_are_read(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -64,6 +64,8 @@ def test_a_grid_file_is_checked_before_anything_runs(tmp_path, data_root):
         load_grid_config(grid_file(tmp_path, {"K2": data}, data_root, eval={"benchmarks": ["sugarcrepe"]}))
     with pytest.raises(ConfigError, match="unknown key"):
         load_grid_config(grid_file(tmp_path, {"K2": data}, data_root, step=3))
+    with pytest.raises(ConfigError, match=r"eval.resamples must be >= 1 \(bootstrap resamples"):
+        load_grid_config(grid_file(tmp_path, {"K2": data}, data_root), ["eval.resamples=0"])
 
 
 @pytest.mark.slow  # ~2 min on 2 cores: renders a toy world, pretrains its baseline, plants and imports
@@ -76,3 +78,55 @@ def test_the_toy_world_grid_runs_end_to_end(tmp_path):
     table = run_grid(grid, progress=False)
     cells = table["benchmarks"]["sugarcrepe"]["cells"]
     assert len(cells) == 6 and all(c["ci95"] is not None for c in cells.values())
+
+
+def test_cells_whose_labels_join_alike_get_a_folder_each():
+    """Cells a x -b and a- x b shared the folder cells/a---b: one cell's numbers were shown for the other."""
+    from concrete_jungle.experiments.grid import cell_name
+
+    labels = ["a", "a-", "-b", "b", "a--b", "b--c", "c", "a-b", "-", "--"]
+    names = [cell_name(d, loss) for d in labels for loss in labels]
+    assert len(set(names)) == len(names)
+    assert cell_name("K2", "cement") == "K2--cement" and cell_name("a-b", "c_d") == "a-b--c_d"  # as before
+    assert cell_name("a", "-b").startswith("a---b--") and cell_name("a", "-b") != cell_name("a-", "b")
+
+
+def test_a_grid_run_again_refuses_cells_of_another_recipe_and_evaluates_again_on_other_benchmark_files(
+        tmp_path, data_root, capsys):
+    """A grid re-run reused finished cells after the recipe, seed or benchmark files changed ("reused" only)."""
+    import shutil
+
+    data = write_k_negative_set(tmp_path / "k2")
+    root = tmp_path / "bench"
+    shutil.copytree(data_root, root)
+    path = grid_file(tmp_path, {"K2": data}, root, losses=("infonce",))
+    assert main(["grid", str(path), "--no-progress"]) == 0
+    out = tmp_path / "grid"
+    cell = out / "cells" / "K2--infonce"
+    assert json.loads((cell / "identity.json").read_text())["train"]["seed"] == 0
+    spec = yaml.safe_load(path.read_text())
+    capsys.readouterr()
+    path.write_text(yaml.safe_dump(spec | {"set": [*spec["set"], "seed=1"]}))
+    assert main(["grid", str(path), "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"the grid's cell K2 x infonce was made from other settings or inputs (train.seed 0 -> 1; recorded in " \
+           f"{cell / 'identity.json'})" in err and "run the grid into another out" in err
+    path.write_text(yaml.safe_dump(spec))
+    before = json.loads((cell / "eval" / "sugarcrepe.json").read_text())
+    subset = root / "sugarcrepe" / "add_att.json"  # the same keys and images, captions and negatives swapped
+    items = json.loads(subset.read_text())
+    subset.write_text(json.dumps({k: v | {"caption": v["negative_caption"], "negative_caption": v["caption"]}
+                                  for k, v in items.items()}))
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")}
+    assert main(["grid", str(path), "--no-progress"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "reused K2--infonce" in printed and "sugarcrepe evaluated again" in printed
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")} == stamps  # nothing trained again
+    after = json.loads((cell / "eval" / "sugarcrepe.json").read_text())
+    assert after["benchmark_files_sha256"] != before["benchmark_files_sha256"]
+    assert json.loads((out / "start" / "eval" / "sugarcrepe.json").read_text())["benchmark_files_sha256"] == \
+        after["benchmark_files_sha256"]
+    (out / "grid.md").write_text("my notes\n")  # a file of the grid's name it did not write
+    assert main(["grid", str(path), "--no-progress"]) == 2
+    assert f"{out / 'grid.md'} was edited after `concrete-jungle grid`" in " ".join(capsys.readouterr().err.split())
+    assert (out / "grid.md").read_text() == "my notes\n"

@@ -183,3 +183,23 @@ def test_the_models_are_checked_before_anything_loads(root, checkpoints, tmp_pat
         ("ViT-B-32,openai", "ViT-B-32", "openai", None, "ViT-B-32_openai"), ("cj-tiny", "cj-tiny", "none", None,
                                                                              "cj-tiny"),
         ("peer:negclip", "peer:negclip", None, None, "peer_negclip"), ("mine", "cj-tiny", "none", None, "mine")]
+
+
+def test_a_leaderboard_file_in_out_that_eval_models_did_not_write_is_kept_unless_overwrite(root, checkpoints,
+                                                                                          tmp_path, capsys):
+    """`eval --models` replaced a leaderboard.md it did not write."""
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "leaderboard.md").write_text("my ranking\n")
+    args = ["eval", "--models", *map(str, checkpoints[:2]), "--suite", "compositional", "--data-root", str(root),
+            "--out", str(out), "--resamples", str(RESAMPLES), "--no-progress"]
+    assert main(args) == 2
+    assert f"{out / 'leaderboard.md'} was not written by `concrete-jungle eval --models`, which would replace it: " \
+           "pass --overwrite" in " ".join(capsys.readouterr().err.split())
+    assert (out / "leaderboard.md").read_text() == "my ranking\n" and [p.name for p in out.iterdir()] == \
+        ["leaderboard.md"]
+    own = tmp_path / "own"
+    assert main([*args[:-4], str(own), *args[-3:]]) == 0
+    assert main([*args[:-4], str(own), *args[-3:]]) == 0  # the files it wrote itself: replaced without a word
+    assert main([*args[:-4], str(own / "leaderboard.md"), *args[-3:]]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err

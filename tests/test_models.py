@@ -194,6 +194,17 @@ def test_a_pickled_training_checkpoint_loads_its_tensors_and_numbers_without_run
         load_model("cj-tiny-quickgelu", str(tmp_path / "code.pt"))
 
 
+def test_random_bytes_as_weights_are_no_weights_file_not_code(tmp_path):
+    """Random bytes as a peer's weights were refused as "cannot be read as weights without running code"."""
+    from concrete_jungle.models import ModelError, load_model
+
+    for name in ("peer.pt", "peer.safetensors"):
+        (tmp_path / name).write_bytes(os.urandom(4096).replace(b"\x80", b"\x00").replace(b"PK", b"pk"))
+        with pytest.raises(ModelError, match=re.escape(str(tmp_path / name)) + r" is (no weights file|damaged or "
+                           r"no safetensors file).*download it again"):
+            load_model("cj-tiny-quickgelu", str(tmp_path / name))
+
+
 def test_every_published_checkpoint_names_an_architecture_open_clip_builds_with_the_activation_of_its_start():
     import open_clip
 
@@ -318,3 +329,28 @@ def test_a_hub_checkpoint_whose_config_leaves_out_quickgelu_is_corrected_for_a_f
     with torch.no_grad():
         torch.testing.assert_close(corrected.model.encode_image(x), clip.model.eval().encode_image(x))
     assert corrected.label == "hf-hub:toy/clic (peer:toy-clic)" and corrected.config["model_cfg"]["quick_gelu"]
+
+
+def test_weights_holding_a_nan_or_an_infinity_are_refused_naming_the_file_and_the_tensor(tmp_path, capsys):
+    """A checkpoint with one NaN weight scored 0.00 on every benchmark with exit 0 (NaN features, NaN similarities);
+    wise-ft copied the NaN into its output and the leaderboard ranked it."""
+    from safetensors.torch import load_file, save_file
+
+    from concrete_jungle.cli import main
+    from concrete_jungle.models import ModelError, load_model
+
+    for value in (float("nan"), float("-inf")):
+        weights = saved_checkpoint(tmp_path, f"ckpt-{value}") / "open_clip_model.safetensors"
+        tensors = load_file(weights)
+        tensors["visual.proj"][3, 1] = value
+        save_file(tensors, weights)
+        with pytest.raises(ModelError, match=re.escape(f"{weights}: tensor visual.proj holds 1 NaN or infinite "
+                                                       "value(s) of ") + r"\d+, so every feature would be NaN"):
+            load_model(checkpoint=weights.parent)
+        save_file(tensors, tmp_path / "bare.safetensors")  # a weights file of others, loaded by name
+        with pytest.raises(ModelError, match=re.escape(f"{tmp_path / 'bare.safetensors'}: tensor visual.proj")):
+            load_model("cj-tiny", str(tmp_path / "bare.safetensors"))
+    assert main(["wise-ft", "cj-tiny:none", str(weights.parent), "--alpha", "0.5", "--out",
+                 str(tmp_path / "sweep")]) == 2
+    assert "tensor visual.proj holds 1 NaN or infinite value(s)" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "sweep" / "alpha-0.5").exists()

@@ -275,3 +275,18 @@ def test_the_ray_engine_scores_and_gates_as_the_local_engine_does(tmp_path):
 
     assert records(tmp_path / "ray") == records(tmp_path / "local")
     assert any(r.get("stage") == "gate" for r in read_manifest(tmp_path / "ray"))
+
+
+def test_a_score_past_float_s_range_is_one_error_naming_the_scorer():
+    """A scorer returning 10**400 was an OverflowError traceback naming no scorer."""
+    from types import SimpleNamespace
+
+    from concrete_jungle.errors import PlantError
+    from concrete_jungle.plant.scoring import checked_value
+
+    scorer = SimpleNamespace(name="huge")
+    for value in (10**400, -(10**400), float("nan"), "0.5", True):
+        with pytest.raises(PlantError, match=r"scorer 'huge' gave agreement = .*; a score is a finite number or "
+                                             r"None: fix the scorer's score\(\)"):
+            checked_value(scorer, "agreement", value)
+    assert checked_value(scorer, "agreement", 10**300) == 1e300 and checked_value(scorer, "agreement", None) is None

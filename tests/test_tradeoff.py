@@ -96,3 +96,44 @@ def test_the_pareto_front_keeps_exactly_the_points_no_other_point_beats_on_both_
 
     points = [point(60, 70), point(55, 80), point(50, 75), point(60, 70), point(40, 85), point(65, 60)]
     assert pareto(points) == [True, True, False, True, True, True]
+
+
+def test_files_in_out_that_the_tradeoff_did_not_write_are_kept_unless_overwrite(evaluated, tmp_path, capsys):
+    """`tradeoff` replaced a tradeoff.md / .png it did not write (a hand-written note, another command's figure)."""
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "tradeoff.md").write_text("my notes\n")
+    args = ["tradeoff", str(evaluated["start"]), str(evaluated["tuned"]), "--resamples", "50", "--out", str(out)]
+    assert main(args) == 2
+    assert f"{out / 'tradeoff.md'} was not written by `concrete-jungle tradeoff`, which would replace it: pass " \
+           "--overwrite to replace it, or choose another --out" in " ".join(capsys.readouterr().err.split())
+    assert (out / "tradeoff.md").read_text() == "my notes\n" and not (out / "tradeoff.png").exists()
+    assert main([*args, "--overwrite"]) == 0
+    assert main(args) == 0  # its own files: replaced
+    (out / "tradeoff.png").write_bytes(b"edited")
+    assert main(args) == 2
+    assert "tradeoff.png was edited after `concrete-jungle tradeoff`" in " ".join(capsys.readouterr().err.split())
+    assert main([*args[:-1], str(out / "tradeoff.md")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_two_points_under_one_label_are_refused(evaluated, tmp_path, capsys):
+    assert main(["tradeoff", f"a={evaluated['start']}", f"a={evaluated['tuned']}", "--out", str(tmp_path / "x")]) == 2
+    assert "give each point a label of its own" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_result_whose_headline_disagrees_with_its_outcomes_is_refused_naming_it(evaluated, tmp_path, capsys):
+    """A result whose headline number is not what its per-item outcomes give crashed in matplotlib (negative error
+    bars: the interval was another number's)."""
+    other = tmp_path / "edited"
+    shutil.copytree(evaluated["tuned"], other)
+    result = json.loads((other / "sugarcrepe.json").read_text())
+    result["metrics"] = {k: (0.01 if v is not None else v) for k, v in result["metrics"].items()}
+    (other / "sugarcrepe.json").write_text(json.dumps(result))
+    assert main(["tradeoff", str(evaluated["start"]), str(other), "--resamples", "50", "--out",
+                 str(tmp_path / "x")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{other}: its sugarcrepe result disagrees with its own per-item outcomes (M.Avg 0.01 where they give" \
+        in err
+    assert "evaluate the model again" in err

@@ -471,6 +471,19 @@ def test_seeds_train_one_resumable_run_per_seed_in_seed_folders(planted, tmp_pat
     assert "--seeds runs one seed per folder: leave out --seed" in capsys.readouterr().err
 
 
+def test_seeds_resumed_under_other_settings_are_refused_before_any_seed_trains(planted, tmp_path, capsys):
+    """`train --seeds ... --resume latest` kept finished seeds without comparing their settings and trained the new
+    seeds under the new ones (two recipes in one series)."""
+    out = tmp_path / "series"
+    base = ["train", "--data", str(planted), "--out", str(out), "--steps", "1", *TINY_TRAIN]
+    assert main(base + ["--seeds", "0"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--lr", "0.05", "--seeds", "0", "1", "--resume", "latest"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "continues a run made with other settings: optim.lr" in err and f"{out / 'seed-0' / 'config.json'}" in err
+    assert not (out / "seed-1").exists()
+
+
 def test_training_pairs_from_stores_print_count_and_log_every_sample_skipped_when_read(tmp_path, capsys):
     """`train` with data.pairs dropped a store's skips (a damaged shard's report, its cut sample, a failed download)
     without printing or counting them."""
@@ -543,6 +556,28 @@ def write_k_negative_set(root: Path, n: int = 16) -> Path:
                      f"a drawing of thing {i}", meta, more)
     writer.commit()
     return root
+
+
+def test_a_record_rated_infinitely_concrete_is_a_damaged_dataset_not_a_margin(tmp_path):
+    """A record whose concreteness was inf trained (the margin schedule's end, without a word)."""
+    from PIL import Image
+
+    from concrete_jungle.concretebatch import IndexedConcreteBatch, ShardWriter, encode_jpeg, sample_key, shard_name
+    from concrete_jungle.errors import DatasetError
+
+    root = tmp_path / "cb"
+    root.mkdir()
+    writer = ShardWriter(root / shard_name(0))
+    picture = encode_jpeg(Image.new("RGB", (40, 40), (10, 20, 30)))
+    for i, rating in enumerate([3.5, float("inf"), None]):
+        writer.write(sample_key(f"s{i}"), picture, f"a photo of thing {i}", picture, f"a drawing of thing {i}",
+                     {"id": f"s{i}", "concreteness": rating})
+    writer.commit()
+    records = IndexedConcreteBatch([root])
+    assert records[0]["concreteness"] == 3.5 and records[2]["concreteness"] != records[2]["concreteness"]  # NaN
+    with pytest.raises(DatasetError, match=r"record 's1' has the concreteness rating inf in its json; a rating is a "
+                                           r"finite number \(or null: not rated\): re-make the dataset"):
+        records[1]
 
 
 def test_k_negatives_with_missing_pictures_batch_alike_decoded_preloaded_and_cached_and_train(tmp_path):

@@ -90,3 +90,21 @@ def test_a_sweep_run_again_keeps_what_it_wrote_and_another_sweep_into_its_folder
     assert main(["wise-ft", str(start), str(other), "--out", str(out), "--alpha", "0.25", "--overwrite"]) == 0
     assert json.loads((out / "alpha-0.25" / "wise_ft.json").read_text())["finetuned"]["identity"]["path"] == \
         str(other)
+
+
+def test_alphas_that_print_alike_get_a_folder_each(tmp_path, capsys):
+    """``--alpha 0.5 0.500000001`` wrote both into alpha-0.5 and reported two checkpoints, the first lost."""
+    from concrete_jungle.wise_ft import alpha_name
+
+    assert [alpha_name(a) for a in (0.0, 0.25, 0.5, 1.0)] == ["alpha-0", "alpha-0.25", "alpha-0.5", "alpha-1"]
+    assert alpha_name(0.500000001) == "alpha-0.500000001" and alpha_name(1 / 3) == "alpha-0.3333333333333333"
+    finetuned = checkpoint(tmp_path, "ft", nudge=0.02)
+    out = tmp_path / "sweep"
+    assert main(["wise-ft", "cj-tiny:none", str(finetuned), "--alpha", "0.5", "0.500000001", "--out",
+                 str(out)]) == 0
+    records = [json.loads((out / name / "wise_ft.json").read_text())["alpha"]
+               for name in ("alpha-0.5", "alpha-0.500000001")]
+    assert records == [0.5, 0.500000001]
+    assert main(["wise-ft", "cj-tiny:none", str(finetuned), "--alpha", "0.5", "--out", str(tmp_path / "ft" /
+                 "open_clip_config.json")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err

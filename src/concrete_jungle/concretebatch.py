@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -141,6 +142,11 @@ def negatives_of(meta: dict, members, read_text, read_picture) -> list[dict]:
     if len(ratings) != k:
         raise DatasetError(f"record {meta.get('id')!r} has {k} negative captions but {len(ratings)} ratings in its "
                            "json; re-make the dataset")
+    bad = [r for r in ratings if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
+                                                     or not math.isfinite(r))]
+    if bad:  # a margin from an infinite rating is one end of the schedule, without a word
+        raise DatasetError(f"record {meta.get('id')!r} has the concreteness rating {bad[0]!r} in its json; a rating "
+                           "is a finite number (or null: not rated): re-make the dataset")
     out = []
     for i in range(k):
         jpg, txt = negative_members(i)

@@ -138,7 +138,7 @@ def load_model(
         tokenizer = open_clip.get_tokenizer(f"local-dir:{path}")
         identity = {"checkpoint": checkpoint_digest(path), "path": str(path)} | (
             {"precision": precision} if precision != "fp32" else {})
-        return ClipModel(model.eval(), preprocess, tokenizer, config, identity)
+        return finite(ClipModel(model.eval(), preprocess, tokenizer, config, identity), path / WEIGHTS_FILE)
 
     if name is None:
         raise ModelError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
@@ -184,7 +184,8 @@ def load_model(
         identity["weights_sha1"] = file_digest(weights, "sha1")
     if precision != "fp32":
         identity["precision"] = precision  # other numbers: other embeddings
-    return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(name), config, identity)
+    return finite(ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(name), config, identity),
+                  weights or f"the {tag or 'random-init'} weights of {name}")
 
 
 def load_peer(peer: registry.Peer, device: str, precision: str) -> ClipModel:
@@ -242,17 +243,48 @@ def load_hub(repo: str, device: str, precision: str, peer: registry.Peer | None 
     identity = {"name": f"{HF_HUB}{repo}", "pretrained": f"{registry.PREFIX}{peer.name}" if peer else "hub"} | (
         {"weights_sha1": file_digest(Path(weights), "sha1")} if weights else {}) | (
         {"precision": precision} if precision != "fp32" else {})
-    return ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(f"{HF_HUB}{repo}"), config, identity)
+    return finite(ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(f"{HF_HUB}{repo}"), config, identity),
+                  weights or f"{HF_HUB}{repo}")
+
+
+def non_finite(tensors: dict[str, torch.Tensor]) -> str | None:
+    """The first floating tensor holding NaN or inf, with how many of its values do, in words; None if none."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point():
+            bad = int((~torch.isfinite(tensor)).sum())
+            if bad:
+                return f"tensor {name} holds {bad} NaN or infinite value(s) of {tensor.numel()}"
+    return None
+
+
+def finite(clip: ClipModel, source: str | Path) -> ClipModel:
+    """The model, once every weight it loaded is a finite number: one NaN makes every feature NaN, and NaN
+    similarities score 0 on every benchmark without an error."""
+    found = non_finite(clip.model.state_dict())
+    if found:
+        raise ModelError(f"{source}: {found}, so every feature would be NaN; use another checkpoint (an earlier "
+                         "step of the run) or train it again")
+    return clip
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The tensors a weights file holds as open_clip reads them (a ``state_dict`` entry unwrapped, DataParallel's
     ``module.`` prefix dropped): a safetensors file, or a pickle read with ``weights_only`` (tensors, numbers and
     numpy scalars; never code)."""
+    again = "download it again (an incomplete or other file), or give the model's own weights file"
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(path))
+        try:
+            return load_file(str(path))
+        except (SafetensorError, OSError) as e:
+            raise ModelError(f"{path} is damaged or no safetensors file ({e}): {again}") from None
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not head.startswith((b"PK\x03\x04", b"\x80")):  # torch.save's zip, or its older bare pickle
+        raise ModelError(f"{path} is no weights file: neither safetensors nor a torch.save (it starts with bytes "
+                         f"{head.hex()}): {again}")
     try:
         with torch.serialization.safe_globals(NUMPY_GLOBALS):
             loaded = torch.load(path, map_location="cpu", weights_only=True)

@@ -46,7 +46,10 @@ def check_end(spec: str, role: str) -> dict:
 
 
 def alpha_name(alpha: float) -> str:
-    return f"alpha-{alpha:g}"
+    """``alpha-0.5``: six significant digits where they name the alpha exactly, else every digit it takes
+    (``alpha-0.500000001``), so two alphas never share a folder."""
+    short = f"{alpha:g}"
+    return f"alpha-{short if float(short) == alpha else repr(alpha)}"
 
 
 def differences(start, finetuned) -> list[str]:
@@ -118,24 +121,30 @@ def wise_ft(start_spec: str, finetuned_spec: str, alphas: list[float], out: str 
             overwrite: bool = False, progress=None) -> list[Path]:
     """Write one checkpoint per alpha under ``out``; the folders, in the order of ``alphas``. ``progress(text)``
     hears what is done."""
-    from .models import load_model, save_checkpoint
+    from .models import load_model, non_finite, save_checkpoint
+    from .outputs import output_folder
     from .records import atomic_write_json
 
+    out = output_folder(out)
     ends = [check_end(start_spec, "START"), check_end(finetuned_spec, "FINETUNED")]
     start, finetuned = (load_model(**end) for end in ends)
     found = differences(start, finetuned)
     if found:
         raise WiseFtError(f"START ({start.label}) and FINETUNED ({finetuned.label}) are not one architecture, so no "
                           f"weights lie between them: {len(found)} difference(s): {'; '.join(found[:4])}")
-    out = Path(out)
     record = {"start": describe(start), "finetuned": describe(finetuned),
               "formula": "(1 - alpha) * start + alpha * finetuned, every tensor"}
     # the fine-tune's own values, kept apart from the model each alpha is loaded into
     a, b = start.model.state_dict(), {k: v.detach().clone() for k, v in finetuned.model.state_dict().items()}
     for alpha in planned(out, alphas, record, overwrite):
-        finetuned.model.load_state_dict(interpolate(a, b, alpha))
+        weights = interpolate(a, b, alpha)
+        found = non_finite(weights)
+        if found:  # the ends were checked as they loaded; what is written is checked as a checkpoint loaded is
+            raise WiseFtError(f"{alpha_name(alpha)}: {found}; nothing written for it (both ends loaded as finite "
+                              "weights, so their interpolation should be: report it with both ends)")
+        finetuned.model.load_state_dict(weights)
         save_checkpoint(out / alpha_name(alpha), finetuned.model, finetuned.config,
                         lambda folder, alpha=alpha: atomic_write_json(folder / RECORD, record | {"alpha": alpha}))
         if progress:
-            progress(f"alpha {alpha:g}: {out / alpha_name(alpha)}")
+            progress(f"{alpha_name(alpha)}: {out / alpha_name(alpha)}")
     return [out / alpha_name(alpha) for alpha in alphas]

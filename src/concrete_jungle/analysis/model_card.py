@@ -170,8 +170,15 @@ def card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/
             f"or, from this folder: `open_clip.create_model_and_transforms(\"local-dir:{folder}\")`; "
             f"`concrete-jungle eval --checkpoint {folder}`.", "",
             "## Publish", "", "```bash",
-            f"hf upload {repo} {folder} . --exclude 'trainer_state.*'", "```", ""]
+            upload_line(repo, folder), "```", ""]
     return "\n".join(head + body)
+
+
+def upload_line(repo: str, folder: Path) -> str:
+    """The shell command that publishes ``folder``, each argument quoted: a folder name is pasted as it is."""
+    import shlex
+
+    return f"hf upload {shlex.quote(repo)} {shlex.quote(str(folder))} . --exclude 'trainer_state.*'"
 
 
 def write_card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/NAME",

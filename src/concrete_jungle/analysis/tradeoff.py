@@ -60,6 +60,12 @@ def headline_draws(name: str, result: dict, resamples: int, rng: np.random.Gener
     if not keys or not outcomes or any(k not in outcomes["metrics"] for k in keys):
         return None
     outcomes = prepared(outcomes)
+    whole = metric_values(outcomes, None, keys)
+    differ = [f"{k} {result['metrics'][k]!r} where they give {whole[k]!r}" for k in keys
+              if whole[k] is None or abs(whole[k] - result["metrics"][k]) > 1e-9]
+    if differ:  # the interval would be another number's, and the figure's error bars negative
+        raise TradeoffError(f"its {name} result disagrees with its own per-item outcomes ({'; '.join(differ)}): "
+                            "the file was edited or put together from two; evaluate the model again")
     units = sorted({u for data in outcomes["series"].values() for u in data["units"]})
     index = {u: i for i, u in enumerate(units)}
     where = {s: np.array([index[u] for u in data["units"]], dtype=np.int64) for s, data in outcomes["series"].items()}
@@ -139,21 +145,37 @@ def labels_and_paths(items: list[str]) -> list[tuple[str, str]]:
 
     pairs = [item.split("=", 1) if "=" in item and not Path(item).exists() else [None, item] for item in items]
     names = column_names([path for _, path in pairs])
-    return [(label or name, path) for (label, path), name in zip(pairs, names)]
+    labelled = [(label or name, path) for (label, path), name in zip(pairs, names)]
+    seen: dict[str, str] = {}
+    for label, path in labelled:
+        if label in seen:
+            raise TradeoffError(f"{seen[label]} and {path} have the same label {label!r}: give each point a label of "
+                                "its own (LABEL=PATH)")
+        seen[label] = path
+    return labelled
+
+
+OUTPUTS = ["tradeoff.png", "tradeoff.md", "tradeoff.json"]
 
 
 def tradeoff(items: list[str], out: str | Path, resamples: int = 2000, seed: int = 0,
-             normalised: bool = False) -> dict:
+             normalised: bool = False, overwrite: bool = False) -> dict:
     """Place every model, find the front, write ``tradeoff.png``, ``tradeoff.md`` and ``tradeoff.json`` to
-    ``out``; the placed points."""
+    ``out`` (replacing only such files a trade-off wrote there, `outputs.claim`, unless ``overwrite``); the placed
+    points."""
+    from ..outputs import claim, output_folder, written
     from ..records import atomic_write_json, atomic_write_text
 
+    output_folder(out)
     points = []
     for label, path in labels_and_paths(items):
         results = read_point(path)
+        try:
+            placed = place(results, resamples, seed, normalised)
+        except TradeoffError as e:
+            raise TradeoffError(f"{path}: {e}") from None
         points.append({"label": label, "path": path, "results": results,
-                       "model": next(iter(results.values())).get("model_label", "?"),
-                       "placed": place(results, resamples, seed, normalised)})
+                       "model": next(iter(results.values())).get("model_label", "?"), "placed": placed})
     if len(points) < 2:
         raise TradeoffError("a trade-off needs two or more models (a start model, its fine-tunes, a WiSE-FT sweep)")
     comparable(points)
@@ -163,11 +185,11 @@ def tradeoff(items: list[str], out: str | Path, resamples: int = 2000, seed: int
         row["front"] = front
     table = {"points": rows, "resamples": resamples, "seed": seed, "normalised": normalised,
              "benchmarks": {k: sorted(rows[0][k]["parts"]) for k in KINDS}, "sweeps": sweeps(points)}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim(out, OUTPUTS, "tradeoff", overwrite)
     plot(table, out / "tradeoff.png")
     atomic_write_text(out / "tradeoff.md", markdown(table))
     atomic_write_json(out / "tradeoff.json", table)
+    written(out, OUTPUTS)
     return table
 
 

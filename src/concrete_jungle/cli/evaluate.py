@@ -47,7 +47,8 @@ def add_parser(sub) -> None:
                    "refused, its own are kept and reported with the new ones. With --compare: where the comparison "
                    "is written, compare-<benchmark>.json and its table as .md (default: printed only)")
     p.add_argument("--overwrite", action="store_true",
-                   help="remove the results of another model from --out first")
+                   help="remove the results of another model from --out first (with --models: replace, too, the "
+                   "leaderboard files there that it did not write)")
     p.add_argument("--skip-missing", action="store_true", help="skip items whose images are missing or unreadable")
     p.add_argument("--batch-size", type=positive_int, default=64, help="images or texts per forward pass")
     p.add_argument("--workers", type=non_negative_int, default=0, help="image-loading processes")
@@ -191,9 +192,10 @@ def run_models(args, models: list, loaded: dict, console: Console) -> int:
     import torch
 
     from ..evaluation.encoding import Encoder
-    from ..evaluation.leaderboard import evaluate_models, table, write
+    from ..evaluation.leaderboard import OUTPUTS, evaluate_models, table, write
     from ..locks import locked
     from ..models import load_model
+    from ..outputs import claim, written
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -203,11 +205,12 @@ def run_models(args, models: list, loaded: dict, console: Console) -> int:
         return Encoder(clip, device=device, batch_size=args.batch_size, num_workers=args.workers,
                        trim_text=not args.no_trim_text, cache_dir=args.cache_dir, progress=not args.no_progress)
 
-    out = Path(args.out)
+    out = claim(args.out, OUTPUTS, "eval --models", args.overwrite)  # before any model is evaluated
     with locked(out / ".eval.lock", f"--out {out}", "concrete-jungle eval --models"):
         results = evaluate_models(models, loaded, out, encoder_of, overwrite=args.overwrite,
                                   log=lambda text: console.print(text, highlight=False))
         text = write(table(models, results, resamples=args.resamples), out)
+        written(out, OUTPUTS)
     print_markdown(console, text)
     console.print(f"written: {out / 'leaderboard.md'}, leaderboard.json and leaderboard.png; each model's results in "
                   f"its folder under {out}", highlight=False)

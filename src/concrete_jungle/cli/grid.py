@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
                    help="override a key of the grid file, e.g. --set eval.resamples=5000")
     p.add_argument("--toy", metavar="OUT", help="render the toy world, pretrain its baseline, plant D_hc, import "
                    "rule swaps of the same captions, and run their grid in OUT")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace grid.md, grid.json or grid-<benchmark>.png in the grid's out that a grid did not "
+                   "write, or that were edited")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(run=run)
 
@@ -37,13 +40,14 @@ def run(args, console: Console) -> int:
         console.print(message, highlight=False)
 
     from ..locks import locked
+    from ..outputs import output_folder
 
-    out = Path(args.toy) if grid is None else Path(grid.out)
+    out = output_folder(args.toy if grid is None else grid.out, "--toy" if grid is None else "out")
     # the output folder is taken first (a lock in it): a folder it cannot write into is refused before any work
     with locked(out / ".grid.lock", f"the grid {out}", "concrete-jungle grid"):
         if grid is None:
             grid = toy_grid(args.toy, progress=not args.no_progress, log=say)
-        table = run_grid(grid, progress=not args.no_progress, log=say)
+        table = run_grid(grid, progress=not args.no_progress, log=say, overwrite=args.overwrite)
     print_markdown(console, grid_markdown(table))
     say(f"written: {Path(grid.out) / 'grid.md'}, grid.json and grid-<benchmark>.png")
     return 0

@@ -7,6 +7,20 @@ from rich.console import Console
 from .args import positive_int
 
 
+def repo_id(text: str) -> str:
+    """A Hub repository id as the Hub takes it (its own rule: letters, digits, '-', '_', '.', one '/')."""
+    import argparse
+
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Hub repository id: give ORG/NAME of letters, digits, "
+                                         "'-', '_' and '.' (no '--' or '..', at most 96 characters)") from None
+    return text
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "model-card",
@@ -20,14 +34,14 @@ def add_parser(sub) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT",
                    help="a checkpoint folder, <run>/checkpoints/latest, or a training run's folder")
     p.add_argument("--results", nargs="+", metavar="DIR", help="eval --out folders of this checkpoint")
-    p.add_argument("--repo", default="ORG/NAME", help="the Hub repository the card's examples name")
+    p.add_argument("--repo", type=repo_id, default="ORG/NAME", help="the Hub repository the card's examples name")
     p.add_argument("--resamples", type=positive_int, default=1000,
                    help="bootstrap resamples of the intervals (default %(default)s)")
     p.set_defaults(run=run)
 
 
 def run(args, console: Console) -> int:
-    from ..analysis.model_card import write_card
+    from ..analysis.model_card import upload_line, write_card
     from ..checkpoints import resolve_checkpoint
 
     from ..locks import locked
@@ -36,6 +50,5 @@ def run(args, console: Console) -> int:
     # the folder is taken first (a lock in it): one it cannot write into is refused before the card is made
     with locked(folder / ".model-card.lock", f"the checkpoint folder {folder}", "concrete-jungle model-card"):
         path = write_card(folder, args.results, args.repo, args.resamples)
-    console.print(f"written: {path}; publish the folder with: hf upload {args.repo} {folder} . "
-                  "--exclude 'trainer_state.*'", highlight=False)
+    console.print(f"written: {path}; publish the folder with: {upload_line(args.repo, folder)}", highlight=False)
     return 0

@@ -26,6 +26,8 @@ def add_parser(sub) -> None:
     p.add_argument("--resamples", type=positive_int, default=2000,
                    help="bootstrap resamples of the intervals (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default %(default)s)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace tradeoff.* files in --out that another command wrote, or that were edited")
     p.set_defaults(run=run)
 
 
@@ -33,7 +35,8 @@ def run(args, console: Console) -> int:
     from ..analysis.tradeoff import tradeoff
     from .tables import print_markdown
 
-    table = tradeoff(args.results, args.out, resamples=args.resamples, seed=args.seed, normalised=args.normalised)
+    table = tradeoff(args.results, args.out, resamples=args.resamples, seed=args.seed, normalised=args.normalised,
+                     overwrite=args.overwrite)
     print_markdown(console, (Path(args.out) / "tradeoff.md").read_text(encoding="utf-8"))  # whole through a pipe
     front = [row["label"] for row in table["points"] if row["front"]]
     console.print(f"on the front: {', '.join(front)}; written: {Path(args.out) / 'tradeoff.png'}, tradeoff.md, "

@@ -89,16 +89,23 @@ def run(args, console: Console) -> int:
 def seed_runs(config, seeds: list[int] | None, resume: str | None, console: Console):
     """(config, resume) of each run: the config itself, or with --seeds one run per seed in ``<out>/seed-N``. A
     seed's folder is a run of its own; with --resume latest one already complete is kept as it is and one that
-    holds no checkpoint starts, so the same command picks a stopped series up where it stopped."""
+    holds no checkpoint starts, so the same command picks a stopped series up where it stopped. Every seed's run
+    made so far, complete or not, is checked against the settings first (`check_resumable`): a series is one
+    recipe, so none trains when one was made otherwise."""
     import json
     from dataclasses import replace
     from pathlib import Path
 
+    from ..train.config import check_resumable
+
     if not seeds:
         yield config, resume
         return
-    for seed in seeds:
-        run_config = replace(config, out=str(Path(config.out) / f"seed-{seed}"), seed=seed)
+    runs = [replace(config, out=str(Path(config.out) / f"seed-{seed}"), seed=seed) for seed in seeds]
+    if resume == "latest":
+        for run_config in runs:
+            check_resumable(run_config, resume)
+    for run_config in runs:
         latest = Path(run_config.out) / "checkpoints" / "latest.json"
         if resume != "latest" or not latest.is_file():
             yield run_config, None  # not resumed, or nothing there to resume yet
@@ -108,6 +115,6 @@ def seed_runs(config, seeds: list[int] | None, resume: str | None, console: Cons
         except (OSError, ValueError, AttributeError):
             finished = False  # the run names the damage when it resumes
         if finished:
-            console.print(f"seed {seed}: {run_config.out} holds a complete run; kept", highlight=False)
+            console.print(f"seed {run_config.seed}: {run_config.out} holds a complete run; kept", highlight=False)
             continue
         yield run_config, resume

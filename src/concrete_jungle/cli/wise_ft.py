@@ -40,10 +40,12 @@ def add_parser(sub) -> None:
 
 def run(args, console: Console) -> int:
     from ..locks import locked
+    from ..outputs import output_folder
     from ..wise_ft import check_end, wise_ft
 
     check_end(args.start, "START")  # both named right before any model loads
     check_end(args.finetuned, "FINETUNED")
+    output_folder(args.out)
     alphas = list(dict.fromkeys(args.alpha))
     with locked(Path(args.out) / ".wise_ft.lock", f"--out {args.out}", "concrete-jungle wise-ft"):
         folders = wise_ft(args.start, args.finetuned, alphas, args.out, overwrite=args.overwrite,

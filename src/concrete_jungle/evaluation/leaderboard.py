@@ -304,6 +304,9 @@ def plot(board: dict, path: Path) -> None:
     tmp.replace(path)
 
 
+OUTPUTS = ["leaderboard.json", "leaderboard.md", "leaderboard.png"]
+
+
 def write(board: dict, out: str | Path) -> str:
     """``leaderboard.json``, ``leaderboard.md`` and ``leaderboard.png`` in ``out``; the Markdown."""
     from ..records import atomic_write_json, atomic_write_text

@@ -6,13 +6,17 @@ the cell's dataset (a row) and loss (a column) change. Every cell and the start 
 benchmark items, and each cell's gain over the start is given with its 95 % interval (the paired bootstrap over
 images of `eval --compare`). A table (Markdown), a heat-map (PNG) and the numbers (JSON) are written.
 
-Resumable cell by cell: a cell whose final checkpoint and evaluation exist is reused, an interrupted one resumes
-from its latest checkpoint. Layout: ``<out>/start/eval/``, ``<out>/cells/<dataset>--<loss>/{run,eval}/``,
-``<out>/grid.{md,json,png}``.
+Resumable cell by cell: a cell whose final checkpoint exists is reused, an interrupted one resumes from its latest
+checkpoint, each only under the identity it was started with (`identity`: its training config, the digests of its
+dataset and of the start model), recorded in the cell's ``identity.json``; a cell made otherwise is refused, naming
+what differs. An evaluation is reused only where it is of the same model, benchmark files and rule
+(`leaderboard.complete`), else it is done again. Layout: ``<out>/start/eval/``,
+``<out>/cells/<dataset>--<loss>/{run,eval}/`` (`cell_name`), ``<out>/grid.{md,json}``, ``<out>/grid-<benchmark>.png``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -36,6 +40,11 @@ class GridEval:
         if (self.data_root is None) == (self.toy_world is None):
             problems.append("eval: give one of eval.data_root (benchmark data) or eval.toy_world (a rendered toy "
                             "world)")
+        if self.resamples < 1:
+            problems.append(f"eval.resamples must be >= 1 (bootstrap resamples of each cell's interval), got "
+                            f"{self.resamples}")
+        if self.batch_size < 1:
+            problems.append(f"eval.batch_size must be >= 1, got {self.batch_size}")
         if self.toy_world is not None and self.benchmarks != ["sugarcrepe"]:
             problems.append("eval.benchmarks: a toy world holds its sugarcrepe-style subsets only")
         raise_problems(problems)
@@ -71,7 +80,13 @@ def load_grid_config(path: str | Path, overrides: list[str] = ()) -> GridConfig:
 
 
 def cell_name(dataset: str, loss: str) -> str:
-    return f"{dataset}--{loss}"
+    """``<dataset>--<loss>``, which tells its two labels apart where neither holds ``--`` and the ``--`` between
+    them touches no other ``-``; else a digest of both labels is added (``a---b--<12 hex>``), so that two cells never
+    share a folder (``a`` x ``-b`` and ``a-`` x ``b``)."""
+    if "--" not in dataset and "--" not in loss and not dataset.endswith("-") and not loss.startswith("-"):
+        return f"{dataset}--{loss}"
+    digest = hashlib.sha256(json.dumps([dataset, loss]).encode()).hexdigest()[:12]
+    return f"{dataset}--{loss}--{digest}"
 
 
 def cell_config(grid: GridConfig, dataset: str, loss: str):
@@ -103,22 +118,60 @@ def finished_checkpoint(run: Path) -> Path | None:
     return run / "checkpoints" / written["name"] if written.get("reason") == "final" else None
 
 
-def evaluate(clip, loaded: dict, out: Path, grid: GridConfig, device: str) -> dict[str, Path]:
-    """Each benchmark's result file in ``out``, written unless there from an earlier start."""
+def evaluate(clip, loaded: dict, out: Path, grid: GridConfig, device: str, log=print) -> dict[str, Path]:
+    """Each benchmark's result file in ``out``: kept where an earlier start wrote it of this model, on these
+    benchmark files and under this rule (`leaderboard.complete`), else evaluated (again)."""
     from .. import evaluation
     from ..evaluation.encoding import Encoder
+    from ..evaluation.leaderboard import complete
 
     files = {name: out / f"{name}.json" for name in loaded}
-    todo = [name for name, path in files.items() if not path.is_file()]
+    model = clip()
+    todo = [name for name in loaded if name not in complete(out, model.hash, loaded)]
+    stale = [name for name in todo if files[name].is_file()]
+    if stale:
+        log(f"grid: {out}: {', '.join(stale)} evaluated again (the result there is of other benchmark files, "
+            "another rule or another model)")
     if todo:
-        encoder = Encoder(clip(), device=device, batch_size=grid.eval.batch_size, progress=False)
-        evaluation.run(encoder, todo, loaded, out=out)
+        encoder = Encoder(model, device=device, batch_size=grid.eval.batch_size, progress=False)
+        evaluation.run(encoder, todo, loaded, out=out, overwrite=True)
     return files
 
 
-def run_grid(grid: GridConfig, progress: bool = True, log=print) -> dict:
-    """Train and evaluate every cell (reusing finished ones), then compare each with the start; the table."""
+def start_digests(model) -> dict:
+    """What the start's settings do not show of it: the digest of a checkpoint's or weights file's content."""
+    from ..checkpoints import resolve_checkpoint
+    from ..models import checkpoint_digest
+    from ..records import file_digest
+
+    if model.checkpoint:
+        return {"checkpoint": checkpoint_digest(resolve_checkpoint(model.checkpoint))}
+    if model.pretrained and Path(model.pretrained).is_file():
+        return {"weights_sha256": file_digest(model.pretrained)}
+    return {}
+
+
+def cell_identity(config, start: dict) -> dict:
+    """A cell's identity: its training config (where it is written aside), its datasets' digests, the start's."""
+    from ..concretebatch import dataset_digest
+
+    settings = {k: v for k, v in asdict(config).items() if k != "out"}
+    return {"train": settings, "datasets_sha256": {d: dataset_digest(d) for d in config.data.concretebatch},
+            "start": start}
+
+
+def outputs(grid: GridConfig) -> list[str]:
+    """The files a grid writes into its ``out`` (beside ``start/`` and ``cells/``)."""
+    return ["grid.json", "grid.md", *(f"grid-{name}.png" for name in grid.eval.benchmarks)]
+
+
+def run_grid(grid: GridConfig, progress: bool = True, log=print, overwrite: bool = False) -> dict:
+    """Train and evaluate every cell (reusing finished ones of the same identity), then compare each with the start;
+    the table. ``overwrite``: replace grid files in ``out`` that a grid did not write (`outputs.claim`)."""
     import torch
+
+    from ..identity import RECORD, check_reusable, record
+    from ..outputs import claim, written
 
     from ..models import load_model
     from ..train.loop import train
@@ -129,23 +182,37 @@ def run_grid(grid: GridConfig, progress: bool = True, log=print) -> dict:
     loaded = eval_data(grid)  # checked before any training
     first = next(iter(configs.values()))
     model = first.model
+    start = start_digests(model)
+    identities = {key: cell_identity(config, start) for key, config in configs.items()}
+    for (dataset, loss), config in configs.items():  # every cell checked before any trains
+        check_reusable(Path(config.out).parent, identities[(dataset, loss)], f"the grid's cell {dataset} x {loss}",
+                       f"restore them, or run the grid into another out (or remove {Path(config.out).parent} to "
+                       "train that cell again)")
+    claim(out, outputs(grid), "grid", overwrite)
     start_files = evaluate(lambda: load_model(model.name, model.pretrained, model.checkpoint, device=device),
-                           loaded, out / "start" / "eval", grid, device)
+                           loaded, out / "start" / "eval", grid, device, log)
     cells = {}
     for (dataset, loss), config in configs.items():
         run = Path(config.out)
         checkpoint = finished_checkpoint(run)
+        if not (run.parent / RECORD).is_file() and checkpoint is None:
+            record(run.parent, identities[(dataset, loss)])  # before its first step: resumed only as started
         if checkpoint is None:
             log(f"grid: training {cell_name(dataset, loss)} ({config.steps} steps)")
             resume = "latest" if (run / "checkpoints" / "latest.json").is_file() else None
             train(config, resume=resume, progress=progress, label=cell_name(dataset, loss), overwrite=True)
             checkpoint = finished_checkpoint(run)
+        elif (run.parent / RECORD).is_file():
+            log(f"grid: reused {cell_name(dataset, loss)} (finished by an earlier start, of the same recipe, "
+                "dataset and start)")
         else:
-            log(f"grid: reused {cell_name(dataset, loss)} (finished by an earlier start)")
+            log(f"grid: reused {cell_name(dataset, loss)} (finished by an earlier start that recorded no "
+                f"{RECORD}: its recipe, dataset and start are not checked)")
         cells[(dataset, loss)] = evaluate(lambda: load_model(checkpoint=checkpoint, device=device), loaded,
-                                          run.parent / "eval", grid, device)
+                                          run.parent / "eval", grid, device, log)
     table = grid_table(grid, start_files, cells)
     write_outputs(grid, table, out)
+    written(out, outputs(grid))
     return table
 
 

@@ -150,9 +150,15 @@ class PairScorers:
 def checked_value(scorer, score: str, value) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise PlantError(f"scorer {scorer.name!r} gave {score} = {value!r}; a score is a finite number or None")
-    return float(value)
+    try:  # an int past float's range (10**400) is no finite number either
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}... ({len(repr(value))} characters)"
+        raise PlantError(f"scorer {scorer.name!r} gave {score} = {shown}; a score is a finite number or None: fix "
+                         "the scorer's score()")
+    return number
 
 
 def score_and_gate(entries: list[list], pairs: dict[int, ScorePair], scorers: PairScorers, gates: list[Gate],

@@ -118,6 +118,10 @@ class OptimConfig:
             problems.append(f"optim.warmup must be >= 0, got {self.warmup}")
         if not self.weight_decay >= 0:
             problems.append(f"optim.weight_decay must be >= 0, got {self.weight_decay}")
+        elif 1 <= self.lr * self.weight_decay < float("inf"):  # AdamW: each weight times 1 - lr * weight_decay
+            problems.append(f"optim.weight_decay {self.weight_decay:g} with optim.lr {self.lr:g} multiplies every "
+                            f"weight by {1 - self.lr * self.weight_decay:.3g} each step (AdamW: 1 - lr x "
+                            "weight_decay), which zeroes or flips it: lower optim.weight_decay (0.1 is usual)")
         if self.grad_clip is not None and not self.grad_clip > 0:
             problems.append(f"optim.grad_clip must be > 0, or null for no clipping, got {self.grad_clip} (a "
                             "negative norm would flip the gradients)")
@@ -247,6 +251,8 @@ class TrainConfig:
             problems.append(f"save_every must be >= 0 (0: only the final checkpoint), got {self.save_every}")
         if not self.out.strip():
             problems.append("out is empty: name the run folder (flag --out)")
+        if not 0 <= self.seed < 2**32:  # the data order is drawn from seed * 100003 + epoch, in torch's 64 bits
+            problems.append(f"seed must be in [0, 2**32), got {self.seed} (flag --seed)")
         if self.data.negatives_apart and (self.loss.name != "infonce" or not self.data.negatives):
             problems.append("data.negatives_apart takes loss.name infonce and data.negatives true: a negative in "
                             "another batch than its anchor is an ordinary pair, with no margin to apply")
@@ -377,17 +383,6 @@ RESUMABLE = ("out", "steps", "epochs", "log_every", "save_every", "keep_final_st
              "model.compile", "model.grad_checkpointing", "wandb.project", "wandb.entity", "wandb.name")
 
 
-def flat_settings(settings: dict, prefix: str = "") -> dict:
-    """``{"optim": {"lr": 1}}`` as ``{"optim.lr": 1}``."""
-    out = {}
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            out |= flat_settings(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def check_resumable(config: TrainConfig, resume: str | None) -> None:
     """A resumed run keeps the settings it was made with: a change to anything but `RESUMABLE` is refused, naming
     each setting with its recorded and its new value. The record is ``<out>/config.json`` (or, resuming another
@@ -397,6 +392,7 @@ def check_resumable(config: TrainConfig, resume: str | None) -> None:
     from dataclasses import asdict
 
     from ..checkpoints import CheckpointError, resolve_checkpoint
+    from ..identity import changes
 
     if not resume:
         return
@@ -414,13 +410,11 @@ def check_resumable(config: TrainConfig, resume: str | None) -> None:
         raise ConfigError(f"--resume {resume}: {recorded} is missing, so the run's settings cannot be checked (a run "
                           "writes it before its first step); restore it, or start over with --overwrite")
     try:
-        before = flat_settings(json.loads(recorded.read_text(encoding="utf-8")))
+        before = json.loads(recorded.read_text(encoding="utf-8"))
+        changed = changes(before, asdict(config), ignore=RESUMABLE, both=False)
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
         raise ConfigError(f"--resume {resume}: {recorded} is damaged ({e}); it records the run's settings: restore "
                           "it, or start over with --overwrite") from None
-    now = flat_settings(json.loads(json.dumps(asdict(config))))
-    changed = [f"{k} {json.dumps(before[k])} -> {json.dumps(now[k])}" for k in now
-               if k in before and k not in RESUMABLE and before[k] != now[k]]
     if changed:
         raise ConfigError(f"--resume {resume} continues a run made with other settings: {'; '.join(changed)} "
                           f"(recorded in {recorded}); a resumed run may change only {', '.join(RESUMABLE[1:])}. "
