@@ -371,6 +371,7 @@ def test_an_npy_file_that_would_run_code_is_refused_and_never_run(tmp_path, monk
 # -- COCO captions with rule swaps made on the fly
 
 
+@pytest.mark.system_packages
 def test_coco_captions_get_rule_swaps_rated_by_their_keyword(tmp_path, ratings):
     captions = benchmark_fixtures.write_coco_captions(tmp_path / "captions_train2017.json")
     images = benchmark_fixtures.write_images(tmp_path / "train2017")

@@ -396,6 +396,7 @@ def test_a_second_plant_job_that_splits_the_folder_otherwise_is_refused_naming_t
     assert (out / "manifest-00000-of-00002.jsonl").is_file()
 
 
+@pytest.mark.system_packages
 def test_the_rules_captioner_without_wordnet_says_what_it_costs_once_at_the_start(tmp_path, capsys, monkeypatch):
     from concrete_jungle.plant.captioners import rules
 
