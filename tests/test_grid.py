@@ -10,7 +10,7 @@ import yaml
 
 from concrete_jungle.cli import main
 from concrete_jungle.configs import ConfigError
-from concrete_jungle.experiments.grid import load_grid_config, run_grid
+from concrete_jungle.experiments.grid import cell_config, load_grid_config, run_grid
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_train import write_k_negative_set  # noqa: E402
@@ -64,6 +64,16 @@ def test_a_grid_file_is_checked_before_anything_runs(tmp_path, data_root):
         load_grid_config(grid_file(tmp_path, {"K2": data}, data_root, eval={"benchmarks": ["sugarcrepe"]}))
     with pytest.raises(ConfigError, match="unknown key"):
         load_grid_config(grid_file(tmp_path, {"K2": data}, data_root, step=3))
+
+
+def test_the_sample_grid_file_names_valid_cells(monkeypatch):
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)  # its paths, as the docs run it, are relative to the repository's root
+    grid = load_grid_config("configs/grid.yaml")
+    cells = {(d, loss): cell_config(grid, d, loss) for d in grid.datasets for loss in grid.losses}
+    assert len(cells) == 6 and {c.loss.name for c in cells.values()} == {"infonce", "cement", "negclip"}
+    assert cells["D_hc", "cement"].data.concretebatch == ["runs/D_hc"]
+    assert cells["D_hc", "cement"].out == str(Path("runs/grid/cells/D_hc--cement/run"))
 
 
 @pytest.mark.slow  # ~2 min on 2 cores: renders a toy world, pretrains its baseline, plants and imports
