@@ -300,6 +300,18 @@ def test_plant_merge_help_is_merge_s_own_and_keywords_help_says_what_workers_do(
            "in this process" in out
 
 
+def test_train_loss_takes_every_loss_a_config_names(capsys):
+    from concrete_jungle.loss_options import LOSS_NAMES
+
+    for name in LOSS_NAMES:  # Cement's schedules and the peers' losses
+        assert main(["train", "--out", "run", "--data", "cb", "--loss", name, "--print-config"]) == 0
+        assert f"name: {name}\n" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "negclip, tripletclip, ce_clip, fsc_clip, degla" in help_text
+
+
 def test_print_config_prints_the_resolved_config_of_train_and_plant_and_writes_nothing(tmp_path):
     """There was no way to see the config a `train` or `plant` would run with (file, flags and --set merged)."""
     import yaml

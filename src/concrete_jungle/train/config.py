@@ -13,13 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
-from ..loss_options import CEClipOptions, DeGLAOptions, FSCCLIPOptions, NegCLIPOptions, TripletCLIPOptions
+from ..loss_options import (LOSS_NAMES, CEClipOptions, DeGLAOptions, FSCCLIPOptions, NegCLIPOptions,
+                            TripletCLIPOptions)
 from ..sources import SourceError, expand_paths
-
-LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
-# the field's losses (`loss.LOSSES`), each configured by its section loss.<name>
-PEER_LOSSES = ("negclip", "tripletclip", "ce_clip", "fsc_clip", "degla")
-LOSS_NAMES = (*LOSS_SCHEDULES, *PEER_LOSSES)
 PRECISIONS = ("fp32", "amp_bf16")  # what training does: fp32, or bf16 autocast on CUDA
 
 
