@@ -9,6 +9,7 @@ config fails in a fraction of a second, before any data is read or model built.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +36,25 @@ class ModelConfig:
             raise_problems([f"model.precision {self.precision!r} is not one of {', '.join(PRECISIONS)}"])
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a container's or taskset's share, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def default_workers() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(4, cores)
+    return min(4, usable_cpus())
+
+
+def capped_workers(workers: int, setting: str, note: bool = True) -> int:
+    """``workers`` DataLoader processes, at most `usable_cpus`: more only contend for the same CPUs (and torch
+    warns at every loader it starts); the cap is said once, in a line naming ``setting``."""
+    cpus = usable_cpus()
+    if workers <= cpus:
+        return workers
+    if note:
+        print(f"note: {setting} {workers} is more than the {cpus} CPU(s) this process may use: {cpus} worker "
+              "process(es)", file=sys.stderr)
+    return cpus
 
 
 @dataclass(frozen=True)
