@@ -36,6 +36,7 @@ RULE_CASES = [
 ]
 
 
+@pytest.mark.system_packages
 @pytest.mark.parametrize("wordnet", [True, False])
 def test_rules_rewrites_pass_validation(wordnet):
     from concrete_jungle.plant.captioners.rules import WORDNET_ROOT
@@ -293,6 +294,7 @@ def test_offline_rewrites_stay_in_the_keyword_s_group_and_a_time_is_no_place(nlp
     assert found.get("watching") == "relation" and found.get("on") == "relation"
 
 
+@pytest.mark.system_packages
 @pytest.mark.parametrize("caption, keyword, rewrites", [
     # worn, not a place: `on a hoodie` read as nonsense; the wearer holds or carries it instead
     ("A man in a florescent green hoodie", "in", {"A man holding a florescent green hoodie",
@@ -329,6 +331,7 @@ def test_a_preposition_of_a_fixed_phrase_is_a_reject_naming_the_phrase(caption, 
     assert reply.text == "" and reply.error == f"a fixed phrase, not a place: {phrase!r} (relation)"
 
 
+@pytest.mark.system_packages
 def test_a_missing_system_dependency_is_named_in_a_sentence(monkeypatch):
     monkeypatch.delenv("CJ_REQUIRE_SYSTEM_DEPS", raising=False)
     for what, verb in (("WordNet 3.0", "is"), ("Chromium and chromedriver", "are")):

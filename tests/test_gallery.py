@@ -17,8 +17,11 @@ from concrete_jungle.concretebatch import SHARD_PATTERN, ShardWriter, encode_jpe
 from concrete_jungle.analysis.gallery import word_diff
 from test_plant import make_dataset
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
+# searched on PATH, or on CJ_SYSTEM_PATH where set: .ci/run points it at an empty folder to run the tests as on a
+# machine without Chromium
+SYSTEM_PATH = os.environ.get("CJ_SYSTEM_PATH")
+CHROMIUM = shutil.which("chromium", path=SYSTEM_PATH) or shutil.which("chromium-browser", path=SYSTEM_PATH)
+CHROMEDRIVER = shutil.which("chromedriver", path=SYSTEM_PATH)
 ARTIFACTS = Path(os.environ.get("CJ_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
 
 RECORDS = [  # (id, caption, negative, keyword, category, concreteness)
@@ -130,6 +133,7 @@ def test_gallery_files_and_escaping(tmp_path):
     assert (tmp_path / "h" / "index.html").read_text().count('class="row"') == 3
 
 
+@pytest.mark.system_packages
 def test_gallery_in_headless_chromium(tmp_path):
     require_system_dependency(bool(CHROMIUM and CHROMEDRIVER), "Chromium and chromedriver",
                               "apt-get install chromium chromium-driver")

@@ -10,7 +10,7 @@ import yaml
 
 from concrete_jungle.cli import main
 from concrete_jungle.configs import ConfigError
-from concrete_jungle.experiments.grid import load_grid_config, run_grid
+from concrete_jungle.experiments.grid import cell_config, load_grid_config, run_grid
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_train import write_k_negative_set  # noqa: E402
@@ -68,12 +68,33 @@ def test_a_grid_file_is_checked_before_anything_runs(tmp_path, data_root):
         load_grid_config(grid_file(tmp_path, {"K2": data}, data_root), ["eval.resamples=0"])
 
 
+def test_the_sample_grid_file_names_valid_cells(monkeypatch):
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)  # its paths, as the docs run it, are relative to the repository's root
+    grid = load_grid_config("configs/grid.yaml")
+    cells = {(d, loss): cell_config(grid, d, loss) for d in grid.datasets for loss in grid.losses}
+    assert len(cells) == 6 and {c.loss.name for c in cells.values()} == {"infonce", "cement", "negclip"}
+    assert cells["D_hc", "cement"].data.concretebatch == ["runs/D_hc"]
+    assert cells["D_hc", "cement"].out == str(Path("runs/grid/cells/D_hc--cement/run"))
+
+
+def test_grid_quick_is_the_toy_world_s_small_grid_and_says_so(tmp_path, capsys):
+    assert main(["grid", "configs/grid.yaml", "--quick"]) == 2
+    assert "--quick makes the toy world's grid small: give it with --toy OUT" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["grid", "--help"])
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "with --toy: a small world (160 training scenes, 80 held out), 20 pretraining and 3 fine-tuning steps" \
+        in printed and "95 % interval" in printed
+
+
 @pytest.mark.slow  # ~2 min on 2 cores: renders a toy world, pretrains its baseline, plants and imports
 def test_the_toy_world_grid_runs_end_to_end(tmp_path):
     from concrete_jungle.experiments.grid import toy_grid
 
-    grid = toy_grid(tmp_path / "toy", world={"train": 160, "test": 80}, pretrain_steps=20, steps=3, batch_size=16,
-                    progress=False)
+    from concrete_jungle.cli.grid import QUICK_TOY
+
+    grid = toy_grid(tmp_path / "toy", **QUICK_TOY, progress=False)  # grid --toy --quick
     assert set(grid.datasets) == {"D_hc", "swaps"}
     table = run_grid(grid, progress=False)
     cells = table["benchmarks"]["sugarcrepe"]["cells"]

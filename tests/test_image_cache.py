@@ -60,3 +60,22 @@ def test_a_torn_or_overwritten_image_cache_is_an_error_naming_the_file_and_cache
     assert "note: rebuilding a damaged cache" in capsys.readouterr().err
     assert {n: (folder / n).read_bytes() for n in originals} == originals
     assert main(train) == 0
+
+
+def test_cache_starts_no_more_workers_than_the_cpus_and_says_so_once(planted, tmp_path, capsys):
+    import shutil
+    import warnings
+
+    from concrete_jungle.train.config import usable_cpus
+
+    data = tmp_path / "cb"
+    shutil.copytree(planted, data, ignore=shutil.ignore_patterns("cache", ".*.lock"))
+    asked = usable_cpus() + 6
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["cache", str(data), "--model", "cj-tiny", "--pretrained", "none", "--workers", str(asked),
+                     "--no-progress"]) == 0
+    assert not [w for w in caught if "worker" in str(w.message)]  # torch's "suggested max number of worker"
+    notes = [line for line in capsys.readouterr().err.splitlines() if "--workers" in line]
+    assert notes == [f"note: --workers {asked} is more than the {usable_cpus()} CPU(s) this process may use: "
+                     f"{usable_cpus()} worker process(es)"]

@@ -594,6 +594,7 @@ def test_json_nested_deeper_than_python_reads_is_one_error_or_a_reject_naming_it
 # -- COCO captions with rule swaps made on the fly
 
 
+@pytest.mark.system_packages
 def test_coco_captions_get_rule_swaps_rated_by_their_keyword(tmp_path, ratings):
     captions = benchmark_fixtures.write_coco_captions(tmp_path / "captions_train2017.json")
     images = benchmark_fixtures.write_images(tmp_path / "train2017")

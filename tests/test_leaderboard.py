@@ -162,14 +162,22 @@ def test_a_headline_of_several_metrics_is_bootstrapped_as_their_mean(board):
     assert bare["estimate"] == pytest.approx(diff["estimate"]) and bare["ci95"] is None
 
 
-def test_the_models_are_checked_before_anything_loads(root, checkpoints, tmp_path, capsys):
+def test_the_models_are_checked_before_anything_loads(root, checkpoints, tmp_path, capsys, monkeypatch):
+    from concrete_jungle.models import CONFIG_FILE
+
     args = ["eval", "--suite", "compositional", "--data-root", str(root), "--out", str(tmp_path / "b")]
+    monkeypatch.setenv("CJ_PEERS_DIR", str(tmp_path / "peers"))  # no published weights downloaded
+    damaged = shutil.copytree(checkpoints[1], tmp_path / "damaged")
+    (damaged / CONFIG_FILE).write_text("{not json")
     for models, message in (
             ([str(checkpoints[0])], "--models needs two or more models, the first the reference"),
             ([str(checkpoints[0]), "ViT-Nope-1,openai"], "--models ViT-Nope-1,openai: 'ViT-Nope-1' is no checkpoint "
                                                          "folder and no open_clip model; give a checkpoint folder"),
             ([f"a={checkpoints[0]}", f"a={checkpoints[1]}"], "have the same label 'a': label them apart"),
-            ([str(tmp_path / "gone" / "latest"), str(checkpoints[0])], "is not a checkpoint")):
+            ([str(tmp_path / "gone" / "latest"), str(checkpoints[0])], "is not a checkpoint"),
+            # the first model could be evaluated: a later one that cannot load is named before it is
+            ([str(checkpoints[0]), "neg=peer:negclip"], "--model peer:negclip (NegCLIP) needs its weights on disk"),
+            ([str(checkpoints[0]), str(damaged)], f"{damaged / CONFIG_FILE} is damaged (not JSON")):
         assert main([*args, "--models", *models]) == 2
         assert message in " ".join(capsys.readouterr().err.split())
     assert main([*args, "--models", str(checkpoints[0]), str(checkpoints[1]), "--checkpoint",

@@ -462,6 +462,7 @@ def test_a_second_plant_job_that_splits_the_folder_otherwise_is_refused_naming_t
     assert (out / "manifest-00000-of-00002.jsonl").is_file()
 
 
+@pytest.mark.system_packages
 def test_the_rules_captioner_without_wordnet_says_what_it_costs_once_at_the_start(tmp_path, capsys, monkeypatch):
     from concrete_jungle.plant.captioners import rules
 
@@ -480,13 +481,19 @@ def test_the_rules_captioner_without_wordnet_says_what_it_costs_once_at_the_star
     assert "WordNet" not in capsys.readouterr().err  # asked for no WordNet: nothing to say
 
 
-@pytest.mark.parametrize("flags, message", [
+@pytest.mark.parametrize("flags, message, local", [
     (["--editor", "diffusers", "--editor-model", "nobody/no-such-img2img-model"],
-     "--editor-model nobody/no-such-img2img-model is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"),
+     "--editor-model nobody/no-such-img2img-model is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+     "--editor-model DIR"),
     (["--captioner", "transformers", "--model", "nobody/no-such-causal-lm"],
-     "--model nobody/no-such-causal-lm is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"),
+     "--model nobody/no-such-causal-lm is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+     "--model DIR"),
+    (["--score", "--scorer-option", "bertscore.model=nobody/no-such-scorer", "--scorer-option",
+      "bertscore.num_layers=2"],
+     "--scorer-option bertscore.model=nobody/no-such-scorer is not in the local Hugging Face cache and "
+     "HF_HUB_OFFLINE is set", "--scorer-option bertscore.model=DIR"),
 ])
-def test_a_model_that_cannot_be_had_offline_is_one_line_before_any_file(tmp_path, flags, message):
+def test_a_model_that_cannot_be_had_offline_is_one_line_before_any_file(tmp_path, flags, message, local):
     captions, images = make_dataset(tmp_path, 4, image_size=8)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {
         "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HOME": str(tmp_path)}  # an empty cache
@@ -497,6 +504,7 @@ def test_a_model_that_cannot_be_had_offline_is_one_line_before_any_file(tmp_path
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, nothing before it
     err = " ".join(done.stderr.split())
     assert message in err and "download it once with the network" in err and "or pass a local folder" in err
+    assert err.endswith(f"or pass a local folder ({local})")
     assert not out.exists()
 
 

@@ -156,6 +156,26 @@ def test_eval_compare_prints_intervals_mcnemar_and_words_and_writes_json(results
     assert m_avg["ci95"] == direct_result["M.Avg"]["ci95"] and "mcnemar" not in m_avg  # a macro: no McNemar
 
 
+def test_eval_compare_puts_the_headline_first_and_an_empty_subset_has_no_mcnemar(results, tmp_path):
+    from concrete_jungle.evaluation.report import compare, compare_markdown
+
+    files = []
+    for seed in (0, 1):  # a subset without items (a data root that holds none of it), in both runs alike
+        result = json.loads((results / f"s{seed}" / "sugarcrepe.json").read_text())
+        result["metrics"]["add_att"] = None
+        result["outcomes"]["series"]["add_att"].update(keys=[], units=[], values=[])
+        files.append(tmp_path / f"s{seed}.json")
+        files[-1].write_text(json.dumps(result))
+    comparison = compare(files, resamples=50)
+    metrics = [row["metric"] for row in comparison["rows"]]
+    assert metrics[0] == "M.Avg" and metrics[1:] == [m for m in json.loads(files[0].read_text())["metrics"]
+                                                     if m != "M.Avg"]
+    empty = next(r for r in comparison["rows"] if r["metric"] == "add_att")["differences"][0]
+    assert empty["estimate"] is None and "mcnemar" not in empty
+    line = next(line for line in compare_markdown(comparison).splitlines() if line.startswith("| add_att "))
+    assert line.split(" | ")[3:6] == ["-", "-", "-"]  # the difference, its interval and McNemar's p
+
+
 def test_eval_compare_of_seeds_against_seeds(results, capsys, tmp_path):
     files = [str(results / f"s{s}" / "winoground.json") for s in range(4)]
     assert main(["eval", "--compare", *files[:2], "--vs", *files[2:], "--resamples", "100", "--compare-json",

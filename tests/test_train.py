@@ -437,6 +437,13 @@ def test_a_run_says_its_data_path_warns_of_a_warmup_longer_than_the_run_and_uses
     err = " ".join(capsys.readouterr().err.split())
     assert "data: decoded every step by the main process (data.workers 0) (larger than data.preload_mib" in err
     assert "warning" not in err
+    # a config asking for more workers than the CPUs (the peers' recipes ask for 8) gets the CPUs, said once
+    assert main(["train", "--data", str(planted), "--out", str(tmp_path / "capped"), "--steps", "1", *TINY_TRAIN,
+                 "--set", "data.preload_mib=0", "--set", "optim.warmup=0", "--set", f"data.workers={cores + 6}"]) == 0
+    err = capsys.readouterr().err
+    assert err.count(f"note: data.workers {cores + 6} is more than the {cores} CPU(s) this process may use: {cores} "
+                     "worker process(es)") == 1
+    assert f"data: decoded every step by {cores} worker process(es)" in " ".join(err.split())
 
 
 def test_a_missing_data_path_says_it_does_not_exist_and_what_it_was_resolved_against(tmp_path, monkeypatch, capsys):

@@ -8,6 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# loss.name (and `train --loss`) -> Cement's margin schedule (`loss/cement.py` SCHEDULES): Cement is the adaptive
+# margin, InfoNCE no margin, and the paper's two ablations
+LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
+# the field's losses (`loss.LOSSES`), each configured by its section loss.<name>
+PEER_LOSSES = ("negclip", "tripletclip", "ce_clip", "fsc_clip", "degla")
+LOSS_NAMES = (*LOSS_SCHEDULES, *PEER_LOSSES)
+
 THRESHOLDS = ("mean", "max", "fixed")
 NORMALIZERS = ("minmax", "softmax")
 

@@ -146,14 +146,7 @@ def load_model(
         return load_peer(registry.find(name), device, precision)
     if name.startswith(HF_HUB):
         return load_hub(name.removeprefix(HF_HUB), device, precision)
-    if open_clip.get_model_config(name) is None:
-        raise ModelError(f"unknown open_clip model {name!r}; see open_clip.list_models(), or peer:NAME for a "
-                         "published checkpoint")
-    tag = None if pretrained in (None, "none", "") else pretrained
-    weights = Path(tag) if tag is not None and Path(tag).is_file() else None
-    if tag is not None and weights is None and tag not in open_clip.list_pretrained_tags_by_model(name):
-        raise ModelError(f"pretrained tag {tag!r} does not exist for {name}; known tags: "
-                         f"{open_clip.list_pretrained_tags_by_model(name)} (or a local weights file, or 'none')")
+    tag, weights = open_clip_weights(name, pretrained)
     quick_gelu = bool(open_clip.get_model_config(name).get("quick_gelu"))
     if tag is None:
         torch.manual_seed(seed)
@@ -188,16 +181,76 @@ def load_model(
                   weights or f"the {tag or 'random-init'} weights of {name}")
 
 
-def load_peer(peer: registry.Peer, device: str, precision: str) -> ClipModel:
-    """A published checkpoint with the architecture its registry entry states, its file's digest checked where
-    one is published."""
+def check_model(name: str | None = None, pretrained: str | None = None,
+                checkpoint: str | Path | None = None) -> None:
+    """What `load_model` would refuse before it reads any weights (a checkpoint whose config does not describe
+    its weights, a peer whose file is missing, an unknown name or tag, weights that cannot be had), found without
+    building the model: several models are checked before the first is loaded."""
+    if checkpoint is not None:
+        check_architecture(resolve_checkpoint(checkpoint))
+    elif name is None:
+        raise ModelError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
+    elif name.startswith(registry.PREFIX):
+        peer = registry.find(name)
+        if peer_weights(peer) is None:
+            hub_files(peer.hf_hub, peer)
+    elif name.startswith(HF_HUB):
+        hub_files(name.removeprefix(HF_HUB))
+    else:
+        tag, weights = open_clip_weights(name, pretrained)
+        if tag is not None and weights is None:
+            check_downloadable(name, tag)
+
+
+def open_clip_weights(name: str, pretrained: str | None) -> tuple[str | None, Path | None]:
+    """The pretrained tag of an open_clip model (None: random init) and the local weights file it names, if it
+    names one; an unknown model or tag is an error."""
+    if open_clip.get_model_config(name) is None:
+        raise ModelError(f"unknown open_clip model {name!r}; see open_clip.list_models(), or peer:NAME for a "
+                         "published checkpoint")
+    tag = None if pretrained in (None, "none", "") else pretrained
+    weights = Path(tag) if tag is not None and Path(tag).is_file() else None
+    if tag is not None and weights is None and tag not in open_clip.list_pretrained_tags_by_model(name):
+        raise ModelError(f"pretrained tag {tag!r} does not exist for {name}; known tags: "
+                         f"{open_clip.list_pretrained_tags_by_model(name)} (or a local weights file, or 'none')")
+    return tag, weights
+
+
+def peer_weights(peer: registry.Peer) -> Path | None:
+    """A published checkpoint's local weights file; None for one published on the Hub (`hub_files`); an error
+    where it cannot be loaded or its file is not there."""
     if peer.architecture is None:
         raise ModelError(f"--model {registry.PREFIX}{peer.name} ({peer.method}) cannot be loaded: {peer.note}")
     if peer.hf_hub:
-        return load_hub(peer.hf_hub, device, precision, peer)
+        return None
     weights = registry.weights_file(peer)
     if weights is None:
         raise ModelError(registry.missing_message(peer))
+    return weights
+
+
+def hub_files(repo: str, peer: registry.Peer | None = None) -> tuple[str | None, str | None]:
+    """A Hub model's config and weights files in the local cache (None where not cached), once the Hub can be
+    reached to download what is not (else the one line saying why not)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo, CONFIG_FILE)
+    weights = next((w for w in (try_to_load_from_cache(repo, f) for f in HUB_WEIGHTS) if isinstance(w, str)), None)
+    cached = cached if isinstance(cached, str) else None
+    if cached is None or weights is None:
+        named = f"{registry.PREFIX}{peer.name} ({peer.method}, {HF_HUB}{repo})" if peer else f"{HF_HUB}{repo}"
+        hub_reachable(f"--model {named}: its config and weights are",
+                      f"download them once with `hf download {repo}` (then HF_HUB_OFFLINE=1 uses the "
+                      "cache)")
+    return cached, weights
+
+
+def load_peer(peer: registry.Peer, device: str, precision: str) -> ClipModel:
+    """A published checkpoint with the architecture its registry entry states, its file's digest checked where
+    one is published."""
+    weights = peer_weights(peer)
+    if weights is None:
+        return load_hub(peer.hf_hub, device, precision, peer)
     digest = file_digest(weights)
     if peer.sha256 and digest != peer.sha256:
         raise ModelError(f"{weights} is not the {peer.method} file its authors published (sha256 {digest}, "
@@ -217,13 +270,8 @@ def load_hub(repo: str, device: str, precision: str, peer: registry.Peer | None 
     record QuickGELU for a fine-tune of OpenAI's weights is corrected, said in one line."""
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-    cached = try_to_load_from_cache(repo, CONFIG_FILE)
-    weights = next((w for w in (try_to_load_from_cache(repo, f) for f in HUB_WEIGHTS) if isinstance(w, str)), None)
-    if not isinstance(cached, str) or weights is None:
-        named = f"{registry.PREFIX}{peer.name} ({peer.method}, {HF_HUB}{repo})" if peer else f"{HF_HUB}{repo}"
-        hub_reachable(f"--model {named}: its config and weights are",
-                      f"download them once with `hf download {repo}` (then HF_HUB_OFFLINE=1 uses the "
-                      "cache)")
+    cached, _ = hub_files(repo, peer)
+    if cached is None:
         cached = hf_hub_download(repo, CONFIG_FILE)
     config = json.loads(Path(cached).read_text(encoding="utf-8"))
     quick_gelu = bool(config["model_cfg"].get("quick_gelu"))

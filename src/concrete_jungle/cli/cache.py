@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
     )
     p.add_argument("datasets", nargs="+", metavar="DATASET",
                    help="ConcreteBatch directories, or folders of stores (plain pairs)")
-    p.add_argument("--workers", type=non_negative_int, default=4, help="decoding processes (default %(default)s)")
+    p.add_argument("--workers", type=non_negative_int, help="decoding processes (default: 4, at most the CPUs this "
+                   "process may use)")
     p.add_argument("--partial", action="store_true",
                    help="cache the finished shards of an unfinished or unmerged dataset (refused otherwise)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -38,11 +39,13 @@ def run(args, console: Console) -> int:
         if not is_pairs_store(Path(d)):
             shard_urls(d, args.partial)
     check_model_args(args)
+    from ..train.config import capped_workers, default_workers
     from ..train.image_cache import build_cache
 
+    workers = default_workers() if args.workers is None else capped_workers(args.workers, "--workers")
     clip, _ = load_model_from_args(args)
     for d in args.datasets:
-        folder = build_cache(d, clip, workers=args.workers, progress=not args.no_progress, partial=args.partial)
+        folder = build_cache(d, clip, workers=workers, progress=not args.no_progress, partial=args.partial)
         size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
         console.print(f"{d}: cache {folder} ({size:.0f} MiB)", highlight=False)
     return 0

@@ -175,16 +175,21 @@ def benchmarks_present(root: Path, console: Console, kind: str = "all", flag: st
 
 
 def check_models(args) -> list | None:
-    """The entries of ``--models`` (`leaderboard.entries`), checked before any data or model loads; None without."""
+    """The entries of ``--models`` (`leaderboard.entries`), each checked as far as it can be without loading it
+    (`models.check_model`: its weights there, its config loadable) before any data or model loads; None without."""
     if not args.models:
         return None
     from ..evaluation.leaderboard import entries
+    from ..models import check_model
 
     given = [flag for flag, value in (("--model", args.model), ("--checkpoint", args.checkpoint)) if value]
     if given or args.compare:
         raise ValueError(f"--models names every model; drop {' and '.join(given) or '--compare'} (the first of "
                          "--models is the reference)")
-    return entries(args.models, args.pretrained)
+    models = entries(args.models, args.pretrained)
+    for entry in models:
+        check_model(entry.name, entry.pretrained, entry.checkpoint)
+    return models
 
 
 def run_models(args, models: list, loaded: dict, console: Console) -> int:

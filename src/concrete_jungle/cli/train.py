@@ -6,6 +6,7 @@ import os
 
 from rich.console import Console
 
+from ..loss_options import LOSS_NAMES, PEER_LOSSES
 from .args import add_print_config, positive_float, positive_int, print_config
 
 
@@ -23,8 +24,9 @@ def add_parser(sub) -> None:
     p.add_argument("--pretrained", help="pretrained tag or none")
     p.add_argument("--checkpoint", help="start from a checkpoint directory of ours")
     p.add_argument("--data", nargs="+", help="ConcreteBatch directories")
-    p.add_argument("--loss", choices=["cement", "infonce", "static", "inverse"],
-                   help="cement (adaptive margin), infonce (no margin), static (loss.static_margin), inverse")
+    p.add_argument("--loss", choices=LOSS_NAMES, metavar="NAME",
+                   help="loss.name: cement (adaptive margin), infonce (no margin), static (loss.static_margin), "
+                        f"inverse, or a peer's loss, {', '.join(PEER_LOSSES)} (its section loss.NAME; docs/peers.md)")
     p.add_argument("--batch-size", type=positive_int, help="anchors per step, over all processes")
     p.add_argument("--steps", type=positive_int, help="optimisation steps (overrides --epochs)")
     p.add_argument("--epochs", type=positive_int, help="passes over the data")

@@ -192,6 +192,9 @@ def compare(first: list[str | Path], second: list[str | Path] | None = None, res
     else:
         sides = [(n, [n], [r]) for n, r in zip(names, results)]
     keys = list(dict.fromkeys(k for r in results for k in r["metrics"]))
+    # the headline metrics (M.Avg) first, then the rest (subsets, groups) in the results' order
+    headlines = [k for k in BENCHMARKS[benchmarks[0]].headlines if k in keys] if benchmarks[0] in BENCHMARKS else []
+    keys = headlines + [k for k in keys if k not in headlines]
     known = [k for k in keys if not without and k in results[0]["outcomes"]["metrics"]]
     base = sides[0][2]
     intervals = []  # per later column: the bootstrap of every metric with a recipe, one pass over the resamples
@@ -210,7 +213,8 @@ def compare(first: list[str | Path], second: list[str | Path] | None = None, res
                 diff = {"vs": label} | interval[k]
                 diff["verdict"] = verdict(diff["ci95"])
                 flags = [binary(r["outcomes"], k) for r in (base[0], runs[0])]
-                if len(base) == len(runs) == 1 and all(f is not None for f in flags):
+                # an empty subset has no difference, hence no test of one (McNemar on no items gave p = 1)
+                if len(base) == len(runs) == 1 and all(f is not None and len(f) for f in flags):
                     diff["mcnemar"] = mcnemar(*flags)
             else:  # no per-item outcomes, or a metric that is not a mean of them (mAP)
                 first = row["values"][0]

@@ -9,17 +9,14 @@ config fails in a fraction of a second, before any data is read or model built.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
-from ..loss_options import CEClipOptions, DeGLAOptions, FSCCLIPOptions, NegCLIPOptions, TripletCLIPOptions
+from ..loss_options import (LOSS_NAMES, CEClipOptions, DeGLAOptions, FSCCLIPOptions, NegCLIPOptions,
+                            TripletCLIPOptions)
 from ..sources import SourceError, expand_paths
-
-LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
-# the field's losses (`loss.LOSSES`), each configured by its section loss.<name>
-PEER_LOSSES = ("negclip", "tripletclip", "ce_clip", "fsc_clip", "degla")
-LOSS_NAMES = (*LOSS_SCHEDULES, *PEER_LOSSES)
 PRECISIONS = ("fp32", "amp_bf16")  # what training does: fp32, or bf16 autocast on CUDA
 
 
@@ -39,9 +36,25 @@ class ModelConfig:
             raise_problems([f"model.precision {self.precision!r} is not one of {', '.join(PRECISIONS)}"])
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a container's or taskset's share, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def default_workers() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(4, cores)
+    return min(4, usable_cpus())
+
+
+def capped_workers(workers: int, setting: str, note: bool = True) -> int:
+    """``workers`` DataLoader processes, at most `usable_cpus`: more only contend for the same CPUs (and torch
+    warns at every loader it starts); the cap is said once, in a line naming ``setting``."""
+    cpus = usable_cpus()
+    if workers <= cpus:
+        return workers
+    if note:
+        print(f"note: {setting} {workers} is more than the {cpus} CPU(s) this process may use: {cpus} worker "
+              "process(es)", file=sys.stderr)
+    return cpus
 
 
 @dataclass(frozen=True)

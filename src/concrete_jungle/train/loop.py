@@ -25,7 +25,7 @@ import shutil
 import sys
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -36,7 +36,7 @@ from ..errors import Interrupted, TrainingError
 from ..locks import locked
 from ..records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
 from ..text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
-from .config import TrainConfig, check_config, check_resumable, count_records, warmup_warning
+from .config import TrainConfig, capped_workers, check_config, check_resumable, count_records, warmup_warning
 from .data import EpochBatches, data_path, epoch_batches, training_set
 from .objective import Objective, extras, placed
 from .process import StopSignals, distributed
@@ -118,8 +118,10 @@ class Run:
     step_in_epoch) is the one state the steps share."""
 
     def __init__(self, config: TrainConfig, progress: bool = True, label: str = "train"):
-        self.config, self.progress, self.label = config, progress, label
         self.rank, self.world, self.local_rank = distributed()
+        workers = capped_workers(config.data.workers, "data.workers", note=self.rank == 0)
+        config = replace(config, data=replace(config.data, workers=workers))  # the run records what it used
+        self.config, self.progress, self.label = config, progress, label
         self.out = Path(config.out)
         self.ckpt_root = self.out / "checkpoints"
         self.step_count, self.epoch, self.step_in_epoch = 0, 0, 0

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from ..loss import LOSSES, CementLoss
-from .config import LOSS_SCHEDULES, LossConfig
+from ..loss_options import LOSS_SCHEDULES
+from .config import LossConfig
 from .ema import EmaTeacher
 
 TOKEN_EXTRAS = frozenset({"image_tokens", "text_tokens", "text_token_mask"})

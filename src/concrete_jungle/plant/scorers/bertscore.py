@@ -36,7 +36,7 @@ class BERTScoreScorer:
         if num_layers is None and model not in model2layers:
             raise PlantError(f"scorer bertscore: bert-score does not know the layer of {model}; pass "
                              "--scorer-option bertscore.num_layers=N (scoring.scorers.bertscore.num_layers)")
-        check_model_available(model, "scorer bertscore's model", "config.json")
+        check_model_available(model, "--scorer-option bertscore.model=", "config.json")
 
     def f1(self, candidates: list[str], references: list[str]) -> list[float]:
         return self.scorer.score(candidates, references, batch_size=self.batch_size)[2].tolist()

@@ -25,7 +25,7 @@ class DinoScorer:
     def check_options(cls, model: str = "facebook/dinov2-base", **_) -> None:
         from ..hub import check_model_available
 
-        check_model_available(model, "scorer dino's model", "config.json")
+        check_model_available(model, "--scorer-option dino.model=", "config.json")
 
     @torch.no_grad()
     def similarity(self, a: list, b: list) -> list[float]:
