@@ -676,6 +676,48 @@ def test_degla_options_name_the_bad_key(key, value):
         DeGLAOptions(**{key: value})
 
 
+# ----------------------------------------------------------------------------- every loss: missing rows
+
+
+def missing_rows_filled(fill):
+    """The K = 3 batch with missing captions and pictures (MASKED, MASKED_IMAGES), every missing row of the
+    features, of the token features and of the teacher's features holding ``fill``; the rows that exist are the
+    same for every ``fill``."""
+    n, k = MASKED.shape
+    image, text, s, c, has_negative, has_image = hard_negative_batch(n, k, has_negative=MASKED,
+                                                                     has_negative_image=MASKED_IMAGES, missing=fill)
+    patches, tokens, mask = fsc_tokens(n, k, has_negative)
+    with torch.no_grad():
+        tokens[n:][~has_negative.flatten()] = fill
+    teacher_image, teacher_text = teacher_batch(torch.nan_to_num(image, nan=0.0), text, has_negative)
+    teacher_image[n:], teacher_text[n:][~has_negative.flatten()] = fill, fill
+    extras = {"image_tokens": patches, "text_tokens": tokens, "text_token_mask": mask,
+              "teacher_image_features": teacher_image, "teacher_text_features": teacher_text}
+    return (image, text, s, patches, tokens), (c, has_negative, has_image), extras
+
+
+EVERY_LOSS = {"cement": lambda: CementLoss("adaptive"), "infonce": lambda: CementLoss("none"),
+              "static": lambda: CementLoss("static"), **{name: cls for name, (cls, _) in LOSSES.items()}}
+
+
+@pytest.mark.parametrize("fill", [float("nan"), 1e6])
+@pytest.mark.parametrize("name", EVERY_LOSS)
+def test_every_loss_s_value_and_gradients_ignore_what_a_missing_row_holds(name, fill):
+    """layout.py's promise: a missing row's values reach neither the loss nor its gradient, so NaN or 1e6 there
+    gives exactly the zero-filled batch's value and gradients (Cement's matrix product once turned NaN into NaN
+    gradients of every row)."""
+    results = []
+    for value in (0.0, fill):
+        leaves, (c, has_negative, has_image), extras = missing_rows_filled(value)
+        loss = EVERY_LOSS[name]()
+        wanted = {key: extras[key] for key in getattr(loss, "needs", ())}
+        out = loss(*leaves[:3], c, has_negative, has_image, **wanted)
+        results.append([out.detach(), *torch.autograd.grad(out, leaves, allow_unused=True, materialize_grads=True)])
+    for got, want in zip(*reversed(results)):
+        assert torch.isfinite(got).all()
+        assert torch.equal(got, want)
+
+
 # ----------------------------------------------------------------------------- every loss: data parallel
 
 WORLD = 2

@@ -230,6 +230,9 @@ class TrainConfig:
     epochs: int = 1
     steps: int | None = None  # overrides epochs when set
     seed: int = 0
+    # after each step the temperature exp(logit_scale) is clamped to at most this, as open_clip's trainer does
+    # (100: logit_scale in [0, ln 100]); null: never clamped, as TripletCLIP's released train.py
+    clamp_logit_scale: float | None = 100.0
     log_every: int = 1
     save_every: int = 500
     # the final checkpoint of a finished run keeps only the weights (what evaluation and fine-tuning read);
@@ -243,6 +246,10 @@ class TrainConfig:
         flags = {"batch_size": "--batch-size", "epochs": "--epochs", "steps": "--steps", "log_every": None}
         problems = [f"{k} must be >= 1, got {getattr(self, k)}" + (f" (flag {f})" if f else "")
                     for k, f in flags.items() if getattr(self, k) is not None and getattr(self, k) < 1]
+        bound = self.clamp_logit_scale
+        if bound is not None and not (1 <= bound < float("inf")):
+            problems.append(f"clamp_logit_scale must be a finite number >= 1 (the largest exp(logit_scale); 100 is "
+                            f"open_clip's), or null for no clamp, got {bound}")
         if self.save_every < 0:
             problems.append(f"save_every must be >= 0 (0: only the final checkpoint), got {self.save_every}")
         if not self.out.strip():
