@@ -149,6 +149,22 @@ def negatives_of(meta: dict, members, read_text, read_picture) -> list[dict]:
     return out
 
 
+def slots_of(record: dict, k: int) -> list[int]:
+    """The batch slot (0..K-1) of each of a record's negatives: the one its type names where its format has negatives
+    of fixed types (``slot`` in each negative's json entry, written by `import`: CE-CLIP's relation, adj, noun and
+    verb rewrites), so that a type a record lacks leaves its slot empty and never shifts the others into it; else
+    its position."""
+    entries = (record.get("meta") or {}).get("negatives") or []
+    if entries and all("slot" in e for e in entries):
+        slots = [int(e["slot"]) for e in entries]
+        if max(slots) >= k or len(set(slots)) < len(slots):
+            raise DatasetError(f"record {record['meta'].get('id')!r} puts its negatives in slots {slots}, of "
+                               f"{k}: the dataset's summary.json names fewer slots, or two negatives share one; "
+                               "re-make the dataset with `concrete-jungle import`")
+        return slots
+    return list(range(len(record["negatives"])))
+
+
 def negative_slots(parts) -> tuple[int, int]:
     """(K, P) of a training set's parts (record sets with `negatives_per_record` and `has_negative_pictures`): the
     most negatives a record holds (at least 1, so that every batch has the loss's layout), and K picture slots when
@@ -275,11 +291,14 @@ def picture(data: bytes, where: str) -> Image.Image:
             from None
 
 
-def record_fields(meta: dict, members, read: callable, where: str) -> dict:
+def record_fields(meta: dict, members, read: callable, where: str, negative_pictures: bool = True) -> dict:
     """The decoded fields of a record whose members ``read(ext)`` returns as bytes: image, caption, the first
     negative as neg_image (None without a picture), neg_caption and concreteness, and every negative in
-    ``negatives`` (`negatives_of`)."""
+    ``negatives`` (`negatives_of`). ``negative_pictures`` false: no negative's picture is read or decoded (each is
+    None), for a reader that uses none."""
     def read_picture(ext: str, k: int):
+        if not negative_pictures:
+            return None
         return picture(read(ext), f"the picture of negative {k + 1} of {where}")
 
     negatives = negatives_of(meta, members, lambda ext: read(ext).decode("utf-8"), read_picture)
@@ -387,16 +406,21 @@ def read_member(location: tuple[str, int, int]) -> bytes:
 class IndexedConcreteBatch:
     """Random access to ConcreteBatch records (map-style): ``dataset[i]`` -> dict of decoded fields."""
 
-    def __init__(self, roots: list[str | Path], partial: bool = False):
+    def __init__(self, roots: list[str | Path], partial: bool = False, negative_pictures: bool = True):
         self.urls = [u for root in roots for u in shard_urls(root, partial)]
         self.records = index_shards(self.urls)
+        self.negative_pictures = negative_pictures  # false: records come without their negatives' pictures
+        summaries = [Path(root) / "summary.json" for root in roots]
+        self.typed_slots = [len(json.loads(p.read_text(encoding="utf-8")).get("slots", [])) for p in summaries
+                            if p.is_file()]
 
     def __len__(self) -> int:
         return len(self.records)
 
     def negatives_per_record(self) -> int:
-        """K: the most negatives a record holds (read from the index, no record decoded)."""
-        return max((negative_count(r) for r in self.records), default=0)
+        """K: the most negatives a record holds (read from the index, no record decoded), or the number of types of
+        a format whose negatives sit in their type's slot (`slots_of`; its summary.json names them)."""
+        return max([negative_count(r) for r in self.records] + self.typed_slots, default=0)
 
     def has_negative_pictures(self) -> bool:
         """Whether any negative of any record has its picture (sets of captions-only negatives have none)."""
@@ -406,5 +430,6 @@ class IndexedConcreteBatch:
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]
         meta = json.loads(read_member(r["json"]))
-        fields = record_fields(meta, r, lambda ext: read_member(r[ext]), f"record {i} of {r['jpg'][0]}")
+        fields = record_fields(meta, r, lambda ext: read_member(r[ext]), f"record {i} of {r['jpg'][0]}",
+                               self.negative_pictures)
         return fields | {"has_negative": True}

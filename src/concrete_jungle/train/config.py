@@ -17,6 +17,10 @@ from ..loss_options import CEClipOptions, DeGLAOptions, FSCCLIPOptions, NegCLIPO
 from ..sources import SourceError, expand_paths
 
 LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
+# the margin parameters each margin schedule reads (docs/method.md §5); the field's losses read none of them
+MARGIN_KEYS = ("m_min", "m_max", "center", "tau", "static_margin")
+SCHEDULE_READS = {"adaptive": ("m_min", "m_max", "center", "tau"), "inverse": ("m_min", "m_max", "center", "tau"),
+                  "static": ("static_margin",), "none": ()}
 # the field's losses (`loss.LOSSES`), each configured by its section loss.<name>
 PEER_LOSSES = ("negclip", "tripletclip", "ce_clip", "fsc_clip", "degla")
 LOSS_NAMES = (*LOSS_SCHEDULES, *PEER_LOSSES)
@@ -97,7 +101,47 @@ class LossConfig:
             problems.append(f"loss.tau must be > 0, got {self.tau}")
         if self.m_min > self.m_max:
             problems.append(f"loss.m_min {self.m_min} is above loss.m_max {self.m_max}")
-        raise_problems(problems + non_finite(self, "loss"))
+        raise_problems(problems + non_finite(self, "loss") + self.unread())
+
+    def unread(self) -> list[str]:
+        """Every option that differs from its default but that the loss named, under its own settings, does not
+        read: a margin parameter of another schedule or under a peer loss, another loss's section, an option its
+        section's other settings switch off (`loss_options`)."""
+        from dataclasses import fields
+
+        if self.name not in LOSS_NAMES:
+            return []
+        defaults = {f.name: f.default for f in fields(self)}
+        reads = SCHEDULE_READS[LOSS_SCHEDULES[self.name]] if self.name in LOSS_SCHEDULES else ()
+        who = (f"schedule {LOSS_SCHEDULES[self.name]}" if self.name in LOSS_SCHEDULES else "a peer loss, which has "
+               f"its own section loss.{self.name}")
+        problems = [f"loss.{key} {getattr(self, key)} is not read: it is a Cement margin parameter, and loss.name "
+                    f"{self.name} ({who}) reads {', '.join(reads) or 'none of them'}; remove it or choose a loss "
+                    "that reads it" for key in MARGIN_KEYS if key not in reads and getattr(self, key) != defaults[key]]
+        problems += [f"loss.{other} is not read: loss.name is {self.name}; remove the section or set loss.name: "
+                     f"{other}" for other in PEER_LOSSES if other != self.name
+                     and getattr(self, other) != type(getattr(self, other))()]
+        if self.name in PEER_LOSSES:
+            problems += getattr(self, self.name).unread()
+        return problems
+
+
+def reads_negative_images(loss: LossConfig) -> bool:
+    """Whether the loss reads the negatives' pictures: Cement (every schedule), TripletCLIP, and NegCLIP's later
+    version do; CE-CLIP, FSC-CLIP and DeGLA have none in their data and read none, so a run of them neither decodes
+    nor encodes a picture it would not use."""
+    if loss.name == "negclip":
+        return loss.negclip.negative_images
+    return loss.name in LOSS_SCHEDULES or loss.name == "tripletclip"
+
+
+def check_loss_data(loss: LossConfig, negative_pictures: bool) -> None:
+    """What a loss refuses of the data it is given: TripletCLIP without a single negative picture, whose second
+    half would be empty (NegCLIP's first version under TripletCLIP's name), unless allowed."""
+    if loss.name == "tripletclip" and not negative_pictures and not loss.tripletclip.allow_caption_only:
+        raise ConfigError("loss.name tripletclip on data whose negatives have no picture: its negative pairs' half "
+                          "is empty and the loss is NegCLIP's first version; train it on a set with negative "
+                          "pictures (import tripletclip), or set loss.tripletclip.allow_caption_only: true")
 
 
 @dataclass(frozen=True)

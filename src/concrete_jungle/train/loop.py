@@ -36,8 +36,9 @@ from ..errors import Interrupted, TrainingError
 from ..locks import locked
 from ..records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
 from ..text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
-from .config import TrainConfig, check_config, check_resumable, count_records, warmup_warning
-from .data import EpochBatches, data_path, epoch_batches, training_set
+from .config import (TrainConfig, check_config, check_loss_data, check_resumable, count_records,
+                     reads_negative_images, warmup_warning)
+from .data import EpochBatches, data_path, epoch_batches, in_memory, source_set
 from .objective import Objective, extras, placed
 from .process import StopSignals, distributed
 from .regime import Regime
@@ -147,8 +148,14 @@ class Run:
         self.regime = Regime(self.model, config.regime)  # frozen weights and adapters, before the optimizer
         if config.model.grad_checkpointing:
             self.model.set_grad_checkpointing(True)
-        self.dataset = training_set(config.data, self.clip, progress=self.progress and self.rank == 0,
-                                    skip_log=self.out / "skipped_pairs.jsonl")
+        reads_pictures = reads_negative_images(config.loss)
+        stored = source_set(config.data, self.clip, skip_log=self.out / "skipped_pairs.jsonl",
+                            negative_images=reads_pictures)
+        check_loss_data(config.loss, stored.negative_pictures)  # before a preload decodes the whole set
+        if stored.negative_pictures and not reads_pictures and self.rank == 0:
+            print(f"data: loss {config.loss.name} reads no negative picture: the set's are neither decoded nor "
+                  "encoded", file=sys.stderr)
+        self.dataset = in_memory(stored, config.data, progress=self.progress and self.rank == 0)
         if len(self.dataset) < config.batch_size:
             raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(self.dataset)} "
                               "records)")
