@@ -463,6 +463,23 @@ def test_fsc_clip_matches_its_formula(options, n, k, has_negative):
     assert out["contrastive_loss"].item() == pytest.approx(float(expected))
 
 
+@pytest.mark.parametrize("options", [o for o in FSC_OPTIONS if o.local_negatives])
+@pytest.mark.parametrize("n, k, has_negative", [(6, 1, None), (5, 3, MASKED)])
+def test_fsc_clip_local_loss_and_its_gradients_equal_the_transcription_to_1e_10(options, n, k, has_negative):
+    """The local loss's cosines are computed from patch similarities and the patches' Gram matrix with a
+    hand-written gradient (`GroupedCosine`): the transcription's averaged patches, values and gradients, to 1e-10."""
+    image, text, s, c, has_negative, _ = hard_negative_batch(n, k, has_negative=has_negative)
+    patches, tokens, mask = fsc_tokens(n, k, has_negative)
+    options = FSCCLIPOptions(**{**options.__dict__, "global_negatives": False})
+    ours = FSCCLIPLoss(options)(image, text, s, c, has_negative, image_tokens=patches, text_tokens=tokens,
+                                text_token_mask=mask)
+    reference = fsc_clip_reference(image, text, s, has_negative, options, patches, tokens, mask)
+    for got, want in zip(fsc_values_and_grads(ours, image, text, s, patches, tokens),
+                         fsc_values_and_grads(reference, image, text, s, patches, tokens)):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+
+
 def fsc_clip_released_formula(image, text, s, patches, tokens, mask, options):
     """Global_HNLoss and Local_HNLoss as the released loss.py computes them, densely (one process, every negative
     present, K negatives per caption, focal loss with label smoothing, min-max patch weights)."""
