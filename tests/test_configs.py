@@ -108,3 +108,64 @@ def test_a_bad_set_value_names_the_set_an_unknown_yaml_key_gets_a_suggestion_and
     assert main(["train", "--config", str(config)]) == 2
     assert f"error: {config}: missing required key(s) out (flag --out DIR)" in " ".join(capsys.readouterr().err.split())
 
+
+
+@pytest.mark.parametrize("overrides, message", [
+    # Cement's margin parameters under a loss that reads none, or another schedule's
+    (["loss.name=negclip", "loss.tau=0.3"], "loss.tau 0.3 is not read: it is a Cement margin parameter, and "
+                                            "loss.name negclip"),
+    (["loss.name=fsc_clip", "loss.m_min=-1"], "loss.m_min -1.0 is not read"),
+    (["loss.name=degla", "loss.m_max=3"], "loss.m_max 3.0 is not read"),
+    (["loss.name=ce_clip", "loss.static_margin=2"], "loss.static_margin 2.0 is not read"),
+    (["loss.name=infonce", "loss.center=3"], "loss.center 3.0 is not read: it is a Cement margin parameter, and "
+                                             "loss.name infonce (schedule none) reads none of them"),
+    (["loss.name=cement", "loss.static_margin=2"], "reads m_min, m_max, center, tau"),
+    (["loss.name=static", "loss.tau=0.3"], "loss.tau 0.3 is not read"),
+    # another loss's section
+    (["loss.name=negclip", "loss.fsc_clip.local_weight=0.5"], "loss.fsc_clip is not read: loss.name is negclip"),
+    # an option its own section's settings switch off
+    (["loss.name=fsc_clip", "loss.fsc_clip.focal=false", "loss.fsc_clip.focal_gamma=3"],
+     "loss.fsc_clip.focal_gamma 3.0 is not read: it is the focal loss's gamma, and focal is false"),
+    (["loss.name=fsc_clip", "loss.fsc_clip.local_negatives=false", "loss.fsc_clip.local_weight=0.5"],
+     "loss.fsc_clip.local_weight 0.5 is not read: the local loss reads it, and local_negatives is false"),
+    (["loss.name=fsc_clip", "loss.fsc_clip.local_negatives=false", "loss.fsc_clip.sim_normalizer=softmax"],
+     "loss.fsc_clip.sim_normalizer 'softmax' is not read"),
+    (["loss.name=fsc_clip", "loss.fsc_clip.local_negatives=false", "loss.fsc_clip.sim_sparsify=true"],
+     "loss.fsc_clip.sim_sparsify True is not read"),
+    (["loss.name=fsc_clip", "loss.fsc_clip.global_negatives=false", "loss.fsc_clip.global_weight=1"],
+     "loss.fsc_clip.global_weight 1.0 is not read"),
+    (["loss.name=fsc_clip", "loss.fsc_clip.global_negatives=false", "loss.fsc_clip.local_negatives=false",
+      "loss.fsc_clip.label_smoothing=0.1"], "loss.fsc_clip.label_smoothing 0.1 is not read"),
+    (["loss.name=ce_clip", "loss.ce_clip.fixed_threshold=10"],
+     "loss.ce_clip.fixed_threshold 10.0 is not read: it is the threshold of threshold: fixed, and threshold is mean"),
+    (["loss.name=ce_clip", "loss.ce_clip.threshold=fixed", "loss.ce_clip.threshold_upper_bound=5"],
+     "loss.ce_clip.threshold_upper_bound 5.0 is not read"),
+    (["loss.name=ce_clip", "loss.ce_clip.cmr_weight=0", "loss.ce_clip.threshold=max"],
+     "loss.ce_clip.threshold 'max' is not read: its thresholds are the rank loss's"),
+    (["loss.name=degla", "loss.degla.tgc_weight=0", "loss.degla.distill_weight=0", "loss.degla.ema_decay=0.99"],
+     "loss.degla.ema_decay 0.99 is not read: no teacher is kept"),
+    (["loss.name=degla", "loss.degla.tgc_weight=0", "loss.degla.tgc_scale=3"], "loss.degla.tgc_scale 3.0 is not read"),
+])
+def test_an_option_the_loss_does_not_read_is_refused_naming_it_the_loss_and_the_setting(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, ["out=x", *overrides])
+
+
+@pytest.mark.parametrize("overrides", [
+    ["loss.name=negclip", "loss.tau=0.15", "loss.static_margin=1.0"],  # a shared recipe's margins at their defaults
+    ["loss.name=degla", "loss.degla.tgc_weight=0", "loss.degla.ema_decay=0.99"],  # the distillation reads a teacher
+    ["loss.name=ce_clip", "loss.ce_clip.threshold=fixed", "loss.ce_clip.fixed_threshold=10"],
+    ["loss.name=fsc_clip", "loss.fsc_clip.local_negatives=false", "loss.fsc_clip.focal_gamma=3"],
+])
+def test_options_the_loss_reads_and_defaults_left_as_they_are_are_accepted(overrides):
+    load_config(None, ["out=x", *overrides])
+
+
+def test_a_printed_config_of_a_peer_loss_reads_back(tmp_path):
+    """Every key written out (`--print-config`, config.json): the keys at their defaults are the run without them."""
+    import yaml
+    from dataclasses import asdict
+
+    config = load_config(None, ["out=x", "loss.name=fsc_clip", "loss.fsc_clip.local_negatives=false"])
+    (tmp_path / "printed.yaml").write_text(yaml.safe_dump(asdict(config)))
+    assert load_config(str(tmp_path / "printed.yaml"), []) == config

@@ -750,3 +750,75 @@ def test_an_imported_set_trains_one_step_and_evaluates(negclip, data_root, tmp_p
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["step"] == 1 and np.isfinite(rows[0]["loss"])
     assert any(0 <= r.get("eval/sugarcrepe/M.Avg", -1) <= 1 for r in rows)
+
+
+def test_ceclip_rewrites_sit_in_their_type_s_slot_and_its_thresholds_stay_per_type(tmp_path):
+    """CE-CLIP keeps one threshold per rewrite type. Record 1 lacks its relation swap (type 0): its adjective
+    rewrite must sit in slot 1 with record 0's, slot 0 empty, not packed into slot 0 where tau_0 would mix the
+    relation swaps with it. Two steps of the loss on the batch the import and the data path make, against the
+    thresholds and loss computed per type from the records themselves."""
+    import torch
+    import torch.nn.functional as F
+
+    from concrete_jungle.loss import CEClipLoss
+    from concrete_jungle.models import load_model
+    from concrete_jungle.train.config import DataConfig
+    from concrete_jungle.train.data import source_set
+    from test_peer_losses import ce_clip_reference
+
+    kinds = ("relation", "adj", "noun", "verb")
+    items = []
+    for i, has_relation in enumerate([True, False]):
+        caption, negatives = CAPTIONS[i]
+        picture(tmp_path / "train2014" / f"COCO_train2014_{2000 + i:012d}.jpg", 700 + i)
+        items.append({"image_id": 2000 + i, "id": 80000 + i, "caption": caption,
+                      "relation_aug_caption": negatives[0] if has_relation else "###",
+                      "adj_aug_caption": caption.replace("A ", "A tiny ", 1), "noun_aug_caption": "###",
+                      "verb_aug_caption": "###", "valid_caption": [1, int(has_relation), 1, 0, 0]})
+    (tmp_path / "train.json").write_text(json.dumps(items))
+    out = tmp_path / "cb"
+    assert main(["import", "ce-clip", str(tmp_path / "train.json"), "--images", str(tmp_path), "--out", str(out),
+                 "--no-progress"]) == 0
+    clip = load_model("cj-tiny", "none")
+    dataset = source_set(DataConfig(concretebatch=[str(out)], workers=0), clip)
+    order = sorted(range(len(dataset)), key=lambda i: dataset.parts[0][i]["meta"]["fields"]["id"])
+    image, _, tokens, negative_tokens, c, has_negative, _ = torch.utils.data.default_collate(
+        [dataset[i] for i in order])
+    assert has_negative.tolist() == [[True, True, False, False], [False, True, False, False]]
+    adjective = clip.tokenizer([items[1]["adj_aug_caption"]])[0]
+    assert torch.equal(negative_tokens[1, 1], adjective) and not negative_tokens[1, 0].any()
+
+    # features: the anchors' pictures at random, each caption the sum of its tokens' fixed random vectors
+    g = torch.Generator().manual_seed(5)
+    table = torch.randn(int(tokens.max().max()) + int(negative_tokens.max()) + 1, 16, generator=g,
+                        dtype=torch.float64)
+    def encode(rows):  # noqa: E306
+        return F.normalize(torch.stack([table[r[r > 0]].sum(0) if r.any() else torch.zeros(16, dtype=torch.float64)
+                                        for r in rows]), dim=1)
+    n, k = has_negative.shape
+    pictures = F.normalize(torch.randn(n, 16, generator=g, dtype=torch.float64) + encode(tokens), dim=1)
+    images = torch.cat([pictures, torch.zeros(n * k, 16, dtype=torch.float64)])
+    texts = torch.cat([encode(tokens), encode(negative_tokens.flatten(0, 1))])
+    # the same rows from the records alone: type t of record a at row n + a K + t
+    by_type = torch.zeros(n, k, dtype=torch.bool)
+    reference_texts = texts.clone()
+    for a, item in enumerate(items):
+        for t, kind in enumerate(kinds):
+            if item["valid_caption"][t + 1]:
+                by_type[a, t] = True
+                reference_texts[n + a * k + t] = encode(clip.tokenizer([item[f"{kind}_aug_caption"]]))[0]
+    s = torch.tensor(10.0, dtype=torch.float64)
+    loss = CEClipLoss()
+    no_pictures = torch.zeros_like(has_negative)
+    first = loss(images, texts, s, c, has_negative, no_pictures)
+    with torch.no_grad():  # CE-CLIP's mean threshold of each type, over the records that have one
+        positive = s * (pictures * reference_texts[:n]).sum(1)
+        hard = s * (pictures[:, None] * reference_texts[n:].reshape(n, k, -1)).sum(-1)
+        tau = [float((positive.mean() - hard[by_type[:, t], t].mean()).clamp(0, 10)) if by_type[:, t].any() else 0.0
+               for t in range(k)]
+    assert tau[0] > 0 and tau[1] > 0 and tau[2:] == [0.0, 0.0]
+    torch.testing.assert_close(loss.thresholds, torch.tensor(tau, dtype=torch.float64), atol=1e-12, rtol=0)
+    second = loss(images, texts, s, c, has_negative, no_pictures)
+    options = loss.options
+    torch.testing.assert_close(first, ce_clip_reference(pictures, reference_texts, s, by_type, [0.0] * k, options))
+    torch.testing.assert_close(second, ce_clip_reference(images, reference_texts, s, by_type, tau, options))

@@ -463,6 +463,23 @@ def test_fsc_clip_matches_its_formula(options, n, k, has_negative):
     assert out["contrastive_loss"].item() == pytest.approx(float(expected))
 
 
+@pytest.mark.parametrize("options", [o for o in FSC_OPTIONS if o.local_negatives])
+@pytest.mark.parametrize("n, k, has_negative", [(6, 1, None), (5, 3, MASKED)])
+def test_fsc_clip_local_loss_and_its_gradients_equal_the_transcription_to_1e_10(options, n, k, has_negative):
+    """The local loss's cosines are computed from patch similarities and the patches' Gram matrix with a
+    hand-written gradient (`GroupedCosine`): the transcription's averaged patches, values and gradients, to 1e-10."""
+    image, text, s, c, has_negative, _ = hard_negative_batch(n, k, has_negative=has_negative)
+    patches, tokens, mask = fsc_tokens(n, k, has_negative)
+    options = FSCCLIPOptions(**{**options.__dict__, "global_negatives": False})
+    ours = FSCCLIPLoss(options)(image, text, s, c, has_negative, image_tokens=patches, text_tokens=tokens,
+                                text_token_mask=mask)
+    reference = fsc_clip_reference(image, text, s, has_negative, options, patches, tokens, mask)
+    for got, want in zip(fsc_values_and_grads(ours, image, text, s, patches, tokens),
+                         fsc_values_and_grads(reference, image, text, s, patches, tokens)):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+
+
 def fsc_clip_released_formula(image, text, s, patches, tokens, mask, options):
     """Global_HNLoss and Local_HNLoss as the released loss.py computes them, densely (one process, every negative
     present, K negatives per caption, focal loss with label smoothing, min-max patch weights)."""
@@ -674,6 +691,48 @@ def test_degla_reads_no_gradient_from_its_teacher_and_needs_only_what_its_terms_
 def test_degla_options_name_the_bad_key(key, value):
     with pytest.raises(ValueError, match=f"loss.degla.{key}"):
         DeGLAOptions(**{key: value})
+
+
+# ----------------------------------------------------------------------------- every loss: missing rows
+
+
+def missing_rows_filled(fill):
+    """The K = 3 batch with missing captions and pictures (MASKED, MASKED_IMAGES), every missing row of the
+    features, of the token features and of the teacher's features holding ``fill``; the rows that exist are the
+    same for every ``fill``."""
+    n, k = MASKED.shape
+    image, text, s, c, has_negative, has_image = hard_negative_batch(n, k, has_negative=MASKED,
+                                                                     has_negative_image=MASKED_IMAGES, missing=fill)
+    patches, tokens, mask = fsc_tokens(n, k, has_negative)
+    with torch.no_grad():
+        tokens[n:][~has_negative.flatten()] = fill
+    teacher_image, teacher_text = teacher_batch(torch.nan_to_num(image, nan=0.0), text, has_negative)
+    teacher_image[n:], teacher_text[n:][~has_negative.flatten()] = fill, fill
+    extras = {"image_tokens": patches, "text_tokens": tokens, "text_token_mask": mask,
+              "teacher_image_features": teacher_image, "teacher_text_features": teacher_text}
+    return (image, text, s, patches, tokens), (c, has_negative, has_image), extras
+
+
+EVERY_LOSS = {"cement": lambda: CementLoss("adaptive"), "infonce": lambda: CementLoss("none"),
+              "static": lambda: CementLoss("static"), **{name: cls for name, (cls, _) in LOSSES.items()}}
+
+
+@pytest.mark.parametrize("fill", [float("nan"), 1e6])
+@pytest.mark.parametrize("name", EVERY_LOSS)
+def test_every_loss_s_value_and_gradients_ignore_what_a_missing_row_holds(name, fill):
+    """layout.py's promise: a missing row's values reach neither the loss nor its gradient, so NaN or 1e6 there
+    gives exactly the zero-filled batch's value and gradients (Cement's matrix product once turned NaN into NaN
+    gradients of every row)."""
+    results = []
+    for value in (0.0, fill):
+        leaves, (c, has_negative, has_image), extras = missing_rows_filled(value)
+        loss = EVERY_LOSS[name]()
+        wanted = {key: extras[key] for key in getattr(loss, "needs", ())}
+        out = loss(*leaves[:3], c, has_negative, has_image, **wanted)
+        results.append([out.detach(), *torch.autograd.grad(out, leaves, allow_unused=True, materialize_grads=True)])
+    for got, want in zip(*reversed(results)):
+        assert torch.isfinite(got).all()
+        assert torch.equal(got, want)
 
 
 # ----------------------------------------------------------------------------- every loss: data parallel

@@ -543,8 +543,9 @@ def test_wandb_offline_logs_the_rows_of_metrics_jsonl(planted, tmp_path, monkeyp
     assert list((out / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
 
 
-def write_k_negative_set(root: Path, n: int = 16) -> Path:
-    """A ConcreteBatch whose records hold one or two negatives, some of them captions without a picture."""
+def write_k_negative_set(root: Path, n: int = 16, pictures: bool = True) -> Path:
+    """A ConcreteBatch whose records hold one or two negatives, some of them captions without a picture (all of
+    them without ``pictures``)."""
     from PIL import Image
 
     from concrete_jungle.concretebatch import ShardWriter, encode_jpeg, sample_key, shard_name
@@ -558,9 +559,9 @@ def write_k_negative_set(root: Path, n: int = 16) -> Path:
         k = 1 if i % 3 == 0 else 2
         ratings = [1.5 + i / n, 4.5 - i / n][:k]
         meta = {"id": f"s{i}", "concreteness": ratings[0], "negatives": [{"concreteness": r} for r in ratings]}
-        more = [(other if i % 4 == 1 else None, f"a photo of thing {i} beside a box")] if k == 2 else []
-        writer.write(sample_key(f"s{i}"), anchor, f"a photo of thing {i}", negative if i % 2 == 0 else None,
-                     f"a drawing of thing {i}", meta, more)
+        more = [(other if pictures and i % 4 == 1 else None, f"a photo of thing {i} beside a box")] if k == 2 else []
+        first = negative if pictures and i % 2 == 0 else None
+        writer.write(sample_key(f"s{i}"), anchor, f"a photo of thing {i}", first, f"a drawing of thing {i}", meta, more)
     writer.commit()
     return root
 
@@ -639,3 +640,38 @@ def test_each_peer_loss_trains_on_k_negatives_and_resumes_bitwise(tmp_path, k_ne
     again = metrics(tmp_path / "resumed" / "run")
     assert [{k: v for k, v in r.items() if k != "samples_per_s"} for r in again] == \
         [{k: v for k, v in r.items() if k != "samples_per_s"} for r in rows]
+
+
+@pytest.mark.parametrize("loss, reads", [("ce_clip", False), ("fsc_clip", False), ("degla", False),
+                                         ("negclip", True), ("tripletclip", True), ("cement", True)])
+def test_a_loss_that_reads_no_negative_picture_gets_none_decoded_or_cached(tmp_path, loss, reads):
+    """CE-CLIP, FSC-CLIP and DeGLA read no negative picture: a set that has them serves none (P = 0), decoded or
+    from its cache, so none is decoded, gathered or encoded; the other losses get them."""
+    from concrete_jungle.train.config import reads_negative_images
+    from concrete_jungle.train.data import source_set
+    from concrete_jungle.train.image_cache import CachedSet, build_cache
+
+    data = write_k_negative_set(tmp_path / "k2")  # its own: the cache built here would serve other tests
+    config_ = config(tmp_path, data, f"loss.name={loss}")
+    assert reads_negative_images(config_.loss) is reads
+    clip = load_model("cj-tiny", "none")
+    decoded = source_set(config_.data, clip, negative_images=reads)
+    assert decoded.negative_pictures and decoded.pictures == (2 if reads else 0)
+    batch = torch.utils.data.default_collate([decoded[i] for i in range(8)])
+    assert batch[1].shape[1] == decoded.pictures and bool(batch[6].any()) is reads
+    cached = CachedSet([build_cache(data, clip, progress=False)], negative_images=reads)
+    got = cached.batch(list(range(8)))
+    assert got[1].shape[1] == cached.pictures == decoded.pictures and torch.equal(got[6], batch[6])
+    assert torch.equal(got[5], batch[5])
+
+
+def test_tripletclip_on_captions_only_data_is_refused_unless_allowed(tmp_path, capsys):
+    """Without a single negative picture TripletCLIP's negative-pairs half is empty: NegCLIP's first version under
+    TripletCLIP's name, refused before any step unless allow_caption_only says it is meant."""
+    data = write_k_negative_set(tmp_path / "captions", pictures=False)
+    with pytest.raises(ConfigError, match="loss.name tripletclip on data whose negatives have no picture"):
+        train(config(tmp_path, data, "loss.name=tripletclip", "steps=1", "batch_size=4"), progress=False)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    train(config(tmp_path, data, "loss.name=tripletclip", "loss.tripletclip.allow_caption_only=true", "steps=1",
+                 "batch_size=4"), progress=False)
+    assert [r["step"] for r in metrics(tmp_path / "run")] == [1]

@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from concrete_jungle.configs import ConfigError
 from concrete_jungle.errors import TrainingError
 from concrete_jungle.train.config import load_config
 from concrete_jungle.train.data import EpochBatches, epoch_batches
@@ -73,3 +74,23 @@ def test_a_step_whose_loss_is_not_finite_stops_before_the_update(tmp_path, plant
     with pytest.raises(TrainingError, match="no longer finite after step 0"):
         steps.save("periodic")  # non-finite weights are never written
     assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("overrides, expected", [([], 100.0), (["clamp_logit_scale=null"], None),
+                                                 (["clamp_logit_scale=50"], 50.0)])
+def test_the_logit_scale_clamp_is_the_recipe_s_setting(tmp_path, planted, overrides, expected):
+    """open_clip's trainer clamps the temperature to 100 after each step, TripletCLIP's train.py never does: the
+    config says which it follows (clamp_logit_scale, default 100)."""
+    steps = started(config(tmp_path, planted, "optim.lr=1e-9", *overrides))
+    with torch.no_grad():
+        steps.model.logit_scale.fill_(float(torch.tensor(150.0).log()))
+    batch = next(iter(epoch_batches(steps.dataset, EpochBatches(len(steps.dataset), 8, 0, 1, 0, 0, 0), 0,
+                                    pin_memory=False)))
+    steps.step(batch, time.perf_counter())
+    temperature = steps.model.logit_scale.exp().item()
+    assert temperature == pytest.approx(150.0 if expected is None else expected, rel=1e-5)
+
+
+def test_the_logit_scale_clamp_must_be_a_temperature():
+    with pytest.raises(ConfigError, match="clamp_logit_scale must be a finite number >= 1"):
+        load_config(None, ["out=x", "clamp_logit_scale=0.5"])

@@ -155,6 +155,22 @@ def negatives_of(meta: dict, members, read_text, read_picture) -> list[dict]:
     return out
 
 
+def slots_of(record: dict, k: int) -> list[int]:
+    """The batch slot (0..K-1) of each of a record's negatives: the one its type names where its format has negatives
+    of fixed types (``slot`` in each negative's json entry, written by `import`: CE-CLIP's relation, adj, noun and
+    verb rewrites), so that a type a record lacks leaves its slot empty and never shifts the others into it; else
+    its position."""
+    entries = (record.get("meta") or {}).get("negatives") or []
+    if entries and all("slot" in e for e in entries):
+        slots = [int(e["slot"]) for e in entries]
+        if max(slots) >= k or len(set(slots)) < len(slots):
+            raise DatasetError(f"record {record['meta'].get('id')!r} puts its negatives in slots {slots}, of "
+                               f"{k}: the dataset's summary.json names fewer slots, or two negatives share one; "
+                               "re-make the dataset with `concrete-jungle import`")
+        return slots
+    return list(range(len(record["negatives"])))
+
+
 def negative_slots(parts) -> tuple[int, int]:
     """(K, P) of a training set's parts (record sets with `negatives_per_record` and `has_negative_pictures`): the
     most negatives a record holds (at least 1, so that every batch has the loss's layout), and K picture slots when
@@ -281,11 +297,14 @@ def picture(data: bytes, where: str) -> Image.Image:
             from None
 
 
-def record_fields(meta: dict, members, read: callable, where: str) -> dict:
+def record_fields(meta: dict, members, read: callable, where: str, negative_pictures: bool = True) -> dict:
     """The decoded fields of a record whose members ``read(ext)`` returns as bytes: image, caption, the first
     negative as neg_image (None without a picture), neg_caption and concreteness, and every negative in
-    ``negatives`` (`negatives_of`)."""
+    ``negatives`` (`negatives_of`). ``negative_pictures`` false: no negative's picture is read or decoded (each is
+    None), for a reader that uses none."""
     def read_picture(ext: str, k: int):
+        if not negative_pictures:
+            return None
         return picture(read(ext), f"the picture of negative {k + 1} of {where}")
 
     negatives = negatives_of(meta, members, lambda ext: read(ext).decode("utf-8"), read_picture)
@@ -300,7 +319,7 @@ def record_fields(meta: dict, members, read: callable, where: str) -> dict:
     }
 
 
-def decoded(members, read: callable, location: dict) -> dict:
+def decoded(members, read: callable, location: dict, negative_pictures: bool = True) -> dict:
     """`record_fields` of one indexed record, its json checked: a record whose json does not parse, or lacks what
     a record holds (its ``concreteness``), is a `DatasetError` naming the record and its shard, not a KeyError."""
     url, offset, _ = location["json"]
@@ -310,7 +329,7 @@ def decoded(members, read: callable, location: dict) -> dict:
         if not isinstance(meta, dict):
             raise ValueError(f"its json is a {type(meta).__name__}, not an object")
         where = f"record {meta.get('id')!r} of {url}"
-        return record_fields(meta, members, read, where)
+        return record_fields(meta, members, read, where, negative_pictures)
     except (KeyError, ValueError, TypeError) as e:
         what = f"its json has no {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
         raise DatasetError(f"{where} cannot be read ({what}); is it a ConcreteBatch shard? Re-make it with "
@@ -416,16 +435,21 @@ def read_member(location: tuple[str, int, int]) -> bytes:
 class IndexedConcreteBatch:
     """Random access to ConcreteBatch records (map-style): ``dataset[i]`` -> dict of decoded fields."""
 
-    def __init__(self, roots: list[str | Path], partial: bool = False):
+    def __init__(self, roots: list[str | Path], partial: bool = False, negative_pictures: bool = True):
         self.urls = [u for root in roots for u in shard_urls(root, partial)]
         self.records = index_shards(self.urls)
+        self.negative_pictures = negative_pictures  # false: records come without their negatives' pictures
+        summaries = [Path(root) / "summary.json" for root in roots]
+        self.typed_slots = [len(json.loads(p.read_text(encoding="utf-8")).get("slots", [])) for p in summaries
+                            if p.is_file()]
 
     def __len__(self) -> int:
         return len(self.records)
 
     def negatives_per_record(self) -> int:
-        """K: the most negatives a record holds (read from the index, no record decoded)."""
-        return max((negative_count(r) for r in self.records), default=0)
+        """K: the most negatives a record holds (read from the index, no record decoded), or the number of types of
+        a format whose negatives sit in their type's slot (`slots_of`; its summary.json names them)."""
+        return max([negative_count(r) for r in self.records] + self.typed_slots, default=0)
 
     def has_negative_pictures(self) -> bool:
         """Whether any negative of any record has its picture (sets of captions-only negatives have none)."""
@@ -434,4 +458,4 @@ class IndexedConcreteBatch:
 
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]
-        return decoded(r, lambda ext: read_member(r[ext]), r) | {"has_negative": True}
+        return decoded(r, lambda ext: read_member(r[ext]), r, self.negative_pictures) | {"has_negative": True}

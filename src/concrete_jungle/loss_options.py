@@ -6,7 +6,7 @@ so that a config is read and checked without importing torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 # loss.name (and `train --loss`) -> Cement's margin schedule (`loss/cement.py` SCHEDULES): Cement is the adaptive
 # margin, InfoNCE no margin, and the paper's two ablations
@@ -17,6 +17,15 @@ LOSS_NAMES = (*LOSS_SCHEDULES, *PEER_LOSSES)
 
 THRESHOLDS = ("mean", "max", "fixed")
 NORMALIZERS = ("minmax", "softmax")
+
+
+def unread(options, keys: tuple[str, ...], section: str, why: str, fix: str) -> list[str]:
+    """One problem per key of ``keys`` whose value differs from its default in a section whose other settings
+    leave it unread (``why``): a value that changes nothing must not look as if it did. A key left at its default
+    is the run without it, so a printed or recorded config (every key written out) reads back."""
+    defaults = {f.name: f.default for f in fields(options)}
+    return [f"loss.{section}.{key} {getattr(options, key)!r} is not read: {why}; remove it or {fix}"
+            for key in keys if getattr(options, key) != defaults[key]]
 
 
 @dataclass(frozen=True)
@@ -30,11 +39,26 @@ class NegCLIPOptions:
         if not isinstance(self.negative_images, bool):
             raise ValueError(f"loss.negclip.negative_images must be true or false, got {self.negative_images!r}")
 
+    def unread(self) -> list[str]:
+        return []
+
 
 @dataclass(frozen=True)
 class TripletCLIPOptions:
     """TripletCLIP's loss has no hyper-parameter of its own: the released code adds the two NegCLIP terms with
     weight 1 and takes the logit scale from the model (its training hyper-parameters are the recipe's)."""
+
+    # without a single negative picture its second half has no row and the loss is NegCLIP's first version: a
+    # run on such data is refused unless this says that is meant
+    allow_caption_only: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.allow_caption_only, bool):
+            raise ValueError("loss.tripletclip.allow_caption_only must be true or false, got "
+                             f"{self.allow_caption_only!r}")
+
+    def unread(self) -> list[str]:
+        return []
 
 
 @dataclass(frozen=True)
@@ -62,6 +86,21 @@ class CEClipOptions:
         if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))
                                   or not math.isfinite(bound) or bound < 0):
             raise ValueError(f"loss.ce_clip.threshold_upper_bound must be a number >= 0 or null, got {bound!r}")
+
+    def unread(self) -> list[str]:
+        """The options these settings leave unread: the thresholds feed the rank loss alone, the fixed one is
+        used only with threshold: fixed and the upper bound only with the adaptive ones."""
+        if not self.cmr_weight:
+            return unread(self, ("threshold", "fixed_threshold", "threshold_upper_bound"), "ce_clip",
+                          "its thresholds are the rank loss's, and cmr_weight 0 switches that off",
+                          "give loss.ce_clip.cmr_weight a weight")
+        if self.threshold == "fixed":
+            return unread(self, ("threshold_upper_bound",), "ce_clip",
+                          "the bound clamps the adaptive thresholds, and threshold is fixed",
+                          "set loss.ce_clip.threshold: mean or max")
+        return unread(self, ("fixed_threshold",), "ce_clip",
+                      f"it is the threshold of threshold: fixed, and threshold is {self.threshold}",
+                      "set loss.ce_clip.threshold: fixed")
 
 
 @dataclass(frozen=True)
@@ -96,6 +135,27 @@ class FSCCLIPOptions:
             raise ValueError("loss.fsc_clip.sim_sparsify works on min-max weights: set sim_normalizer: minmax "
                              "or sim_sparsify: false")
 
+    def unread(self) -> list[str]:
+        """The options these settings leave unread: each hard-negative loss's own, when it is off; the choice's
+        focal loss and smoothing when both are off; gamma without the focal loss."""
+        problems = []
+        if not self.global_negatives:
+            problems += unread(self, ("global_weight",), "fsc_clip", "global_negatives is false",
+                               "set loss.fsc_clip.global_negatives: true")
+        if not self.local_negatives:
+            problems += unread(self, ("local_weight", "sim_normalizer", "sim_sparsify"), "fsc_clip",
+                               "the local loss reads it, and local_negatives is false",
+                               "set loss.fsc_clip.local_negatives: true")
+        if not (self.global_negatives or self.local_negatives):
+            problems += unread(self, ("focal", "focal_gamma", "label_smoothing"), "fsc_clip",
+                               "it shapes the hard-negative losses, and global_negatives and local_negatives are "
+                               "both false", "switch one of them on")
+        elif not self.focal:
+            problems += unread(self, ("focal_gamma",), "fsc_clip",
+                               "it is the focal loss's gamma, and focal is false (cross-entropy)",
+                               "set loss.fsc_clip.focal: true")
+        return problems
+
 
 @dataclass(frozen=True)
 class DeGLAOptions:
@@ -118,3 +178,16 @@ class DeGLAOptions:
             raise ValueError(f"loss.degla.tgc_scale must be a finite number > 0, got {self.tgc_scale}")
         if not 0 <= self.ema_decay <= 1:
             raise ValueError(f"loss.degla.ema_decay must be in [0, 1] (1: a frozen teacher), got {self.ema_decay}")
+
+    def unread(self) -> list[str]:
+        """The options these settings leave unread: TGC's scale without TGC, the teacher's decay when no term
+        reads a teacher (TGC and the distillation do; with both off no teacher is kept)."""
+        problems = []
+        if not self.tgc_weight:
+            problems += unread(self, ("tgc_scale",), "degla", "it is the text-grounded contrast's scale, and "
+                               "tgc_weight 0 switches that off", "give loss.degla.tgc_weight a weight")
+            if not self.distill_weight:
+                problems += unread(self, ("ema_decay",), "degla", "no teacher is kept: tgc_weight and "
+                                   "distill_weight are 0, and only those terms read one",
+                                   "give one of them a weight")
+        return problems

@@ -212,6 +212,7 @@ class CementLoss(nn.Module):
         c = c.masked_fill(~has_negative, 0.0)  # a missing negative's rating is never read
         if not self._warned_unnormalised:
             warn_unnormalised(self, image_features, text_features, has_negative, has_image, "CementLoss")
+        image_features, text_features = existing_rows(image_features, text_features, has_negative, has_image)
         all_images, all_texts = gather_rows(image_features, text_features, k, self.local_loss,
                                             self.gather_with_grad, self.rank, self.world_size)
         if self.world_size > 1:
@@ -257,6 +258,18 @@ class CementLoss(nn.Module):
         used_margins = margins[own_anchors][layout.has_negative[own_anchors]]
         return {"contrastive_loss": loss, "margin": mean_or_nan(used_margins, loss)} | \
             row_diagnostics(log_probs, labels, layout, valid, gaps, loss)
+
+
+def existing_rows(image_features: torch.Tensor, text_features: torch.Tensor, has_negative: torch.Tensor,
+                  has_negative_image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The features with every missing row replaced by zeros (`torch.where`) before any arithmetic: masking the
+    logits keeps a missing row out of the value, but the matrix product would still multiply its values (NaN, or
+    1e6 times a scale) into the gradients of the rows it meets; replaced, it reaches neither."""
+    anchors = torch.ones(has_negative.shape[0], dtype=torch.bool, device=has_negative.device)
+    texts = torch.cat([anchors, has_negative.flatten()])[:, None]
+    images = torch.cat([anchors, (has_negative_image & has_negative).flatten()])[:, None]
+    zero = torch.zeros((), dtype=image_features.dtype, device=image_features.device)
+    return torch.where(images, image_features, zero), torch.where(texts, text_features, zero.to(text_features.dtype))
 
 
 def warn_unnormalised(loss: nn.Module, image_features: torch.Tensor, text_features: torch.Tensor,

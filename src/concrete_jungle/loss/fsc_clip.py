@@ -75,21 +75,63 @@ def local_scores(image_tokens: torch.Tensor, text_tokens: torch.Tensor, token_ma
     """g(a, c) for n images (n x P x D patch features) and C captions each (n x C x L x D token features, n x C x L
     mask of the tokens that count): every token's patches averaged with `patch_weights` of their similarity
     (no gradient through the weights, as in FSC-CLIP), normalised, and scored against the normalised token;
-    ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C.
-
-    Computed without the averaged patches themselves (n x C x L x D, the bulk of the work and memory): with
-    weights a_t, patches w_p and token u_t, ``cos = sum_p a_tp <u_t, w_p> / (|u_t| sqrt(a_t^T G a_t))``, G the
-    Gram matrix of the picture's patches; the similarities <u_t, w_p> are the ones the weights come from."""
+    ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C. The cosines are `GroupedCosine`'s."""
     n, captions, length, dim = text_tokens.shape
-    patches = image_tokens.transpose(1, 2)  # n x D x P
-    similarity = (text_tokens.reshape(n, captions * length, dim) @ patches).reshape(n, captions, length, -1)
-    weights = patch_weights(similarity.detach(), normalizer, sparsify)
-    weighted_gram = weights.reshape(n, captions * length, -1) @ (image_tokens @ patches)
-    squared_norm = (weighted_gram.reshape(weights.shape) * weights).sum(dim=-1)
-    eps = 1e-12  # F.normalize's floor on a norm
-    cosine = (weights * similarity).sum(dim=-1) / (
-        squared_norm.clamp_min(eps * eps).sqrt() * text_tokens.norm(dim=-1).clamp_min(eps))
+    cosine = GroupedCosine.apply(text_tokens.reshape(n, captions * length, dim), image_tokens, normalizer,
+                                 sparsify).reshape(n, captions, length)
     return torch.logsumexp((logit_scale * at_least_float32(cosine)).masked_fill(~token_mask, float("-inf")), dim=-1)
+
+
+class GroupedCosine(torch.autograd.Function):
+    """cos(u_t, sum_p a_tp w_p) for every token t of n pictures' captions (tokens n x T x D, patches n x P x D,
+    -> n x T), a_t = `patch_weights` of the similarities <u_t, w_p> (no gradient through them).
+
+    Computed without the averaged patches (n x T x D): ``cos = sum_p a_tp <u_t, w_p> / (|u_t| sqrt(a_t^T G a_t))``,
+    G the Gram matrix of the picture's patches, so that the work on D-vectors is three products per picture (the
+    similarities, G, and their gradients folded into two accumulating products) and one pass over the tokens for
+    their norms; the gradient is written out rather than left to autograd, which would take a pass over the tokens
+    and the patches for every elementwise step of the norms and add the patches' two gradients in another. Norms
+    have F.normalize's floor (1e-12), with no gradient below it."""
+
+    EPS = 1e-12
+
+    @staticmethod
+    def forward(ctx, tokens: torch.Tensor, patches: torch.Tensor, normalizer: str, sparsify: bool) -> torch.Tensor:
+        ctx.dtypes = tokens.dtype, patches.dtype
+        with torch.autocast(tokens.device.type, enabled=False):  # in float32 at least, as the rest of the loss
+            return GroupedCosine._forward(ctx, at_least_float32(tokens), at_least_float32(patches), normalizer,
+                                          sparsify)
+
+    @staticmethod
+    def _forward(ctx, tokens: torch.Tensor, patches: torch.Tensor, normalizer: str, sparsify: bool) -> torch.Tensor:
+        patches = patches.to(tokens.dtype)
+        similarity = tokens @ patches.transpose(1, 2)  # n x T x P
+        weights = patch_weights(similarity, normalizer, sparsify)
+        gram = patches @ patches.transpose(1, 2)  # n x P x P
+        squared = ((weights @ gram) * weights).sum(dim=-1)
+        grouped_norm = squared.clamp_min(GroupedCosine.EPS ** 2).sqrt()
+        token_norm = torch.linalg.vector_norm(tokens, dim=-1)
+        token_floor = token_norm.clamp_min(GroupedCosine.EPS)
+        cosine = (weights * similarity).sum(dim=-1) / (grouped_norm * token_floor)
+        ctx.save_for_backward(tokens, patches, weights, cosine, grouped_norm, token_norm, token_floor,
+                              squared > GroupedCosine.EPS ** 2)
+        return cosine
+
+    @staticmethod
+    def backward(ctx, d_cosine: torch.Tensor):
+        tokens, patches, weights, cosine, grouped_norm, token_norm, token_floor, above = ctx.saved_tensors
+        d_numerator = d_cosine / (grouped_norm * token_floor)
+        d_similarity = d_numerator[..., None] * weights  # n x T x P
+        # d cos / d squared norm of the averaged patch; its gradient to G is a^T diag(.) a, symmetric in exact
+        # arithmetic, and G = W W^T gives W the gradient (dG + dG^T) W
+        d_squared = torch.where(above, -d_cosine * cosine / (2 * grouped_norm * grouped_norm), 0)
+        d_gram = weights.transpose(1, 2) @ (d_squared[..., None] * weights)
+        d_patches = torch.baddbmm((d_gram + d_gram.transpose(1, 2)) @ patches, d_similarity.transpose(1, 2), tokens)
+        # d cos / d |u| = -cos / |u| above the floor; d |u| / d u = u / |u|
+        token_scale = torch.where(token_norm > GroupedCosine.EPS, -d_cosine * cosine / (token_floor * token_floor),
+                                  0)
+        d_tokens = torch.baddbmm(tokens * token_scale[..., None], d_similarity, patches)
+        return d_tokens.to(ctx.dtypes[0]), d_patches.to(ctx.dtypes[1]), None, None
 
 
 class FSCCLIPLoss(HardNegativeLoss):
@@ -140,11 +182,9 @@ class FSCCLIPLoss(HardNegativeLoss):
             terms["fsc_clip/global"] = self.choice_loss(logits, has_negative, rows)
             loss = loss + o.global_weight * terms["fsc_clip/global"]
         if o.local_negatives:
-            patches, (anchors, negatives), (anchor_mask, negative_mask) = self._tokens(
-                n, k, has_negative, image_tokens, text_tokens, text_token_mask)
-            scores = [local_scores(patches, tokens, mask, logit_scale, o.sim_normalizer, o.sim_sparsify)
-                      for tokens, mask in ((anchors, anchor_mask), (negatives, negative_mask))]
-            logits = own_choice_logits(scores[0][:, 0], scores[1], has_negative)
+            patches, tokens, mask = self._tokens(n, k, has_negative, image_tokens, text_tokens, text_token_mask)
+            scores = local_scores(patches, tokens, mask, logit_scale, o.sim_normalizer, o.sim_sparsify)
+            logits = own_choice_logits(scores[:, 0], scores[:, 1:], has_negative)
             terms["fsc_clip/local"] = self.choice_loss(logits, has_negative, rows)
             loss = loss + o.local_weight * terms["fsc_clip/local"]
         if not output_dict:
@@ -153,9 +193,10 @@ class FSCCLIPLoss(HardNegativeLoss):
 
     @staticmethod
     def _tokens(n: int, k: int, has_negative: torch.Tensor, image_tokens, text_tokens, text_token_mask):
-        """The anchors' patches (n x P x D); the captions' tokens, anchors n x 1 x L x D and negatives n x K x L x D,
-        with their masks, cut after the last position any caption counts. A missing negative's tokens are zeros
-        with one position counted, so that its score stays finite (it is masked out of the choice afterwards)."""
+        """The anchors' patches (n x P x D); each anchor's captions' tokens, its own then its K negatives'
+        (n x (1 + K) x L x D), with their masks, cut after the last position any caption counts. A missing
+        negative's tokens are zeros with one position counted, so that its score stays finite (it is masked out of
+        the choice afterwards)."""
         if image_tokens is None or text_tokens is None or text_token_mask is None:
             raise ValueError("FSCCLIPLoss with local_negatives needs image_tokens, text_tokens and text_token_mask "
                              "(concrete_jungle.token_features); set loss.fsc_clip.local_negatives: false to "
@@ -175,12 +216,17 @@ class FSCCLIPLoss(HardNegativeLoss):
                              "end-of-text token (concrete_jungle.token_features)")
         # positions after the last one any caption counts add nothing: the work is over the captions' length
         last = int(counted.any(dim=0).nonzero().max()) + 1
-        text_tokens, mask = text_tokens[:, :last], mask[:, :last]
-        negatives = text_tokens[n:].reshape(n, k, last, -1)
-        negative_mask = mask[n:].reshape(n, k, last)
+        # each anchor's rows, its own caption then its K negatives', in one gather (one gradient buffer)
+        order = torch.cat([torch.arange(n, device=mask.device)[:, None],
+                           n + torch.arange(n * k, device=mask.device).reshape(n, k)], dim=1).flatten()
+        positions = (order[:, None] * text_tokens.shape[1] + torch.arange(last, device=mask.device)).flatten()
+        tokens = text_tokens.flatten(0, 1)[positions].reshape(n, 1 + k, last, -1)
+        mask = mask[order, :last].reshape(n, 1 + k, last)
         if not bool(has_negative.all()):
-            negatives = split_negatives(text_tokens, n, k, has_negative)
-            only_first = torch.zeros_like(negative_mask)
+            present = torch.cat([torch.ones_like(has_negative[:, :1]), has_negative], dim=1)
+            tokens = torch.where(present[..., None, None], tokens, torch.zeros((), dtype=tokens.dtype,
+                                                                               device=tokens.device))
+            only_first = torch.zeros_like(mask)
             only_first[..., 0] = True
-            negative_mask = torch.where(has_negative[..., None], negative_mask, only_first)
-        return image_tokens[:n], (text_tokens[:n, None], negatives), (mask[:n, None], negative_mask)
+            mask = torch.where(present[..., None], mask, only_first)
+        return image_tokens[:n], tokens, mask

@@ -4,8 +4,9 @@ On each rank the features are ``[anchors; negatives]``: n anchor rows, then n * 
 order (row ``n + a * K + k`` is anchor a's k-th negative). A negative always has a caption; it may lack a picture
 (NegCLIP's, FSC-CLIP's and CE-CLIP's negatives are captions only). Per sample, ``has_negative`` (n x K) says
 which negative captions exist and ``has_negative_image`` (n x K) which of their pictures do; a missing row of
-either tower is masked out of every softmax (-inf), never zero-filled: its feature values never reach the loss
-or its gradient. Vectors of shape (n,) are read as K = 1, the layout of a ConcreteBatch with one negative.
+either tower is masked out of every softmax (-inf), never a zero-filled column, and its feature values are
+replaced (`torch.where`) or left unselected before any arithmetic: whatever it holds, NaN included, reaches neither
+the loss nor its gradient. Vectors of shape (n,) are read as K = 1, the layout of a ConcreteBatch with one negative.
 
 Data parallel follows open_clip's `ClipLoss` (`gather_features`, `local_loss`, `gather_with_grad`): the gathered
 ``[a_0; n_0; a_1; n_1; ...]`` rows are re-ordered to ``[a_0; a_1; ...; n_0; n_1; ...]``, so that row indices

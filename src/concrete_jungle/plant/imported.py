@@ -30,7 +30,8 @@ from ..configs import ConfigError
 from ..errors import PlantError
 from ..locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, file_digest
-from ..sources.peers import FORMATS, NAMES_IMAGE_FILES, PeerOptions, image_root, input_files, read_records
+from ..sources.peers import (FORMATS, NAMES_IMAGE_FILES, SLOT_TYPES, PeerOptions, image_root, input_files,
+                             read_records)
 from .stages import load_image, package_versions, reason_kind, summarize_manifest
 
 ENTRY = re.compile(r"shard-\d{6,}\.tar|manifests|manifest\.jsonl|rejects\.jsonl|summary\.(json|md)|config\.yaml|cache")
@@ -242,6 +243,8 @@ class Importer:
         kept, dropped = [], []
         for position, negative in enumerate(record.negatives):
             entry = {"kind": negative.kind, "image": negative.image, "position": position, "fields": negative.fields}
+            if self.config.format in SLOT_TYPES:  # its type's batch slot (`concretebatch.slots_of`)
+                entry["slot"] = SLOT_TYPES[self.config.format].index(negative.kind)
             why = negative.error
             picture = None
             if why is None and same_in_clip_context(record.caption, negative.caption):
@@ -454,6 +457,6 @@ def finish(out: Path, config: ImportConfig, done: dict[int, list[dict]], unread:
         "negatives_with_picture": sum(r["pictures"] for r in ok),
         "negatives_dropped": sum(dropped.values()), "negatives_dropped_by_reason": dict(dropped),
         "seconds": round(seconds, 2), "shards_reused": reused,
-    }
+    } | ({"slots": list(SLOT_TYPES[config.format])} if config.format in SLOT_TYPES else {})
     atomic_write_json(out / "summary.json", summary)
     return summary

@@ -14,9 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
-from ..loss_options import (LOSS_NAMES, CEClipOptions, DeGLAOptions, FSCCLIPOptions, NegCLIPOptions,
-                            TripletCLIPOptions)
+from ..loss_options import (LOSS_NAMES, LOSS_SCHEDULES, PEER_LOSSES, CEClipOptions, DeGLAOptions, FSCCLIPOptions,
+                            NegCLIPOptions, TripletCLIPOptions)
 from ..sources import SourceError, expand_paths
+
+# the margin parameters each margin schedule reads (docs/method.md §5); the field's losses read none of them
+MARGIN_KEYS = ("m_min", "m_max", "center", "tau", "static_margin")
+SCHEDULE_READS = {"adaptive": ("m_min", "m_max", "center", "tau"), "inverse": ("m_min", "m_max", "center", "tau"),
+                  "static": ("static_margin",), "none": ()}
 PRECISIONS = ("fp32", "amp_bf16")  # what training does: fp32, or bf16 autocast on CUDA
 
 
@@ -110,7 +115,47 @@ class LossConfig:
             problems.append(f"loss.tau must be > 0, got {self.tau}")
         if self.m_min > self.m_max:
             problems.append(f"loss.m_min {self.m_min} is above loss.m_max {self.m_max}")
-        raise_problems(problems + non_finite(self, "loss"))
+        raise_problems(problems + non_finite(self, "loss") + self.unread())
+
+    def unread(self) -> list[str]:
+        """Every option that differs from its default but that the loss named, under its own settings, does not
+        read: a margin parameter of another schedule or under a peer loss, another loss's section, an option its
+        section's other settings switch off (`loss_options`)."""
+        from dataclasses import fields
+
+        if self.name not in LOSS_NAMES:
+            return []
+        defaults = {f.name: f.default for f in fields(self)}
+        reads = SCHEDULE_READS[LOSS_SCHEDULES[self.name]] if self.name in LOSS_SCHEDULES else ()
+        who = (f"schedule {LOSS_SCHEDULES[self.name]}" if self.name in LOSS_SCHEDULES else "a peer loss, which has "
+               f"its own section loss.{self.name}")
+        problems = [f"loss.{key} {getattr(self, key)} is not read: it is a Cement margin parameter, and loss.name "
+                    f"{self.name} ({who}) reads {', '.join(reads) or 'none of them'}; remove it or choose a loss "
+                    "that reads it" for key in MARGIN_KEYS if key not in reads and getattr(self, key) != defaults[key]]
+        problems += [f"loss.{other} is not read: loss.name is {self.name}; remove the section or set loss.name: "
+                     f"{other}" for other in PEER_LOSSES if other != self.name
+                     and getattr(self, other) != type(getattr(self, other))()]
+        if self.name in PEER_LOSSES:
+            problems += getattr(self, self.name).unread()
+        return problems
+
+
+def reads_negative_images(loss: LossConfig) -> bool:
+    """Whether the loss reads the negatives' pictures: Cement (every schedule), TripletCLIP, and NegCLIP's later
+    version do; CE-CLIP, FSC-CLIP and DeGLA have none in their data and read none, so a run of them neither decodes
+    nor encodes a picture it would not use."""
+    if loss.name == "negclip":
+        return loss.negclip.negative_images
+    return loss.name in LOSS_SCHEDULES or loss.name == "tripletclip"
+
+
+def check_loss_data(loss: LossConfig, negative_pictures: bool) -> None:
+    """What a loss refuses of the data it is given: TripletCLIP without a single negative picture, whose second
+    half would be empty (NegCLIP's first version under TripletCLIP's name), unless allowed."""
+    if loss.name == "tripletclip" and not negative_pictures and not loss.tripletclip.allow_caption_only:
+        raise ConfigError("loss.name tripletclip on data whose negatives have no picture: its negative pairs' half "
+                          "is empty and the loss is NegCLIP's first version; train it on a set with negative "
+                          "pictures (import tripletclip), or set loss.tripletclip.allow_caption_only: true")
 
 
 @dataclass(frozen=True)
@@ -247,6 +292,9 @@ class TrainConfig:
     epochs: int = 1
     steps: int | None = None  # overrides epochs when set
     seed: int = 0
+    # after each step the temperature exp(logit_scale) is clamped to at most this, as open_clip's trainer does
+    # (100: logit_scale in [0, ln 100]); null: never clamped, as TripletCLIP's released train.py
+    clamp_logit_scale: float | None = 100.0
     log_every: int = 1
     save_every: int = 500
     # the final checkpoint of a finished run keeps only the weights (what evaluation and fine-tuning read);
@@ -260,6 +308,10 @@ class TrainConfig:
         flags = {"batch_size": "--batch-size", "epochs": "--epochs", "steps": "--steps", "log_every": None}
         problems = [f"{k} must be >= 1, got {getattr(self, k)}" + (f" (flag {f})" if f else "")
                     for k, f in flags.items() if getattr(self, k) is not None and getattr(self, k) < 1]
+        bound = self.clamp_logit_scale
+        if bound is not None and not (1 <= bound < float("inf")):
+            problems.append(f"clamp_logit_scale must be a finite number >= 1 (the largest exp(logit_scale); 100 is "
+                            f"open_clip's), or null for no clamp, got {bound}")
         if self.save_every < 0:
             problems.append(f"save_every must be >= 0 (0: only the final checkpoint), got {self.save_every}")
         if not self.out.strip():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..concretebatch import negative_slots
+from ..concretebatch import negative_slots, slots_of
 from ..errors import TrainingError
 from .pairs import PairsDataset
 from .config import DataConfig
@@ -33,11 +33,15 @@ Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tens
 
 
 class TrainingSet(torch.utils.data.Dataset):
-    """ConcreteBatch records and plain pairs as tensors: preprocessed images and tokenized captions."""
+    """ConcreteBatch records and plain pairs as tensors: preprocessed images and tokenized captions.
+    ``negative_images`` false: for a loss that reads no negative picture, none is served (P = 0), so none is
+    decoded or encoded (the parts should then skip reading them too: `IndexedConcreteBatch`)."""
 
-    def __init__(self, parts, preprocess, tokenizer, negatives: bool = True):
+    def __init__(self, parts, preprocess, tokenizer, negatives: bool = True, negative_images: bool = True):
         self.parts, self.preprocess, self.tokenizer, self.negatives = parts, preprocess, tokenizer, negatives
-        self.k, self.pictures = negative_slots(parts)
+        self.k, pictures = negative_slots(parts)
+        self.negative_pictures = pictures > 0  # the data holds some
+        self.pictures = pictures if negative_images else 0
         self.offsets = [0]
         for p in parts:
             self.offsets.append(self.offsets[-1] + len(p))
@@ -50,16 +54,19 @@ class TrainingSet(torch.utils.data.Dataset):
         r = self.parts[part][i - self.offsets[part]]
         image = self.preprocess(r["image"])
         negatives = r["negatives"] if r["has_negative"] and self.negatives else []
-        has_negative = torch.tensor([k < len(negatives) for k in range(self.k)])
-        has_image = torch.tensor([k < len(negatives) and negatives[k]["image"] is not None for k in range(self.k)])
+        slots = slots_of(r, self.k) if negatives else []  # each negative in its slot (its type's, where it has one)
+        has_negative, has_image = torch.zeros(self.k, dtype=torch.bool), torch.zeros(self.k, dtype=torch.bool)
+        has_negative[slots] = True
         pictures = torch.zeros(self.pictures, *image.shape)
-        for k in torch.nonzero(has_image).flatten().tolist():
-            pictures[k] = self.preprocess(negatives[k]["image"])
+        c = torch.zeros(self.k, dtype=torch.float32)
+        for slot, negative in zip(slots, negatives):
+            c[slot] = negative["concreteness"]
+            if negative["image"] is not None and self.pictures:
+                has_image[slot] = True
+                pictures[slot] = self.preprocess(negative["image"])
         tokens = self.tokenizer([r["caption"]] + [n["caption"] for n in negatives])
         neg_tokens = torch.zeros(self.k, tokens.shape[1], dtype=tokens.dtype)
-        neg_tokens[: len(negatives)] = tokens[1:]
-        c = torch.tensor([n["concreteness"] for n in negatives] + [0.0] * (self.k - len(negatives)),
-                         dtype=torch.float32)
+        neg_tokens[slots] = tokens[1:]
         return image, pictures, tokens[0], neg_tokens, c, has_negative, has_image
 
     def bytes_in_memory(self) -> int:
@@ -125,11 +132,19 @@ class EpochBatches(torch.utils.data.Sampler):
         return EpochBatches(n, batch_size, rank, world, seed, epoch, start_step=self.steps - 1, shift=ahead.shift)
 
 
-def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path | None = None):
-    """The training set of a config's data: its image caches when every ConcreteBatch and every pairs input has a
-    current one (pairs: a store folder cached with `concrete-jungle cache`), else preloaded into memory when it fits
-    ``data.preload_mib``, else decoded per step. ``skip_log``: where pairs skipped at their step are recorded
-    (`PairsDataset`)."""
+def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path | None = None,
+                 negative_images: bool = True):
+    """The training set of a config's data (`source_set`), preloaded into memory when it is decoded and fits
+    ``data.preload_mib`` (`in_memory`)."""
+    return in_memory(source_set(data, clip, skip_log, negative_images), data, progress)
+
+
+def source_set(data: DataConfig, clip, skip_log: Path | None = None, negative_images: bool = True):
+    """The training set of a config's data as it is stored: its image caches when every ConcreteBatch and every
+    pairs input has a current one (pairs: a store folder cached with `concrete-jungle cache`), else decoded per
+    step. ``skip_log``: where pairs skipped at their step are recorded (`PairsDataset`). ``negative_images``
+    false (a loss that reads none): no negative picture is read, decoded or served. Either set says whether the
+    data holds negative pictures (``negative_pictures``)."""
     from ..concretebatch import IndexedConcreteBatch, shard_urls
     from .image_cache import CachedSet, current_cache, is_pairs_store
 
@@ -139,11 +154,19 @@ def training_set(data: DataConfig, clip, progress: bool = True, skip_log: Path |
     pair_caches = [current_cache(p, clip) if is_pairs_store(Path(p)) else None for p in data.pairs]
     caches = [current_cache(root, clip) for root in data.concretebatch] + pair_caches
     if caches and all(caches):
-        return CachedSet(caches, negatives=data.negatives)
-    parts = [IndexedConcreteBatch(data.concretebatch, data.partial)] if data.concretebatch else []
+        return CachedSet(caches, negatives=data.negatives, negative_images=negative_images)
+    parts = [IndexedConcreteBatch(data.concretebatch, data.partial, negative_images)] if data.concretebatch else []
     if data.pairs:
         parts.append(PairsDataset(data.pairs, data.pairs_images, data.pairs_split, skip_log))
-    dataset = TrainingSet(parts, clip.preprocess, clip.tokenizer, negatives=data.negatives)
+    return TrainingSet(parts, clip.preprocess, clip.tokenizer, negatives=data.negatives,
+                       negative_images=negative_images)
+
+
+def in_memory(dataset, data: DataConfig, progress: bool = True):
+    """A decoded set whose tensors fit ``data.preload_mib``, decoded once into memory (`PreloadedSet`); any other
+    set as it is."""
+    if not isinstance(dataset, TrainingSet):
+        return dataset
     if len(dataset) and dataset.bytes_in_memory() <= data.preload_mib * 2**20:
         return PreloadedSet(dataset, workers=data.workers, progress=progress)
     return dataset

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..concretebatch import IndexedConcreteBatch, dataset_digest, negative_slots
+from ..concretebatch import IndexedConcreteBatch, dataset_digest, negative_slots, slots_of
 from ..errors import DatasetError
 from ..locks import locked
 from ..records import atomic_write_json
@@ -108,16 +108,18 @@ class _Geometric(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         r = self.records[i]
-        negatives = r["negatives"] + [{"caption": "", "image": None, "concreteness": 0.0}] * (self.k -
-                                                                                          len(r["negatives"]))
+        # each negative in its slot (its type's, where it has one: `slots_of`), the empty slots as in `data.Batch`
+        negatives = [{"caption": "", "image": None, "concreteness": 0.0}] * self.k
+        masks = torch.zeros(self.k, 2, dtype=torch.uint8)
+        for slot, negative in zip(slots_of(r, self.k), r["negatives"]):
+            negatives[slot] = negative
+            masks[slot] = torch.tensor([1, negative["image"] is not None])
         anchor = self._pixels(r["image"])
         pixels = torch.zeros(1 + self.pictures, *anchor.shape, dtype=torch.uint8)
         pixels[0] = anchor
         for k, negative in enumerate(negatives[: self.pictures]):
             if negative["image"] is not None:
                 pixels[1 + k] = self._pixels(negative["image"])
-        masks = torch.tensor([[k < len(r["negatives"]), negatives[k]["image"] is not None] for k in range(self.k)],
-                             dtype=torch.uint8)
         return (pixels, r["caption"], [n["caption"] for n in negatives],
                 torch.tensor([n["concreteness"] for n in negatives], dtype=torch.float32), masks)
 
@@ -267,7 +269,7 @@ class CachedSet:
     `normalize` turns the pictures into the model's input where they are used (on the GPU in training). Parts with
     fewer negatives than the most of any part get masked empty slots (`data.Batch`)."""
 
-    def __init__(self, folders: list[Path], negatives: bool = True):
+    def __init__(self, folders: list[Path], negatives: bool = True, negative_images: bool = True):
         self.parts, metas = [], []
         for folder in folders:
             check_cache(folder)
@@ -280,7 +282,9 @@ class CachedSet:
                                np.memmap(folder / "masks.u8", dtype=np.uint8, mode="r", shape=(n, k, 2))))
             metas.append(meta)
         self.k = max([1] + [m["negatives"] for m in metas])
-        self.pictures = self.k if any(m["images"][1] > 1 for m in metas) else 0
+        self.negative_pictures = any(m["images"][1] > 1 for m in metas)  # the data holds some
+        # negative_images false (a loss that reads none): none is gathered, nor encoded
+        self.pictures = self.k if self.negative_pictures and negative_images else 0
         self.negatives = negatives
         self.mean = torch.tensor(meta["mean"], dtype=torch.float32)[:, None, None]
         self.std = torch.tensor(meta["std"], dtype=torch.float32)[:, None, None]
@@ -302,13 +306,14 @@ class CachedSet:
         for p, (imgs, toks, vals, msks) in enumerate(self.parts):
             rows = np.nonzero(part == p)[0]
             local = index[rows] - self.offsets[p]
-            slots, k = imgs.shape[1], vals.shape[1]
-            images[rows, :slots], tokens[rows, : 1 + k], values[rows, :k] = imgs[local], toks[local], vals[local]
+            slots, k = min(imgs.shape[1], 1 + self.pictures), vals.shape[1]
+            images[rows, :slots], tokens[rows, : 1 + k] = imgs[local, :slots], toks[local]
+            values[rows, :k] = vals[local]
             masks[rows, :k] = msks[local]
         images, tokens, masks = torch.from_numpy(images), torch.from_numpy(tokens).long(), torch.from_numpy(masks)
         has_negative = masks[..., 0].bool() & self.negatives
         return (images[:, 0], images[:, 1:], tokens[:, 0], tokens[:, 1:], torch.from_numpy(values), has_negative,
-                masks[..., 1].bool() & has_negative)
+                masks[..., 1].bool() & has_negative & (self.pictures > 0))
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 pictures -> the model's float input: the same operations as to-tensor and Normalize."""

@@ -36,8 +36,9 @@ from ..errors import Interrupted, TrainingError
 from ..locks import locked
 from ..records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
 from ..text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
-from .config import TrainConfig, capped_workers, check_config, check_resumable, count_records, warmup_warning
-from .data import EpochBatches, data_path, epoch_batches, training_set
+from .config import (TrainConfig, capped_workers, check_config, check_loss_data, check_resumable, count_records,
+                     reads_negative_images, warmup_warning)
+from .data import EpochBatches, data_path, epoch_batches, in_memory, source_set
 from .objective import Objective, extras, placed
 from .process import StopSignals, distributed
 from .regime import Regime
@@ -149,8 +150,14 @@ class Run:
         self.regime = Regime(self.model, config.regime)  # frozen weights and adapters, before the optimizer
         if config.model.grad_checkpointing:
             self.model.set_grad_checkpointing(True)
-        self.dataset = training_set(config.data, self.clip, progress=self.progress and self.rank == 0,
-                                    skip_log=self.out / "skipped_pairs.jsonl")
+        reads_pictures = reads_negative_images(config.loss)
+        stored = source_set(config.data, self.clip, skip_log=self.out / "skipped_pairs.jsonl",
+                            negative_images=reads_pictures)
+        check_loss_data(config.loss, stored.negative_pictures)  # before a preload decodes the whole set
+        if stored.negative_pictures and not reads_pictures and self.rank == 0:
+            print(f"data: loss {config.loss.name} reads no negative picture: the set's are neither decoded nor "
+                  "encoded", file=sys.stderr)
+        self.dataset = in_memory(stored, config.data, progress=self.progress and self.rank == 0)
         if len(self.dataset) < config.batch_size:
             raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(self.dataset)} "
                               "records)")
@@ -243,7 +250,8 @@ class Run:
         lr = lr_at(self.step_count, self.total, self.config.optim)
         out = training_step(self.forward, self.model, self.loss_fn, self.optimizer, batch, lr,
                             self.config.optim.grad_clip, self.device, self.autocast,
-                            getattr(self.dataset, "normalize", None), self.trim, self.objective.teacher)
+                            getattr(self.dataset, "normalize", None), self.trim, self.objective.teacher,
+                            self.config.clamp_logit_scale)
         loss = out["contrastive_loss"]
         if out.get("non_finite"):
             raise TrainingError(f"loss is {loss.item()} at step {self.step_count + 1} (lr {lr:.3g}); stopped. The "
@@ -403,7 +411,8 @@ def finite_or_none(value: float) -> float | None:
 
 
 def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_clip: float | None,
-                  device: str, autocast: bool, normalize=None, trim_text: bool = False, teacher=None) -> dict:
+                  device: str, autocast: bool, normalize=None, trim_text: bool = False, teacher=None,
+                  clamp_logit_scale: float | None = 100.0) -> dict:
     """One optimisation step on a batch of n anchors and their K negatives each (`data.Batch`); the loss's output
     dict.
 
@@ -411,7 +420,8 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
     put back at their rows of the loss's layout (`loss.layout`), where the masks keep the empty rows out.
     ``normalize`` turns uint8 pictures (from the image cache) into the model's input on the device. With
     ``trim_text`` the tokens are cut to the batch's captions (`text_encoding.trim_tokens`) for a ``dist_model``
-    that wraps a `TrimmedTextCLIP`. A loss that reads more than the pooled features (its ``needs``) gets them from
+    that wraps a `TrimmedTextCLIP`. After the step the temperature is clamped to at most ``clamp_logit_scale``
+    (None: not clamped). A loss that reads more than the pooled features (its ``needs``) gets them from
     the forward (`objective.TokenCLIP`) and from ``teacher``, which follows the model after the step. A non-finite
     loss takes no step and comes back with ``non_finite`` set.
     """
@@ -448,8 +458,9 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     with torch.no_grad():
-        if model.logit_scale.requires_grad:  # as open_clip: a temperature of at most 100; a frozen one stays as it is
-            model.logit_scale.clamp_(0, math.log(100))
+        # as open_clip: a temperature of at most 100 (the recipe's bound); a frozen one stays as it is
+        if model.logit_scale.requires_grad and clamp_logit_scale is not None:
+            model.logit_scale.clamp_(0, math.log(clamp_logit_scale))
     if teacher is not None:
         teacher.update(model)
     return out

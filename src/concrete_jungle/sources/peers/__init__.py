@@ -24,10 +24,14 @@ from ..stores import store_root, stores_folder
 from . import ceclip, coco_swaps, negclip, tripletclip, vismin
 from .base import PeerNegative, PeerOptions, PeerRecord
 
-__all__ = ["FORMATS", "PeerNegative", "PeerOptions", "PeerRecord", "image_root", "input_files", "read_records"]
+__all__ = ["FORMATS", "SLOT_TYPES", "PeerNegative", "PeerOptions", "PeerRecord", "image_root", "input_files",
+           "read_records"]
 
 FORMATS = {"negclip": negclip, "tripletclip": tripletclip, "vismin": vismin, "ce-clip": ceclip,
            "coco-swaps": coco_swaps}
+# the formats whose negatives are of fixed types, in this order: a batch gives each type its own slot, so that a
+# record without one (CE-CLIP's missing relation swap) leaves that slot empty instead of shifting the next type in
+SLOT_TYPES = {"ce-clip": ceclip.KINDS}
 # the formats whose records name image files under --images (TripletData holds its pictures; coco-swaps reads
 # them from its stores when every input is one)
 NAMES_IMAGE_FILES = ("negclip", "vismin", "ce-clip")
