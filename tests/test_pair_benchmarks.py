@@ -237,9 +237,30 @@ def test_eqben_skips_an_item_whose_frame_is_missing_and_names_a_malformed_item_o
     path.write_text(json.dumps([*items[:3], {k: v for k, v in items[3].items() if k != "caption1"}]))
     with pytest.raises(BenchmarkDataError, match=r"all_select\.json: item 3 has caption1 null, not text"):
         eqben.load_root(tmp_path)
-    path.write_text(json.dumps([{**items[0], "image0": "winoground/ex0.png"}]))
-    with pytest.raises(BenchmarkDataError, match=r"item 0's image0 'winoground/ex0\.png' is in no EqBen source"):
-        eqben.load_root(tmp_path)
+
+
+def test_eqben_counts_an_item_outside_its_source_folders_over_all_items_and_in_no_group(tmp_path, clip):
+    """t2v_metrics' EqBen_Mini scores every item for 'all' and each of its five groups over the items whose image0
+    starts with one of the group's folders: an item in another folder is in 'all' only (an error before)."""
+    items = write_eqben(tmp_path)
+    images = tmp_path / "eqben" / "images"
+    (images / "elsewhere").mkdir()
+    for side in (0, 1):
+        (images / items[7][f"image{side}"]).rename(images / "elsewhere" / f"7_{side}.png")
+        items[7][f"image{side}"] = f"elsewhere/7_{side}.png"
+    (tmp_path / "eqben" / "all_select.json").write_text(json.dumps(items))
+    data = eqben.load_root(tmp_path)
+    result = eqben.evaluate(Encoder(clip, batch_size=4, progress=False), data)
+    official = official_wino(clip, images, items, ("image0", "image1"), ("caption0", "caption1"), eqben_picture)
+    series, metrics = result["outcomes"]["series"], result["metrics"]
+    assert "7" in series["group"]["keys"] and len(series["group"]["keys"]) == 32
+    assert all("7" not in s["keys"] for name, s in series.items() if "/" in name)
+    assert metrics["micro/image"] == pytest.approx(np.mean([o["image"] for o in official]))
+    assert metrics["eqbenag/image"] == pytest.approx(np.mean([o["image"] for n, o in enumerate(official[:12])
+                                                              if n != 7]))
+    assert result["n"]["other"] == 1 and "1 item(s) have an image0 in no EqBen source folder" in result["notes"][0]
+    assert set(metrics) >= {"macro/group"} and "other/group" not in metrics
+    assert len(eqben.item_chances(data)["group"]) == 32
 
 
 # ------------------------------------------------------------------------------------------------ ColorSwap
@@ -266,7 +287,7 @@ def test_colorswap_scores_the_test_split_as_winoground_strictly_and_over_its_exa
     data = colorswap.load_root(tmp_path)
     result = colorswap.evaluate(Encoder(clip, batch_size=3, progress=False), data)
     official = official_wino(clip, tmp_path / "colorswap", items, ("image_1", "image_2"), ("caption_1", "caption_2"),
-                             as_opened)
+                             eqben_picture)  # converted to RGB, as every module reads pictures
     series = result["outcomes"]["series"]
     assert set(series) == {"text", "image", "group"} and series["group"]["keys"] == [str(n) for n in range(24)]
     for score in ("text", "image", "group"):
@@ -276,6 +297,28 @@ def test_colorswap_scores_the_test_split_as_winoground_strictly_and_over_its_exa
     assert not any(official[1].values()) and not any(official[2].values())  # the two ties are wrong
     assert result["n"] == {"test": 24}
     assert [c for _, c in colorswap.item_chances(data)["group"]][:4] == pytest.approx([1 / 6, 0, 0, 1 / 6])
+
+
+def test_colorswap_converts_each_image_to_rgb_before_the_transform(tmp_path):
+    """RGBA and palette PNGs give other pixels when converted after the resize, as open_clip's transform converts:
+    with a model whose features are a hash of the pixels, each image's feature is that of the picture converted
+    first (passed as opened, none of the odd-mode pictures was)."""
+    from benchmark_fixtures import odd_mode_pictures, random_features
+
+    folder = tmp_path / "colorswap"
+    pictures = odd_mode_pictures(folder / "images", 3)[:2] + odd_mode_pictures(folder / "images", 4)[:2]
+    items = [{"id": n, "caption_1": "a red cup", "caption_2": "a blue cup", "image_1": str(pictures[2 * n].relative_to(
+        folder)), "image_2": str(pictures[2 * n + 1].relative_to(folder))} for n in range(2)]
+    (folder / "test.json").write_text(json.dumps(items))
+    model = random_features(5, rgb_after_resize=True)
+    encoder = Encoder(model, progress=False)
+    data = colorswap.load_root(tmp_path)
+    features = encoder.images([image for it in data["items"]["test"] for image in it.images])
+    for path, feature in zip(pictures, features):
+        with Image.open(path) as im:
+            converted, opened = (F.normalize(model.model.encode_image(model.preprocess(p)[None]), dim=-1)[0]
+                                 for p in (im.convert("RGB"), im))
+        assert torch.allclose(feature, converted) and not torch.allclose(feature, opened)
 
 
 def test_colorswap_skips_a_missing_image_and_names_a_malformed_example(tmp_path):

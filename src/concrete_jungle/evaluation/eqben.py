@@ -42,6 +42,7 @@ LAYOUT = ("<root>/eqben/all_select.json (a list of {image0, caption0, image1, ca
 GROUPS = {"eqbenag": "eqbenag", "eqbenyoucook2": "eqbeny", "eqbengebc": "eqbeng", "eqbenkubric_cnt": "eqbenk",
           "eqbenkubric_loc": "eqbenk", "eqbenkubric_attr": "eqbenk", "eqbensd": "eqbensd"}
 NAMES = {"text": "text", "image": "image", "group": "group"}
+OTHER = "other"  # the items whose image0 is in none of the source folders: in the overall scores only
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
@@ -56,17 +57,18 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
     for n, item in items_of(raw, path, dict, LAYOUT):
         image0, image1, caption0, caption1 = [text_of(item.get(f), path, f"item {n}", f)
                                               for f in ("image0", "image1", "caption0", "caption1")]
-        source = image0.split("/")[0]
-        if source not in GROUPS:
-            raise BenchmarkDataError(f"{path}: item {n}'s image0 {image0!r} is in no EqBen source folder "
-                                     f"({', '.join(GROUPS)}), which names its subset; use the release's paths")
+        group = GROUPS.get(image0.split("/")[0])  # None: counted over all items only, as t2v_metrics counts it
         images = (Crop(image_path(folder / "images", image0)), Crop(image_path(folder / "images", image1)))
-        data.setdefault(GROUPS[source], []).append(Pair(str(n), images, (caption0, caption1), GROUPS[source]))
+        data.setdefault(group or OTHER, []).append(Pair(str(n), images, (caption0, caption1), group))
     problems, sha256 = _checked([crop.path for items in data.values() for it in items for crop in it.images],
                                 skip_missing)
     usable = {g: [it for it in items if not any(crop.path in problems for crop in it.images)]
               for g, items in data.items()}
-    return {"items": usable, "skipped": {g: len(data[g]) - len(usable[g]) for g in data},
+    others = [it.key for it in data.get(OTHER, [])]
+    notes = [f"{len(others)} item(s) have an image0 in no EqBen source folder ({', '.join(GROUPS)}; items "
+             f"{', '.join(others[:5])}{', ...' if len(others) > 5 else ''}): counted in the micro/ scores over all "
+             "items and in no group, as t2v_metrics counts them"] if others else []
+    return {"items": usable, "skipped": {g: len(data[g]) - len(usable[g]) for g in data}, "notes": notes,
             "files": {path: file_digest(path)} | sha256}
 
 
@@ -91,7 +93,7 @@ def _checked(paths: list[Path], skip_missing: bool) -> CheckedImages:
 def evaluate(encoder: Encoder, data: dict) -> dict:
     """Text, image and group scores over all items (``micro/``, the official overall numbers), per group of
     sources, the groups' mean (``macro/``) and the blind baseline (`two_by_two.evaluate`)."""
-    return two_by_two.evaluate(encoder, data, NAMES, overall="micro/")
+    return two_by_two.evaluate(encoder, data, NAMES, overall="micro/") | {"notes": data.get("notes", [])}
 
 
 def item_chances(data: dict) -> dict:

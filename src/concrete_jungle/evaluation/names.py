@@ -45,15 +45,18 @@ BENCHMARKS: dict[str, Benchmark] = {
     "bivlc": Benchmark(COMPOSITIONAL, ("group",), ("bivlc/examples.jsonl",),
                        "bivlc/examples.jsonl + bivlc/images/ (exported from the HF dataset imirandam/BiVLC)"),
     "vismin": Benchmark(COMPOSITIONAL, ("macro/group",), ("vismin/examples.jsonl",),
-                        "vismin/examples.jsonl + vismin/images/ (exported from the HF dataset mair-lab/vismin-bench)"),
+                        "vismin/examples.jsonl + vismin/images/ (exported from the HF dataset mair-lab/vismin-bench)",
+                        rule=2),  # 2: each category rounded as metric.py before the macro
     "naturalbench": Benchmark(COMPOSITIONAL, ("group",), ("naturalbench/NaturalBench-Retrieval/metadata.json",),
                               "naturalbench/NaturalBench-Retrieval/{metadata.json,images/} (the unzipped release)"),
     "mmvp_vlm": Benchmark(COMPOSITIONAL, ("macro",), ("mmvp_vlm/Questions.csv",),
                           "mmvp_vlm/Questions.csv + mmvp_vlm/MLLM_VLM Images/<Type>/<id>.jpg (the MMVP_VLM release)"),
     "eqben": Benchmark(COMPOSITIONAL, ("micro/group",), ("eqben/all_select.json",),
-                       "eqben/all_select.json + eqben/images/ (the eqben_vllm release, EqBen_Mini)"),
+                       "eqben/all_select.json + eqben/images/ (the eqben_vllm release, EqBen_Mini)",
+                       rule=2),  # 2: an item outside the source folders counts over all items
     "colorswap": Benchmark(COMPOSITIONAL, ("group",), ("colorswap/test.json",),
-                           "colorswap/test.json + colorswap/images/ (the ColorSwap release's data/)"),
+                           "colorswap/test.json + colorswap/images/ (the ColorSwap release's data/)",
+                           rule=2),  # 2: images converted to RGB before the transform
     "imagecode": Benchmark(COMPOSITIONAL, ("ImageCoDe",), ("imagecode/valid_data.json",),
                            "imagecode/valid_data.json + imagecode/image-sets/<set>/img<N>.jpg (the valid split)"),
     "crepe": Benchmark(COMPOSITIONAL, ("CREPE",), ("crepe/prod_hard_negatives/*/",),
@@ -63,7 +66,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "spec": Benchmark(COMPOSITIONAL, ("i2t", "t2i"), ("spec/*/image2text.json",),
                       "spec/<subset>/{image2text,text2image}.json + the pictures they name (data.zip)"),
     "svo_probes": Benchmark(COMPOSITIONAL, ("SVO-Probes",), ("svo_probes/svo_probes.csv",),
-                            "svo_probes/svo_probes.csv + svo_probes/images/<image id>.jpg"),
+                            "svo_probes/svo_probes.csv + svo_probes/images/<image id>.jpg",
+                            rule=2),  # 2: the official notebook's kinds and de-duplication
     "hard_positives": Benchmark(COMPOSITIONAL, ("augmented",), ("hard_positives/data/*.json",),
                                 "hard_positives/{data,swapped_data}/*.json (the release) + its data/VG_100K{,_2}/ "
                                 "and data/images/ (ARO's VG images)"),

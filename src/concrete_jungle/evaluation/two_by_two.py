@@ -32,12 +32,13 @@ IMAGE_TO_TEXT = ("image_0", "image_1", "text")  # the answers of an image choosi
 
 class Pair(NamedTuple):
     """One item: its key, two images (a `Crop` where the official code converts to RGB first, else the file as
-    opened), caption k true of image k, and the category it is reported under."""
+    opened), caption k true of image k, and the category it is reported under (None: in the scores over all items
+    only)."""
 
     key: str
     images: tuple[Path | Crop, Path | Crop]
     captions: tuple[str, str]
-    category: str
+    category: str | None
 
 
 def path_of(image: Path | Crop) -> Path:
@@ -116,7 +117,8 @@ def outcomes(items: list[Pair], flags: dict[str, np.ndarray], names: dict[str, s
     unit = units(items)
     categories: dict[str, list[int]] = {}
     for n, it in enumerate(items):
-        categories.setdefault(it.category, []).append(n)
+        if it.category is not None:
+            categories.setdefault(it.category, []).append(n)
     rows = {"": list(range(len(items)))} | {f"{c}/": r for c, r in categories.items()}
     answers_ = {f"{prefix}{shown_name}": series([items[r].key for r in picked], [unit[items[r].key] for r in picked],
                                                 flags[answer][picked].tolist())
@@ -131,19 +133,23 @@ def item_chances(items: list[Pair], names: dict[str, str]) -> dict[str, list[tup
     for it, odd in zip(items, odds):
         for answer, shown_name in names.items():
             out.setdefault(shown_name, []).append((it.key, odd[answer]))
-            out.setdefault(f"{it.category}/{shown_name}", []).append((it.key, odd[answer]))
+            if it.category is not None:
+                out.setdefault(f"{it.category}/{shown_name}", []).append((it.key, odd[answer]))
     return out
 
 
-def evaluate(encoder: Encoder, data: dict, names: dict[str, str], overall: str = "", per_category: bool = True) -> dict:
+def evaluate(encoder: Encoder, data: dict, names: dict[str, str], overall: str = "", per_category: bool = True,
+             percent_decimals: int | None = None) -> dict:
     """The scores ``names`` (answer -> reported name) over all items (named ``<overall><name>``, ``overall`` a
     prefix such as ``micro/``) and, with ``per_category``, per category and their mean over the categories
-    (``macro/<name>``), with ``outcomes`` per item (`stats`), the labelled averages and the blind baseline
+    (``macro/<name>``; with ``percent_decimals``, each category's score rounded to that many decimals of a percent
+    first, as VisMin's official script rounds them, and the mean of the unrounded scores beside it as ``macro/<name>
+    (unrounded)``), with ``outcomes`` per item (`stats`), the labelled averages and the blind baseline
     (``blind``: both images of every item replaced by the mean picture, for the answers of an image choosing between
     the captions, `IMAGE_TO_TEXT`; the text score is 0 there by construction, one picture cannot prefer each caption
     in turn; the answers of a caption choosing between the images are ``not_applicable``)."""
     items = [it for rows in data["items"].values() for it in rows]
-    categories = [c for c, rows in data["items"].items() if rows]
+    categories = list(dict.fromkeys(it.category for it in items if it.category is not None))
 
     def shaped(answers: dict[str, np.ndarray], shown_names: dict[str, str]) -> dict:
         out = outcomes(items, answers, shown_names)
@@ -154,6 +160,12 @@ def evaluate(encoder: Encoder, data: dict, names: dict[str, str], overall: str =
             if overall:
                 out["metrics"][f"{overall}{name}"] = out["metrics"].pop(name)
             out["metrics"][f"macro/{name}"] = {"macro": [f"{c}/{name}" for c in categories]}
+            if percent_decimals is not None:
+                for c in categories:
+                    out["metrics"][f"{c}/{name} (unrounded)"] = {"mean": f"{c}/{name}", "part": True}
+                    out["metrics"][f"{c}/{name}"]["percent_decimals"] = percent_decimals
+                out["metrics"][f"macro/{name} (unrounded)"] = {"macro": [f"{c}/{name} (unrounded)"
+                                                                         for c in categories]}
         return out
 
     images, texts = features(encoder, items) if items else ([], [])

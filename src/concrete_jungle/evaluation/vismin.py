@@ -12,11 +12,14 @@ The official rule (github.com/rabiulcste/vismin, ``vismin-bench/eval.py`` and ``
 dataset decodes it (no RGB conversion first), T{c}_I{i} the cosine similarity of text c and image i, text k true of
 image k, and a strict ``>`` (a tie is wrong): text = T0_I0 > T1_I0 and T1_I1 > T0_I1, image = T0_I0 > T0_I1 and
 T1_I1 > T1_I0, group = both (`two_by_two`). The official script reports these per ``category`` only, each the mean
-over the category's items. (The benchmark's first release, commit 4fdeb0f, shuffled which text went with which image
+over the category's items as a percent rounded to 2 decimals (``round(count * 100 / n, 2)``): so do we
+(``object/group`` ...). (The benchmark's first release, commit 4fdeb0f, shuffled which text went with which image
 and scored against ``solutions/sim_solution.csv``; the current release and rule pair text k with image k.)
 Beside the categories we report, labelled, the mean over all items (``micro/``) and the mean of the four categories'
-scores (``macro/``, the headline): the paper's average over categories could not be checked against code, which
-prints none. Items that share an image are one unit of resampling (`two_by_two.units`).
+rounded scores (``macro/``, the headline: the number one gets from the official script's output), with the mean of
+their unrounded scores beside it (``macro/group (unrounded)``, at most 0.005 points away); the paper's average over
+categories could not be checked against code, which prints none. Items that share an image are one unit of
+resampling (`two_by_two.units`).
 """
 
 from __future__ import annotations
@@ -82,9 +85,9 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:
-    """Text, image and group scores per category, their micro (over items) and macro (over categories) means and
-    the blind baseline (`two_by_two.evaluate`)."""
-    return two_by_two.evaluate(encoder, data, NAMES, overall="micro/")
+    """Text, image and group scores per category (rounded as the official script rounds them), their micro (over
+    items) and macro (over categories, rounded and unrounded) means and the blind baseline (`two_by_two.evaluate`)."""
+    return two_by_two.evaluate(encoder, data, NAMES, overall="micro/", percent_decimals=2)
 
 
 def item_chances(data: dict) -> dict:
