@@ -193,6 +193,29 @@ def test_crepe_ranks_each_region_s_caption_among_its_negatives_as_the_official_s
     assert chance == pytest.approx((np.mean(atom_chance) + 2 * np.mean(swap_chance)) / 3)
 
 
+def test_crepe_scores_a_region_outside_its_picture_on_black_and_counts_it(tmp_path, clip):
+    """torchvision's crop pads a region wholly outside its picture with zeros, and the official code ranks its texts
+    against that black crop: so do we, counted and noted as ARO's (the pictures are 80 x 60)."""
+    rows = write_crepe(tmp_path)
+    path = tmp_path / "crepe" / "prod_hard_negatives" / "atom" / "prod_vg_hard_negs_atom_complexity_5.csv"
+    lines = rows[("atom", 5)]
+    lines[1][1:5] = [0, 200, 30, 20]  # below the picture
+    lines[2][1:5] = [70, 50, 30, 20]  # partly inside: not counted
+    path.write_text("image_id,x,y,width,height,caption,hard_negs\n" + "".join(
+        f'{i},{x},{y},{w},{h},{c},"{negs!r}"\n' for i, x, y, w, h, c, negs in lines))
+    data = crepe.load_root(tmp_path)
+    assert data["boxes_outside_image"] == {"atom/c4": 0, "atom/c5": 1, "swap/c4": 0}
+    assert data["notes"] == ["atom/c5: 1 item(s) have a box wholly outside their image (items c5/3); each is scored "
+                             "on an all-black crop, as the official code scores it"]
+    result = crepe.evaluate(Encoder(clip, batch_size=5, progress=False), data)
+    image_id, x, y, w, h, caption, negatives = lines[1]
+    with torch.no_grad():
+        black = F.normalize(clip.model.encode_image(clip.preprocess(Image.new("RGB", (w, h)))[None]), dim=-1)[0]
+    scores = [sim(black, text(clip, t)) for t in [caption, *negatives]]
+    assert result["outcomes"]["series"]["atom/c5"]["values"][1] == float(all(s <= scores[0] for s in scores[1:]))
+    assert result["notes"] == data["notes"]
+
+
 def test_crepe_skips_a_missing_picture_only_when_asked_and_names_a_malformed_row(tmp_path):
     write_crepe(tmp_path)
     (tmp_path / "crepe" / "vg" / "VG_100K_2" / "3.jpg").unlink()

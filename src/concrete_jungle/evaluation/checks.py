@@ -83,6 +83,25 @@ def outside(box: tuple[float, float, float, float], size: tuple[int, int]) -> bo
     return round(x) >= size[0] or round(y) >= size[1] or round(x + w) <= 0 or round(y + h) <= 0
 
 
+def boxes_outside(parts: dict[str, list[tuple[str, object]]]) -> tuple[dict[str, int], list[str]]:
+    """Per part (its items' ``(key, Crop)``, pictures already checked and decoded whole), how many boxes lie wholly
+    outside their picture, and a note per part that has any: the official code of ARO, CREPE and Hard Positives
+    crops such a box as PIL does, to black pixels, and scores the item on it, so we score it too and say so."""
+    from PIL import Image
+
+    sizes: dict = {}
+    for _, crop in (item for items in parts.values() for item in items):
+        if crop.box is not None and crop.path not in sizes:
+            with Image.open(crop.path) as im:  # its header
+                sizes[crop.path] = im.size
+    found = {part: [key for key, crop in items if crop.box is not None and outside(crop.box, sizes[crop.path])]
+             for part, items in parts.items()}
+    notes = [f"{part}: {len(keys)} item(s) have a box wholly outside their image (items {', '.join(keys[:5])}"
+             f"{', ...' if len(keys) > 5 else ''}); each is scored on an all-black crop, as the official code scores "
+             "it" for part, keys in found.items() if keys]
+    return {part: len(keys) for part, keys in found.items()}, notes
+
+
 def numbered_lines(path: Path) -> list[tuple[int, str]]:
     """The non-blank lines of a text file, stripped, with their line numbers (from 1)."""
     try:
