@@ -1007,3 +1007,30 @@ def test_every_benchmark_s_series_keys_its_items_once(tmp_path, nlp):
             assert len(set(keys)) == len(keys), (name, s, sorted(k for k in set(keys) if keys.count(k) > 1))
     assert without == ["coco_probe"]  # mAP ranks pictures per class: no per-item series
     assert "class_0/more/nested.jpg" in result["outcomes"]["series"]["mine/acc1"]["keys"]
+
+
+# ------------------------------------------------------------------------------------------------ release layouts
+
+
+@pytest.mark.parametrize("name, inner", [("eqben", "eqben_vllm"), ("colorswap", "data"), ("imagecode", "data"),
+                                         ("spec", "data")])
+def test_a_release_is_read_where_its_own_download_leaves_it(tmp_path, capsys, name, inner):
+    """EqBen's eqben_vllm.zip unzipped as t2v_metrics unzips it (``eqben/eqben_vllm/``), ColorSwap's archive,
+    ImageCoDe's repository folder and SPEC's data.zip (each a ``data/``): read where they lie, the same items as the
+    files one level up; both copies at once is an error."""
+    from concrete_jungle import evaluation
+
+    write = every_benchmark_writer()[name]
+    write(tmp_path / "flat")
+    write(tmp_path / "staged")
+    release = tmp_path / "release" / name
+    release.mkdir(parents=True)
+    shutil.move(tmp_path / "staged" / name, release / inner)
+    flat, released = (evaluation.read_benchmark(name, tmp_path / root, False) for root in ("flat", "release"))
+    assert {part: [it[0] for it in items] for part, items in released["items"].items()} == {
+        part: [it[0] for it in items] for part, items in flat["items"].items()} and released["items"]
+    assert main(["eval", "--benchmarks", name, "--data-root", str(tmp_path / "release"), "--check"]) == 0
+    assert f"| {name} | 0 |" not in capsys.readouterr().out
+    shutil.copytree(tmp_path / "flat" / name, release, dirs_exist_ok=True)
+    with pytest.raises(BenchmarkDataError, match=f"{name} and .*{name}/{inner} both hold .*: two copies"):
+        evaluation.read_benchmark(name, tmp_path / "release", False)

@@ -216,6 +216,19 @@ def test_crepe_scores_a_region_outside_its_picture_on_black_and_counts_it(tmp_pa
     assert result["notes"] == data["notes"]
 
 
+def test_crepe_with_every_picture_missing_is_an_error_even_when_skipping_missing_pictures(tmp_path, capsys):
+    """Visual Genome placed elsewhere than crepe/vg/: --skip-missing skipped every row and exited 0 with every metric
+    null; nothing to score is an error naming where the pictures go."""
+    write_crepe(tmp_path)
+    shutil.move(tmp_path / "crepe" / "vg", tmp_path / "visual_genome")
+    with pytest.raises(BenchmarkDataError, match=r"every one of the 12 CREPE rows lacks its Visual Genome picture "
+                                                 r"\(the first: .*VG_100K/1\.jpg, missing\).*: put Visual Genome's "
+                                                 r"VG_100K/ and VG_100K_2/ \(or links to them\) in .*crepe/vg"):
+        crepe.load_root(tmp_path, skip_missing=True)
+    assert main(["eval", "--benchmarks", "crepe", "--data-root", str(tmp_path), "--check", "--skip-missing"]) == 2
+    assert "every one of the 12 CREPE rows" in capsys.readouterr().err
+
+
 def test_crepe_skips_a_missing_picture_only_when_asked_and_names_a_malformed_row(tmp_path):
     write_crepe(tmp_path)
     (tmp_path / "crepe" / "vg" / "VG_100K_2" / "3.jpg").unlink()

@@ -27,13 +27,14 @@ from pathlib import Path
 
 from ..records import file_digest
 from . import two_by_two
-from .checks import items_of, text_of
+from .checks import items_of, release_folder, text_of
 from .encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
 from .two_by_two import Pair
 
-LAYOUT = ("<root>/colorswap/test.json (a list of {id, caption_1, caption_2, image_1, image_2, ...}: the ColorSwap "
-          "release's data/test.json) and the images it names under <root>/colorswap/ (images/img_<id>_<k>.png, "
-          "from images.zip)")
+LAYOUT = ("<root>/colorswap/data/test.json (a list of {id, caption_1, caption_2, image_1, image_2, ...}: the "
+          "ColorSwap archive extracted into data/, as its README says) and the images it names under "
+          "<root>/colorswap/data/ (images/img_<id>_<k>.png, data/images.zip unzipped there); or the same files "
+          "directly in <root>/colorswap/")
 SPLIT = "test"
 NAMES = {"text": "text", "image": "image", "group": "group"}
 
@@ -41,7 +42,7 @@ NAMES = {"text": "text", "image": "image", "group": "group"}
 def load_root(root: Path, skip_missing: bool = False) -> dict:
     """The test examples (`two_by_two.Pair`, each image a `Crop`: converted to RGB first); every item and image
     checked before any model loads."""
-    folder = Path(root) / "colorswap"
+    folder = release_folder(Path(root) / "colorswap", "data", "test.json")
     path = folder / "test.json"
     raw = load_json_file(path, LAYOUT)
     if not isinstance(raw, list):

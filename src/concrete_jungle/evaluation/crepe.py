@@ -80,6 +80,11 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
         raise BenchmarkDataError(f"{folder} holds no CREPE productivity file; expected layout: {LAYOUT}")
     problems, sha256 = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
     items = {s: [it for it in rows if it[1].path not in problems] for s, rows in data.items()}
+    if not any(items.values()):  # pictures placed elsewhere: nothing to score is no result, even with skip_missing
+        first = next(it[1].path for rows in data.values() for it in rows)
+        raise BenchmarkDataError(f"every one of the {sum(map(len, data.values()))} CREPE rows lacks its Visual Genome "
+                                 f"picture (the first: {first}, {problems[first]}); expected layout: {LAYOUT}: put "
+                                 f"Visual Genome's VG_100K/ and VG_100K_2/ (or links to them) in {folder / 'vg'}")
     outside_counts, notes = boxes_outside({s: [(it[0], it[1]) for it in rows] for s, rows in items.items()})
     return {"items": items, "skipped": {s: sum(it[1].path in problems for it in rows) for s, rows in data.items()},
             "boxes_outside_image": outside_counts, "notes": notes, "files": files | sha256, "missing": missing}

@@ -31,14 +31,15 @@ from pathlib import Path
 
 from ..records import file_digest
 from . import two_by_two
-from .checks import items_of, text_of
+from .checks import items_of, release_folder, text_of
 from .encoding import BenchmarkDataError, CheckedImages, Crop, Encoder, check_images, frame_picture, image_path, \
     load_json_file
 from .two_by_two import Pair
 
-LAYOUT = ("<root>/eqben/all_select.json (a list of {image0, caption0, image1, caption1}: the eqben_vllm release, "
-          "EqBen_Mini) and <root>/eqben/images/<image0>, <image1> (paths starting with their source's folder, "
-          "eqbenag/, eqbenyoucook2/ ...; YouCook2 frames as .npy)")
+LAYOUT = ("<root>/eqben/eqben_vllm/all_select.json (a list of {image0, caption0, image1, caption1}: eqben_vllm.zip, "
+          "EqBen_Mini, unzipped as t2v_metrics unzips it) and <root>/eqben/eqben_vllm/images/<image0>, <image1> (paths "
+          "starting with their source's folder, eqbenag/, eqbenyoucook2/ ...; YouCook2 frames as .npy); or the same "
+          "files directly in <root>/eqben/")
 GROUPS = {"eqbenag": "eqbenag", "eqbenyoucook2": "eqbeny", "eqbengebc": "eqbeng", "eqbenkubric_cnt": "eqbenk",
           "eqbenkubric_loc": "eqbenk", "eqbenkubric_attr": "eqbenk", "eqbensd": "eqbensd"}
 NAMES = {"text": "text", "image": "image", "group": "group"}
@@ -48,7 +49,7 @@ OTHER = "other"  # the items whose image0 is in none of the source folders: in t
 def load_root(root: Path, skip_missing: bool = False) -> dict:
     """Items per group of sources (`two_by_two.Pair`, each image a `Crop`: converted to RGB first); every item and
     image checked before any model loads."""
-    folder = Path(root) / "eqben"
+    folder = release_folder(Path(root) / "eqben", "eqben_vllm", "all_select.json")
     path = folder / "all_select.json"
     raw = load_json_file(path, LAYOUT)
     if not isinstance(raw, list):

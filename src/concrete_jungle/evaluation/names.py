@@ -51,20 +51,25 @@ BENCHMARKS: dict[str, Benchmark] = {
                               "naturalbench/NaturalBench-Retrieval/{metadata.json,images/} (the unzipped release)"),
     "mmvp_vlm": Benchmark(COMPOSITIONAL, ("macro",), ("mmvp_vlm/Questions.csv",),
                           "mmvp_vlm/Questions.csv + mmvp_vlm/MLLM_VLM Images/<Type>/<id>.jpg (the MMVP_VLM release)"),
-    "eqben": Benchmark(COMPOSITIONAL, ("micro/group",), ("eqben/all_select.json",),
-                       "eqben/all_select.json + eqben/images/ (the eqben_vllm release, EqBen_Mini)",
+    "eqben": Benchmark(COMPOSITIONAL, ("micro/group",), ("eqben/all_select.json", "eqben/eqben_vllm/all_select.json"),
+                       "eqben/eqben_vllm/{all_select.json,images/} (eqben_vllm.zip unzipped in eqben/eqben_vllm/, as "
+                       "t2v_metrics unzips it; or its files in eqben/)",
                        rule=2),  # 2: an item outside the source folders counts over all items
-    "colorswap": Benchmark(COMPOSITIONAL, ("group",), ("colorswap/test.json",),
-                           "colorswap/test.json + colorswap/images/ (the ColorSwap release's data/)",
+    "colorswap": Benchmark(COMPOSITIONAL, ("group",), ("colorswap/test.json", "colorswap/data/test.json"),
+                           "colorswap/data/{test.json,images/} (the release's archive extracted into data/, "
+                           "images.zip unzipped there; or its files in colorswap/)",
                            rule=2),  # 2: images converted to RGB before the transform
-    "imagecode": Benchmark(COMPOSITIONAL, ("ImageCoDe",), ("imagecode/valid_data.json",),
-                           "imagecode/valid_data.json + imagecode/image-sets/<set>/img<N>.jpg (the valid split)"),
+    "imagecode": Benchmark(COMPOSITIONAL, ("ImageCoDe",),
+                           ("imagecode/valid_data.json", "imagecode/data/valid_data.json"),
+                           "imagecode/data/{valid_data.json,image-sets/<set>/img<N>.jpg} (the repository's data/, "
+                           "image-sets.zip unzipped in it; or its files in imagecode/)"),
     "crepe": Benchmark(COMPOSITIONAL, ("CREPE",), ("crepe/prod_hard_negatives/*/",),
                        "crepe/prod_hard_negatives/<type>/*.csv (productivity) + crepe/vg/{VG_100K,VG_100K_2}/"),
     "vl_checklist": Benchmark(COMPOSITIONAL, ("VL-CheckList",), ("vl_checklist/data/",),
                               "vl_checklist/data/ (the release's JSON) + vl_checklist/{vg,swig,hake}/"),
-    "spec": Benchmark(COMPOSITIONAL, ("i2t", "t2i"), ("spec/*/image2text.json",),
-                      "spec/<subset>/{image2text,text2image}.json + the pictures they name (data.zip)"),
+    "spec": Benchmark(COMPOSITIONAL, ("i2t", "t2i"), ("spec/*/image2text.json", "spec/data/*/image2text.json"),
+                      "spec/data/<subset>/{image2text,text2image}.json + the pictures they name (data.zip extracted "
+                      "in spec/; or the subsets in spec/)"),
     "svo_probes": Benchmark(COMPOSITIONAL, ("SVO-Probes",), ("svo_probes/svo_probes.csv",),
                             "svo_probes/svo_probes.csv + svo_probes/images/<image id>.jpg",
                             rule=2),  # 2: the official notebook's kinds and de-duplication
