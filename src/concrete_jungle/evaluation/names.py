@@ -42,10 +42,12 @@ BENCHMARKS: dict[str, Benchmark] = {
                           "whatsup/*_qa_*_obj.json"),
                          "whatsup/controlled_{images,clevr}_dataset.json + whatsup/controlled_{images,clevr}/; "
                          "whatsup/{coco,vg}_qa_{one,two}_obj.json + coco/val2017/, whatsup/vg_images/"),
-    "bivlc": Benchmark(COMPOSITIONAL, ("group",), ("bivlc/examples.jsonl",),
-                       "bivlc/examples.jsonl + bivlc/images/ (exported from the HF dataset imirandam/BiVLC)"),
-    "vismin": Benchmark(COMPOSITIONAL, ("macro/group",), ("vismin/examples.jsonl",),
-                        "vismin/examples.jsonl + vismin/images/ (exported from the HF dataset mair-lab/vismin-bench)",
+    "bivlc": Benchmark(COMPOSITIONAL, ("group",), ("bivlc/examples.jsonl", "bivlc/**/test-*.parquet"),
+                       "bivlc/ (huggingface-cli download imirandam/BiVLC --repo-type dataset --local-dir bivlc: "
+                       "its Parquet files, read offline into bivlc/examples.jsonl + bivlc/images/ once)"),
+    "vismin": Benchmark(COMPOSITIONAL, ("macro/group",), ("vismin/examples.jsonl", "vismin/**/dataset_dict.json"),
+                        "vismin/ (huggingface-cli download mair-lab/vismin-bench --repo-type dataset --local-dir "
+                        "vismin: its save_to_disk data/, read offline into vismin/examples.jsonl + images/ once)",
                         rule=2),  # 2: each category rounded as metric.py before the macro
     "naturalbench": Benchmark(COMPOSITIONAL, ("group",), ("naturalbench/NaturalBench-Retrieval/metadata.json",),
                               "naturalbench/NaturalBench-Retrieval/{metadata.json,images/} (the unzipped release)"),

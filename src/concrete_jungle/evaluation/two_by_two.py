@@ -203,6 +203,20 @@ def key_of(value, path: Path, where: str, field: str, layout: str) -> str:
     return str(value)
 
 
+def written_from_release(folder: Path, write) -> list[str]:
+    """``folder/examples.jsonl`` and ``folder/images/``: written once by ``write(rows, folder)`` from the Hugging Face
+    download in ``folder`` (`release_rows`, split test) when the file is not there yet; a note saying so, or none."""
+    if (folder / "examples.jsonl").is_file():
+        return []
+    rows, files = release_rows(folder, "test")
+    if not rows:
+        return []
+    write(rows, folder)
+    shown_files = ", ".join(str(p.relative_to(folder)) for p in files[:3]) + (", ..." if len(files) > 3 else "")
+    return [f"{folder / 'examples.jsonl'} and images/ were written from the downloaded dataset ({shown_files}), "
+            "each image as its bytes are there; delete them to write them again"]
+
+
 def jsonl_records(path: Path, key: str, fields: tuple[str, ...], layout: str, export: str) -> list[dict]:
     """The objects of a JSON-lines file, each with a unique ``key`` and every one of ``fields`` a text; an error
     naming the file, the line and the field otherwise (``export``: how to write the file)."""
@@ -227,6 +241,44 @@ def jsonl_records(path: Path, key: str, fields: tuple[str, ...], layout: str, ex
     if not records:
         raise BenchmarkDataError(f"{path} holds no items; expected layout: {layout}")
     return records
+
+
+def release_rows(folder: Path, split: str) -> tuple[list[dict], list[Path]]:
+    """The rows of split ``split`` of a Hugging Face dataset downloaded under ``folder`` as the Hub gives it, read
+    offline with pyarrow alone (no file's bytes reach pickle, NumPy or torch; an image stays ``{"bytes", "path"}``),
+    and the files read: the split's Parquet files (``<split>-*.parquet`` or ``<split>/*.parquet``, anywhere below, in
+    name order), or a ``save_to_disk`` folder's (``dataset_dict.json`` with ``<split>/``, its Arrow files in the order
+    of its ``state.json``). ``([], [])`` when neither is there."""
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    def of_split(p: Path) -> bool:
+        return p.name.startswith(f"{split}-") or p.stem == split or p.parent.name == split
+
+    def read(path: Path, table) -> list[dict]:
+        try:
+            return table(path).to_pylist()
+        except (OSError, ValueError) as e:  # pyarrow's errors are both
+            raise BenchmarkDataError(f"{path} is not a readable file of the dataset ({e}); download it again") from None
+
+    def stream(path: Path):
+        with ipc.open_stream(path) as reader:  # save_to_disk writes Arrow's streaming format
+            return reader.read_all()
+
+    parquet = sorted(p for p in folder.rglob("*.parquet") if of_split(p))
+    if parquet:
+        return [row for p in parquet for row in read(p, pq.read_table)], parquet
+    for index in sorted(folder.rglob("dataset_dict.json")):
+        part = index.parent / split
+        state = part / "state.json"
+        try:
+            names = [f["filename"] for f in json.loads(state.read_text(encoding="utf-8"))["_data_files"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            names = sorted(p.name for p in part.glob("*.arrow"))
+        files = [part / name for name in names]
+        if files:
+            return [row for path in files for row in read(path, stream)], files
+    return [], []
 
 
 EXTENSIONS = {"JPEG": ".jpg", "PNG": ".png", "WEBP": ".webp", "GIF": ".gif", "BMP": ".bmp", "TIFF": ".tif"}

@@ -3,7 +3,8 @@ two captions that differ in one aspect only, in four categories: object, attribu
 
 Data: the Hugging Face dataset ``mair-lab/vismin-bench``, published as a ``datasets.save_to_disk`` folder
 (``data/`` with ``dataset_dict.json`` and ``test/``; fields ``id``, ``text_0``, ``text_1``, ``image_0``,
-``image_1``, ``category``, and the questions of its VQA form), written once by `export_disk` into
+``image_1``, ``category``, and the questions of its VQA form), downloaded into ``<root>/vismin/`` and read there
+offline with pyarrow (`two_by_two.release_rows`; or from elsewhere by `export_disk`), written once into
 ``<root>/vismin/examples.jsonl`` (one object a line: ``id``, ``text_0``, ``text_1``, ``image_0``, ``image_1`` (file
 names under ``<root>/vismin/images/``), ``category``), each image as its bytes are in the dataset.
 
@@ -24,31 +25,29 @@ resampling (`two_by_two.units`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from ..records import file_digest
+from ..records import atomic_write_jsonl, file_digest
 from . import two_by_two
 from .encoding import BenchmarkDataError, Encoder, image_path
 from .two_by_two import Pair
 
-LAYOUT = ("<root>/vismin/examples.jsonl (id, text_0, text_1, image_0, image_1, category) and "
-          "<root>/vismin/images/<image_0>, <image_1>")
-EXPORT = "write it from the downloaded dataset with concrete_jungle.evaluation.vismin.export_disk"
+LAYOUT = ("<root>/vismin/ holding the dataset mair-lab/vismin-bench as downloaded (huggingface-cli download "
+          "mair-lab/vismin-bench --repo-type dataset --local-dir <root>/vismin: its save_to_disk folder data/), from "
+          "which <root>/vismin/examples.jsonl (id, text_0, text_1, image_0, image_1, category) and "
+          "<root>/vismin/images/ are written once")
+EXPORT = "download the dataset there, or write it with concrete_jungle.evaluation.vismin.export_disk"
 CATEGORIES = ("object", "attribute", "counting", "relation")
 NAMES = {"text": "text", "image": "image", "group": "group"}
 
 
 def export_disk(dataset: str | Path, root: str | Path) -> Path:
-    """Write the downloaded ``mair-lab/vismin-bench`` (``dataset``: its ``data/`` folder, which the official
-    ``eval.py`` opens with ``load_from_disk``) into ``root`` (needs `datasets`)."""
-    try:
-        from datasets import Image, load_from_disk
-    except ImportError:
-        raise BenchmarkDataError("reading VisMin-bench needs `pip install datasets`") from None
-    rows = load_from_disk(str(dataset))["test"]
-    for column in ("image_0", "image_1"):
-        rows = rows.cast_column(column, Image(decode=False))  # the bytes as published
+    """Write the downloaded ``mair-lab/vismin-bench`` (``dataset``: the download, or its ``data/`` folder, which the
+    official ``eval.py`` opens with ``load_from_disk``) into ``root``, read offline (`two_by_two.release_rows`)."""
+    rows, _ = two_by_two.release_rows(Path(dataset), "test")
+    if not rows:
+        raise BenchmarkDataError(f"{dataset} holds no test split of mair-lab/vismin-bench (a save_to_disk folder or "
+                                 f"Parquet files); expected layout: {LAYOUT}")
     return write_layout(rows, root)
 
 
@@ -57,17 +56,18 @@ def write_layout(rows, root: str | Path) -> Path:
     (`two_by_two.save_image`)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / "examples.jsonl", "w", encoding="utf-8") as f:
-        for row in rows:
-            files = {k: two_by_two.save_image(row[k], root / "images") for k in ("image_0", "image_1")}
-            f.write(json.dumps({"id": row["id"], "text_0": row["text_0"], "text_1": row["text_1"]} | files
-                               | {"category": row["category"]}) + "\n")
+    records = [{"id": row["id"], "text_0": row["text_0"], "text_1": row["text_1"]}
+               | {k: two_by_two.save_image(row[k], root / "images") for k in ("image_0", "image_1")}
+               | {"category": row["category"]} for row in rows]
+    atomic_write_jsonl(root / "examples.jsonl", records)  # last: a run stopped midway leaves no examples.jsonl
     return root
 
 
 def load(root: str | Path, skip_missing: bool = False) -> dict:
-    """Items per category, every image checked before any model loads."""
+    """Items per category, every image checked before any model loads; from the dataset as downloaded into ``root``
+    (`two_by_two.written_from_release`) when ``examples.jsonl`` is not there."""
     root = Path(root)
+    notes = two_by_two.written_from_release(root, write_layout)
     path = root / "examples.jsonl"
     records = two_by_two.jsonl_records(path, "id", ("text_0", "text_1", "image_0", "image_1", "category"), LAYOUT,
                                        EXPORT)
@@ -76,7 +76,8 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         images = tuple(image_path(root / "images", r[k]) for k in ("image_0", "image_1"))
         data.setdefault(r["category"], []).append(Pair(r["id"], images, (r["text_0"], r["text_1"]), r["category"]))
     order = [c for c in CATEGORIES if c in data] + sorted(c for c in data if c not in CATEGORIES)
-    return two_by_two.checked({c: data[c] for c in order}, {path: file_digest(path)}, LAYOUT, skip_missing)
+    return two_by_two.checked({c: data[c] for c in order}, {path: file_digest(path)}, LAYOUT, skip_missing) | {
+        "notes": notes}
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
