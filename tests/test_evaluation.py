@@ -969,7 +969,7 @@ def every_benchmark_writer() -> dict:
     from test_hard_positives import write_release
     from test_image_choice_benchmarks import write_bivlc, write_naturalbench, write_vismin
     from test_list_benchmarks import write_crepe, write_imagecode, write_spec, write_svo, write_vl_checklist
-    from test_pair_benchmarks import write_colorswap, write_eqben, write_mmvp
+    from test_pair_benchmarks import write_colorswap, write_eqben, write_eqben_full, write_mmvp
 
     return WRITERS | {
         "sugarcrepe": write_data_root, "sugarcrepe_pp": write_data_root, "aro": lambda root: write_aro(root / "aro"),
@@ -977,7 +977,8 @@ def every_benchmark_writer() -> dict:
         "whatsup": lambda root: write_whatsup(root / "whatsup", root / "coco" / "val2017"),
         "bivlc": lambda root: write_bivlc(root / "bivlc"), "vismin": lambda root: write_vismin(root / "vismin"),
         "naturalbench": lambda root: write_naturalbench(root / "naturalbench"), "mmvp_vlm": write_mmvp,
-        "eqben": write_eqben, "colorswap": write_colorswap, "imagecode": write_imagecode, "crepe": write_crepe,
+        "eqben": write_eqben, "eqben_full": write_eqben_full, "colorswap": write_colorswap,
+        "imagecode": write_imagecode, "crepe": write_crepe,
         "vl_checklist": write_vl_checklist, "spec": write_spec, "svo_probes": write_svo,
         "hard_positives": write_release, "coco_retrieval": write_coco_karpathy, "zeroshot": write_nested_zeroshot,
         "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train", "test"))}

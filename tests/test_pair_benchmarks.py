@@ -4,6 +4,7 @@ alone), their ties, their averages, skipped images and malformed files."""
 
 import csv
 import json
+import random
 import re
 
 import numpy as np
@@ -261,6 +262,78 @@ def test_eqben_counts_an_item_outside_its_source_folders_over_all_items_and_in_n
     assert result["n"]["other"] == 1 and "1 item(s) have an image0 in no EqBen source folder" in result["notes"][0]
     assert set(metrics) >= {"macro/group"} and "other/group" not in metrics
     assert len(eqben.item_chances(data)["group"]) == 32
+
+
+def write_eqben_full(root):
+    """The full test set as released: its pairs of one caption and one image in random order
+    (``ann_json_finegrained_random.json``), the repository's ``src_file/`` that restores the order, and ``images/``,
+    items of all seven sources (YouCook2's frames ``.npy``). Returns each item's source, images and captions."""
+    folder = root / "eqben_full"
+    items, n = [], 0
+    for source, count in (("eqbenag", 5), ("eqbenyoucook2", 3), ("eqbengebc", 2), ("eqbenkubric_loc", 3),
+                          ("eqbenkubric_attr", 2), ("eqbenkubric_cnt", 2), ("eqbensd", 4)):
+        for k in range(count):
+            suffix = ".npy" if source == "eqbenyoucook2" else ".png"
+            names = [f"{source}/v{k}/{side}{suffix}" for side in (0, 1)]
+            for side, name in enumerate(names):
+                picture(folder / "images" / name, 300 + 2 * n + side)
+            items.append((source, names, caption_pair(n + 5)))
+            n += 1
+    entries, info = [], []
+    for number, (source, names, captions) in enumerate(items):
+        for c in (0, 1):
+            for i in (0, 1):
+                entries.append({"image": names[i], "caption": captions[c]})
+                info.append({"dataset": source, "name": f"c{c}i{i}", "sample_cnt": number})
+    order = list(range(len(entries)))
+    random.Random(0).shuffle(order)  # order[p]: the original place of the pair released at place p
+    (folder / "src_file").mkdir()
+    (folder / "ann_json_finegrained_random.json").write_text(json.dumps([entries[j] for j in order]))
+    (folder / "src_file" / "private_random_idx.json").write_text(json.dumps(order))
+    (folder / "src_file" / "private_info.json").write_text(json.dumps(info))
+    return items
+
+
+def test_eqben_full_test_set_restores_the_released_order_and_scores_each_source_as_the_local_script(tmp_path, clip):
+    """evaluate_eqben_locally.py: each released pair's score put back by argsort(private_random_idx), items by
+    private_info, Winoground's scores per source; beside them t2v_metrics' five groups and their mean."""
+    items = write_eqben_full(tmp_path)
+    data = eqben.load_full_root(tmp_path)
+    assert {d: len(v) for d, v in data["items"].items()} == {
+        "eqbenag": 5, "eqbenyoucook2": 3, "eqbengebc": 2, "eqbenkubric_cnt": 2, "eqbenkubric_loc": 3,
+        "eqbenkubric_attr": 2, "eqbensd": 4}
+    result = eqben.evaluate(Encoder(clip, batch_size=4, progress=False), data)
+    folder = tmp_path / "eqben_full"
+    released = json.loads((folder / "ann_json_finegrained_random.json").read_text())
+    order = json.loads((folder / "src_file" / "private_random_idx.json").read_text())
+    info = json.loads((folder / "src_file" / "private_info.json").read_text())
+    # one similarity per released pair, in the released order
+    score = [float(text_feature(clip, r["caption"]) @ image_feature(clip, eqben_picture(folder / "images" /
+                                                                                        r["image"])))
+             for r in released]
+    recovered = np.asarray(score)[np.argsort(order)]
+    per_item = {}
+    for value, where in zip(recovered, info):
+        per_item.setdefault(where["sample_cnt"], {})[where["name"]] = value
+    official = [wino_scores({(c, i): per_item[n][f"c{c}i{i}"] for c in (0, 1) for i in (0, 1)})
+                for n in range(len(items))]
+    metrics = result["metrics"]
+    for score_name in ("text", "image", "group"):
+        by_source = {}
+        for (source, _, _), o in zip(items, official):
+            by_source.setdefault(source, []).append(o[score_name])
+        for source, values in by_source.items():
+            assert metrics[f"{source}/{score_name}"] == pytest.approx(np.mean(values))
+        kubric = sum((by_source[s] for s in ("eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt")), [])
+        assert metrics[f"eqbenk/{score_name}"] == pytest.approx(np.mean(kubric))
+        groups = [np.mean(by_source[s]) for s in ("eqbenag", "eqbenyoucook2", "eqbengebc", "eqbensd")] + [
+            np.mean(kubric)]
+        assert metrics[f"groups/{score_name}"] == pytest.approx(np.mean(groups))
+        assert metrics[f"micro/{score_name}"] == pytest.approx(np.mean([o[score_name] for o in official]))
+    assert any(o["image"] for o in official) and any(not o["image"] for o in official)
+    (folder / "src_file" / "private_random_idx.json").write_text(json.dumps(order[:-1] + order[-1:] * 1 + [0]))
+    with pytest.raises(BenchmarkDataError, match=r"do not fit together"):
+        eqben.load_full_root(tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------ ColorSwap

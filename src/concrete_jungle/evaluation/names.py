@@ -57,6 +57,10 @@ BENCHMARKS: dict[str, Benchmark] = {
                        "eqben/eqben_vllm/{all_select.json,images/} (eqben_vllm.zip unzipped in eqben/eqben_vllm/, as "
                        "t2v_metrics unzips it; or its files in eqben/)",
                        rule=2),  # 2: an item outside the source folders counts over all items
+    "eqben_full": Benchmark(COMPOSITIONAL, ("groups/group",), ("eqben_full/ann_json_finegrained_random.json",),
+                            "eqben_full/{ann_json_finegrained_random.json,src_file/,images/} (EqBen's full test set: "
+                            "its annotation, the repository's src_file/, the image archive unpacked)",
+                            module="eqben", reader="load_full_root"),
     "colorswap": Benchmark(COMPOSITIONAL, ("group",), ("colorswap/test.json", "colorswap/data/test.json"),
                            "colorswap/data/{test.json,images/} (the release's archive extracted into data/, "
                            "images.zip unzipped there; or its files in colorswap/)",
