@@ -215,6 +215,18 @@ def test_valse_keeps_validated_items_counts_ties_wrong_and_averages_pieces(tmp_p
 # ------------------------------------------------------------------------------------------------ the command
 
 
+def write_coco_karpathy(root, n: int = 6):
+    """``coco/dataset_coco.json`` (the Karpathy split): ``n`` test pictures in ``coco/val2014/``, two captions
+    each."""
+    (root / "coco" / "val2014").mkdir(parents=True)
+    images = []
+    for i in range(n):
+        noise_image(root / "coco" / "val2014" / f"COCO_val2014_{i:012d}.jpg", 300 + i)
+        images.append({"filepath": "val2014", "filename": f"COCO_val2014_{i:012d}.jpg", "split": "test",
+                       "sentences": [{"raw": f"a photo {i}"}, {"raw": f"a picture {i}"}]})
+    (root / "coco" / "dataset_coco.json").write_text(json.dumps({"images": images}))
+
+
 def test_eval_runs_and_checks_the_new_benchmarks_and_coco_retrieval(tmp_path, capsys):
     root = tmp_path / "root"
     write_aro(root / "aro")
@@ -224,13 +236,7 @@ def test_eval_runs_and_checks_the_new_benchmarks_and_coco_retrieval(tmp_path, ca
     (root / "valse" / "relations.json").write_text(json.dumps(
         {"r0": {"image_file": "a.jpg", "caption": "a cup on a table", "foil": "a table on a cup",
                 "linguistic_phenomena": "relations", "mturk": {"caption": 2}}}))
-    (root / "coco" / "val2014").mkdir(parents=True)
-    images = []
-    for i in range(6):
-        noise_image(root / "coco" / "val2014" / f"COCO_val2014_{i:012d}.jpg", 300 + i)
-        images.append({"filepath": "val2014", "filename": f"COCO_val2014_{i:012d}.jpg", "split": "test",
-                       "sentences": [{"raw": f"a photo {i}"}, {"raw": f"a picture {i}"}]})
-    (root / "coco" / "dataset_coco.json").write_text(json.dumps({"images": images}))
+    write_coco_karpathy(root)
     names = "aro,valse,whatsup,coco_retrieval"
     assert main(["eval", "--benchmarks", names, "--data-root", str(root), "--check"]) == 0
     printed = capsys.readouterr().out.splitlines()  # not a terminal: the layout table as Markdown, a row a line

@@ -946,3 +946,92 @@ def test_linear_probe_reads_an_image_folder_as_torchvision_does(tmp_path):
         paths, labels = data["splits"][split]
         assert [(str(p), int(y)) for p, y in zip(paths, labels)] == reference.samples
     assert len(data["notes"]) == 2 and all("2 file(s)" in n and "notes.txt" in n for n in data["notes"])
+
+
+# ------------------------------------------------------------------------------------------------ per-item keys
+
+
+def write_nested_zeroshot(root):
+    """Two classes, each with a picture in a sub-folder of the same name (``more/nested.jpg``)."""
+    from test_compositional_benchmarks import write_zeroshot
+
+    folder = root / "zeroshot" / "mine"
+    write_zeroshot(folder, names=("dog", "cat"))
+    for c in range(2):
+        (folder / "test" / f"class_{c}" / "more").mkdir()
+        noise_image(folder / "test" / f"class_{c}" / "more" / "nested.jpg", 610 + c)
+
+
+def every_benchmark_writer() -> dict:
+    """A fixture writer of each benchmark (name -> a function of its data root)."""
+    from benchmark_fixtures import write_data_root
+    from test_compositional_benchmarks import write_aro, write_coco_karpathy, write_valse, write_whatsup
+    from test_hard_positives import write_release
+    from test_image_choice_benchmarks import write_bivlc, write_naturalbench, write_vismin
+    from test_list_benchmarks import write_crepe, write_imagecode, write_spec, write_svo, write_vl_checklist
+    from test_pair_benchmarks import write_colorswap, write_eqben, write_eqben_full, write_mmvp
+
+    return WRITERS | {
+        "sugarcrepe": write_data_root, "sugarcrepe_pp": write_data_root, "aro": lambda root: write_aro(root / "aro"),
+        "aro_order": write_coco_karpathy, "valse": lambda root: write_valse(root / "valse"),
+        "whatsup": lambda root: write_whatsup(root / "whatsup", root / "coco" / "val2017"),
+        "bivlc": lambda root: write_bivlc(root / "bivlc"), "vismin": lambda root: write_vismin(root / "vismin"),
+        "naturalbench": lambda root: write_naturalbench(root / "naturalbench"), "mmvp_vlm": write_mmvp,
+        "eqben": write_eqben, "eqben_full": write_eqben_full, "colorswap": write_colorswap,
+        "imagecode": write_imagecode, "crepe": write_crepe,
+        "vl_checklist": write_vl_checklist, "spec": write_spec, "svo_probes": write_svo,
+        "hard_positives": write_release, "coco_retrieval": write_coco_karpathy, "zeroshot": write_nested_zeroshot,
+        "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train", "test"))}
+
+
+def test_every_benchmark_s_series_keys_its_items_once(tmp_path, nlp):
+    """`eval --compare` pairs two results' items by key: within a series each key must name one item. On every
+    benchmark's fixture (zero-shot with a sub-folder named alike in two class folders). ``nlp``: ARO's order tasks
+    read spaCy's pipeline, loaded once for the session."""
+    from concrete_jungle import evaluation
+    from concrete_jungle.evaluation.names import BENCHMARKS
+
+    writers = every_benchmark_writer()
+    assert set(writers) == set(BENCHMARKS)  # a new benchmark needs its fixture here
+    encoder = Encoder(random_features(0), progress=False)
+    without = []
+    for name, write in writers.items():
+        write(tmp_path / name)
+        data = load_data(name, tmp_path / name, name == "vtab")  # one VTAB task of the nineteen
+        result = evaluation.run(encoder, [name], {name: data})[name]
+        if "outcomes" not in result:
+            without.append(name)
+            continue
+        assert result["outcomes"]["series"], name
+        for s, answers in result["outcomes"]["series"].items():
+            keys = answers["keys"]
+            assert len(set(keys)) == len(keys), (name, s, sorted(k for k in set(keys) if keys.count(k) > 1))
+    assert without == ["coco_probe"]  # mAP ranks pictures per class: no per-item series
+    assert "class_0/more/nested.jpg" in result["outcomes"]["series"]["mine/acc1"]["keys"]
+
+
+# ------------------------------------------------------------------------------------------------ release layouts
+
+
+@pytest.mark.parametrize("name, inner", [("eqben", "eqben_vllm"), ("colorswap", "data"), ("imagecode", "data"),
+                                         ("spec", "data")])
+def test_a_release_is_read_where_its_own_download_leaves_it(tmp_path, capsys, name, inner):
+    """EqBen's eqben_vllm.zip unzipped as t2v_metrics unzips it (``eqben/eqben_vllm/``), ColorSwap's archive,
+    ImageCoDe's repository folder and SPEC's data.zip (each a ``data/``): read where they lie, the same items as the
+    files one level up; both copies at once is an error."""
+    from concrete_jungle import evaluation
+
+    write = every_benchmark_writer()[name]
+    write(tmp_path / "flat")
+    write(tmp_path / "staged")
+    release = tmp_path / "release" / name
+    release.mkdir(parents=True)
+    shutil.move(tmp_path / "staged" / name, release / inner)
+    flat, released = (evaluation.read_benchmark(name, tmp_path / root, False) for root in ("flat", "release"))
+    assert {part: [it[0] for it in items] for part, items in released["items"].items()} == {
+        part: [it[0] for it in items] for part, items in flat["items"].items()} and released["items"]
+    assert main(["eval", "--benchmarks", name, "--data-root", str(tmp_path / "release"), "--check"]) == 0
+    assert f"| {name} | 0 |" not in capsys.readouterr().out
+    shutil.copytree(tmp_path / "flat" / name, release, dirs_exist_ok=True)
+    with pytest.raises(BenchmarkDataError, match=f"{name} and .*{name}/{inner} both hold .*: two copies"):
+        evaluation.read_benchmark(name, tmp_path / "release", False)

@@ -170,6 +170,26 @@ def test_hard_positives_chance_of_augmented_is_one_in_the_distinct_texts_zero_on
     assert level == pytest.approx(np.mean([per_subset["swap"], replace]))
 
 
+def test_hard_positives_scores_a_swap_box_outside_its_picture_on_black_and_counts_it(tmp_path, clip):
+    """The release's loader cuts a box wholly outside its picture to black pixels (PIL) and scores the item on it:
+    so do we, counted and noted as ARO's (the pictures are 48 x 40)."""
+    files = write_release(tmp_path)
+    for items in files["swap"]:
+        items[1].update(bbox_x=300)  # right of the picture
+        items[2].update(bbox_x=40, bbox_w=30)  # half outside: a crop with pixels, not counted
+    for part, items in zip(("data", "swapped_data"), files["swap"]):
+        (tmp_path / "hard_positives" / part / hard_positives.FILES["swap"]).write_text(json.dumps(items))
+    data = hard_positives.load_root(tmp_path)
+    assert data["boxes_outside_image"] == {"swap": 1, "replace_att": 0, "replace_rel": 0}
+    assert data["notes"] == ["swap: 1 item(s) have a box wholly outside their image (items 1); each is scored on an "
+                             "all-black crop, as the official code scores it"]
+    result = hard_positives.evaluate(Encoder(clip, batch_size=4, progress=False), data)
+    expected = official(clip, tmp_path, {"swap": files["swap"]})["swap"]
+    for measure in hard_positives.MEASURES:
+        assert result["outcomes"]["series"][f"swap/{measure}"]["values"] == [float(x) for x in expected[measure]]
+    assert result["notes"] == data["notes"] and result["boxes_outside_image"]["swap"] == 1
+
+
 def test_hard_positives_skips_a_missing_picture_and_names_malformed_files(tmp_path):
     files = write_release(tmp_path)
     folder = tmp_path / "hard_positives"

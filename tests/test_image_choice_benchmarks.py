@@ -179,6 +179,34 @@ def test_bivlc_export_writes_the_dataset_s_image_bytes_unchanged_and_a_shared_im
         assert it.images[1].path.name.startswith(hashlib.sha256(row["negative_image"]["bytes"]).hexdigest()[:20])
 
 
+def test_bivlc_reads_its_parquet_download_offline_with_each_image_s_bytes_unchanged(tmp_path, clip):
+    """``huggingface-cli download imirandam/BiVLC --local-dir bivlc`` leaves Parquet files (``data/test-*.parquet``,
+    the images as ``{bytes, path}``): read where they lie with pyarrow, the items and image files those of
+    `write_layout`, written once."""
+    from datasets import Dataset, Features, Image as ImageFeature, Value
+
+    rows = [{"image": {"bytes": png_bytes(n % 2), "path": None}, "negative_image": {"bytes": png_bytes(10 + n),
+             "path": None}, "caption": PAIRS[n][0], "negative_caption": PAIRS[n][1],
+             "type": ["swap", "add"][n % 2], "subtype": "att"} for n in range(4)]
+    features = Features({"image": ImageFeature(), "caption": Value("string"), "negative_caption": Value("string"),
+                         "negative_image": ImageFeature(), "type": Value("string"), "subtype": Value("string")})
+    (tmp_path / "bivlc" / "data").mkdir(parents=True)
+    Dataset.from_list(rows, features=features).to_parquet(tmp_path / "bivlc" / "data" / "test-00000-of-00001.parquet")
+    data = bivlc.load_root(tmp_path)
+    assert data["notes"][0].endswith("were written from the downloaded dataset (data/test-00000-of-00001.parquet), "
+                                     "each image as its bytes are there; delete them to write them again")
+    assert {t: [it.key for it in items] for t, items in data["items"].items()} == {"swap": ["0", "2"],
+                                                                                  "add": ["1", "3"]}
+    for it in data["items"]["swap"] + data["items"]["add"]:
+        row = rows[int(it.key)]
+        assert [crop.path.read_bytes() for crop in it.images] == [row["image"]["bytes"],
+                                                                  row["negative_image"]["bytes"]]
+        assert it.captions == (row["caption"], row["negative_caption"])
+    again = bivlc.load_root(tmp_path)
+    assert again["notes"] == [] and again["items"] == data["items"]
+    assert main(["eval", "--benchmarks", "bivlc", "--data-root", str(tmp_path), "--check"]) == 0
+
+
 # ------------------------------------------------------------------------------------------------ VisMin-bench
 
 VISMIN_CATEGORIES = ["object"] * 5 + ["attribute"] * 2 + ["counting"] * 3 + ["relation"] * 4
@@ -197,7 +225,7 @@ def write_vismin(folder: Path) -> list[dict]:
     return rows
 
 
-def test_vismin_scores_each_category_as_the_official_metric_with_micro_and_macro_means(tmp_path, clip):
+def test_vismin_rounds_each_category_as_the_official_metric_before_the_macro_mean_and_gives_both(tmp_path, clip):
     rows = write_vismin(tmp_path / "vismin")
     official = [winoground_rule(official_similarities(
         clip, [tmp_path / "vismin" / "images" / r[f"image_{k}"] for k in (0, 1)], [r["text_0"], r["text_1"]],
@@ -208,16 +236,38 @@ def test_vismin_scores_each_category_as_the_official_metric_with_micro_and_macro
     for name in ("text", "image", "group"):
         per_category = {c: mean(o[name] for o, r in zip(official, rows) if r["category"] == c)
                         for c in vismin.CATEGORIES}
-        for category, value in per_category.items():
-            assert metrics[f"{category}/{name}"] == pytest.approx(value)
+        # metric.py: round(count * 100 / n, 2) per category, the number its output gives
+        rounded = {c: round(sum(o[name] for o, r in zip(official, rows) if r["category"] == c) * 100 /
+                            sum(r["category"] == c for r in rows), 2) / 100 for c in vismin.CATEGORIES}
+        for category, value in rounded.items():
+            assert metrics[f"{category}/{name}"] == value
         assert metrics[f"micro/{name}"] == pytest.approx(mean(o[name] for o in official))
-        assert metrics[f"macro/{name}"] == pytest.approx(np.mean(list(per_category.values())))
+        assert metrics[f"macro/{name}"] == pytest.approx(np.mean(list(rounded.values())), abs=1e-12)
+        assert metrics[f"macro/{name} (unrounded)"] == pytest.approx(np.mean(list(per_category.values())), abs=1e-12)
         assert name not in metrics  # every overall number says which mean it is
     tie = {name: dict(zip(s["keys"], s["values"]))["1008"] for name, s in result["outcomes"]["series"].items()
            if "/" not in name}
     assert tie == {"text": 0, "image": 0, "group": 0}
     assert dict(vismin.item_chances(data)["counting/group"])["1008"] == 0
     assert result["n"] == {"object": 5, "attribute": 2, "counting": 3, "relation": 4}
+
+
+def test_vismin_s_headline_is_the_mean_of_the_rounded_categories_with_the_unrounded_mean_beside_it(tmp_path):
+    """A model of random features (seed 4) gets one of counting's 3 items right: metric.py gives 33.33 %, and the
+    mean over the four categories moves by 0.0008 points from the mean of the unrounded scores."""
+    from benchmark_fixtures import random_features
+
+    write_vismin(tmp_path / "vismin")
+    result = vismin.evaluate(Encoder(random_features(4), progress=False), vismin.load_root(tmp_path))
+    series, metrics = result["outcomes"]["series"], result["metrics"]
+    shares = {c: series[f"{c}/group"]["values"] for c in vismin.CATEGORIES}
+    rounded = [round(sum(v) * 100 / len(v), 2) / 100 for v in shares.values()]
+    assert metrics["counting/group"] == 0.3333
+    assert metrics["macro/group"] == pytest.approx(np.mean(rounded), abs=1e-12)
+    assert metrics["macro/group (unrounded)"] == pytest.approx(np.mean([np.mean(v) for v in shares.values()]),
+                                                               abs=1e-12)
+    assert metrics["macro/group"] == pytest.approx(metrics["macro/group (unrounded)"] - 0.25 * (1 / 3 - 0.3333),
+                                                   abs=1e-12)
 
 
 def test_vismin_skips_a_missing_image_when_asked_and_names_a_missing_field(tmp_path, clip):
@@ -232,6 +282,30 @@ def test_vismin_skips_a_missing_image_when_asked_and_names_a_missing_field(tmp_p
                                                                     if k != "category"}) + "\n")
     with pytest.raises(BenchmarkDataError, match="examples.jsonl: line 1 has category null, not text"):
         vismin.load_root(tmp_path)
+
+
+def test_vismin_reads_its_save_to_disk_download_offline_as_the_official_eval_opens_it(tmp_path, clip):
+    """``huggingface-cli download mair-lab/vismin-bench --local-dir vismin`` leaves the ``save_to_disk`` folder
+    ``data/`` (``dataset_dict.json``, ``test/``) that ``eval.py`` opens with ``load_from_disk``: read where it lies
+    with pyarrow's Arrow reader (no `datasets`), the items those of the rows, each image's bytes unchanged."""
+    from datasets import Dataset, DatasetDict, Features, Image as ImageFeature, Value
+
+    rows = [{"id": str(500 + n), "text_0": PAIRS[n][0], "text_1": PAIRS[n][1],
+             "image_0": {"bytes": png_bytes(20 + n), "path": None},
+             "image_1": {"bytes": png_bytes(40 + n), "path": None}, "category": VISMIN_CATEGORIES[n * 3]}
+            for n in range(5)]
+    features = Features({k: Value("string") for k in ("id", "text_0", "text_1", "category")}
+                        | {"image_0": ImageFeature(), "image_1": ImageFeature()})
+    DatasetDict({"test": Dataset.from_list(rows, features=features)}).save_to_disk(str(tmp_path / "vismin" / "data"))
+    data = vismin.load_root(tmp_path)
+    assert "were written from the downloaded dataset (data/test/data-00000-of-00001.arrow)" in data["notes"][0]
+    items = {it.key: it for part in data["items"].values() for it in part}
+    assert sorted(items) == [r["id"] for r in rows]
+    for row in rows:
+        item = items[row["id"]]
+        assert [p.read_bytes() for p in item.images] == [row["image_0"]["bytes"], row["image_1"]["bytes"]]
+        assert item.captions == (row["text_0"], row["text_1"]) and item.category == row["category"]
+    assert vismin.load_root(tmp_path)["notes"] == []
 
 
 def test_vismin_export_keeps_the_official_fields_and_image_bytes(tmp_path):

@@ -4,6 +4,7 @@ alone), their ties, their averages, skipped images and malformed files."""
 
 import csv
 import json
+import random
 import re
 
 import numpy as np
@@ -237,9 +238,102 @@ def test_eqben_skips_an_item_whose_frame_is_missing_and_names_a_malformed_item_o
     path.write_text(json.dumps([*items[:3], {k: v for k, v in items[3].items() if k != "caption1"}]))
     with pytest.raises(BenchmarkDataError, match=r"all_select\.json: item 3 has caption1 null, not text"):
         eqben.load_root(tmp_path)
-    path.write_text(json.dumps([{**items[0], "image0": "winoground/ex0.png"}]))
-    with pytest.raises(BenchmarkDataError, match=r"item 0's image0 'winoground/ex0\.png' is in no EqBen source"):
-        eqben.load_root(tmp_path)
+
+
+def test_eqben_counts_an_item_outside_its_source_folders_over_all_items_and_in_no_group(tmp_path, clip):
+    """t2v_metrics' EqBen_Mini scores every item for 'all' and each of its five groups over the items whose image0
+    starts with one of the group's folders: an item in another folder is in 'all' only (an error before)."""
+    items = write_eqben(tmp_path)
+    images = tmp_path / "eqben" / "images"
+    (images / "elsewhere").mkdir()
+    for side in (0, 1):
+        (images / items[7][f"image{side}"]).rename(images / "elsewhere" / f"7_{side}.png")
+        items[7][f"image{side}"] = f"elsewhere/7_{side}.png"
+    (tmp_path / "eqben" / "all_select.json").write_text(json.dumps(items))
+    data = eqben.load_root(tmp_path)
+    result = eqben.evaluate(Encoder(clip, batch_size=4, progress=False), data)
+    official = official_wino(clip, images, items, ("image0", "image1"), ("caption0", "caption1"), eqben_picture)
+    series, metrics = result["outcomes"]["series"], result["metrics"]
+    assert "7" in series["group"]["keys"] and len(series["group"]["keys"]) == 32
+    assert all("7" not in s["keys"] for name, s in series.items() if "/" in name)
+    assert metrics["micro/image"] == pytest.approx(np.mean([o["image"] for o in official]))
+    assert metrics["eqbenag/image"] == pytest.approx(np.mean([o["image"] for n, o in enumerate(official[:12])
+                                                              if n != 7]))
+    assert result["n"]["other"] == 1 and "1 item(s) have an image0 in no EqBen source folder" in result["notes"][0]
+    assert set(metrics) >= {"macro/group"} and "other/group" not in metrics
+    assert len(eqben.item_chances(data)["group"]) == 32
+
+
+def write_eqben_full(root):
+    """The full test set as released: its pairs of one caption and one image in random order
+    (``ann_json_finegrained_random.json``), the repository's ``src_file/`` that restores the order, and ``images/``,
+    items of all seven sources (YouCook2's frames ``.npy``). Returns each item's source, images and captions."""
+    folder = root / "eqben_full"
+    items, n = [], 0
+    for source, count in (("eqbenag", 5), ("eqbenyoucook2", 3), ("eqbengebc", 2), ("eqbenkubric_loc", 3),
+                          ("eqbenkubric_attr", 2), ("eqbenkubric_cnt", 2), ("eqbensd", 4)):
+        for k in range(count):
+            suffix = ".npy" if source == "eqbenyoucook2" else ".png"
+            names = [f"{source}/v{k}/{side}{suffix}" for side in (0, 1)]
+            for side, name in enumerate(names):
+                picture(folder / "images" / name, 300 + 2 * n + side)
+            items.append((source, names, caption_pair(n + 5)))
+            n += 1
+    entries, info = [], []
+    for number, (source, names, captions) in enumerate(items):
+        for c in (0, 1):
+            for i in (0, 1):
+                entries.append({"image": names[i], "caption": captions[c]})
+                info.append({"dataset": source, "name": f"c{c}i{i}", "sample_cnt": number})
+    order = list(range(len(entries)))
+    random.Random(0).shuffle(order)  # order[p]: the original place of the pair released at place p
+    (folder / "src_file").mkdir()
+    (folder / "ann_json_finegrained_random.json").write_text(json.dumps([entries[j] for j in order]))
+    (folder / "src_file" / "private_random_idx.json").write_text(json.dumps(order))
+    (folder / "src_file" / "private_info.json").write_text(json.dumps(info))
+    return items
+
+
+def test_eqben_full_test_set_restores_the_released_order_and_scores_each_source_as_the_local_script(tmp_path, clip):
+    """evaluate_eqben_locally.py: each released pair's score put back by argsort(private_random_idx), items by
+    private_info, Winoground's scores per source; beside them t2v_metrics' five groups and their mean."""
+    items = write_eqben_full(tmp_path)
+    data = eqben.load_full_root(tmp_path)
+    assert {d: len(v) for d, v in data["items"].items()} == {
+        "eqbenag": 5, "eqbenyoucook2": 3, "eqbengebc": 2, "eqbenkubric_cnt": 2, "eqbenkubric_loc": 3,
+        "eqbenkubric_attr": 2, "eqbensd": 4}
+    result = eqben.evaluate(Encoder(clip, batch_size=4, progress=False), data)
+    folder = tmp_path / "eqben_full"
+    released = json.loads((folder / "ann_json_finegrained_random.json").read_text())
+    order = json.loads((folder / "src_file" / "private_random_idx.json").read_text())
+    info = json.loads((folder / "src_file" / "private_info.json").read_text())
+    # one similarity per released pair, in the released order
+    score = [float(text_feature(clip, r["caption"]) @ image_feature(clip, eqben_picture(folder / "images" /
+                                                                                        r["image"])))
+             for r in released]
+    recovered = np.asarray(score)[np.argsort(order)]
+    per_item = {}
+    for value, where in zip(recovered, info):
+        per_item.setdefault(where["sample_cnt"], {})[where["name"]] = value
+    official = [wino_scores({(c, i): per_item[n][f"c{c}i{i}"] for c in (0, 1) for i in (0, 1)})
+                for n in range(len(items))]
+    metrics = result["metrics"]
+    for score_name in ("text", "image", "group"):
+        by_source = {}
+        for (source, _, _), o in zip(items, official):
+            by_source.setdefault(source, []).append(o[score_name])
+        for source, values in by_source.items():
+            assert metrics[f"{source}/{score_name}"] == pytest.approx(np.mean(values))
+        kubric = sum((by_source[s] for s in ("eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt")), [])
+        assert metrics[f"eqbenk/{score_name}"] == pytest.approx(np.mean(kubric))
+        groups = [np.mean(by_source[s]) for s in ("eqbenag", "eqbenyoucook2", "eqbengebc", "eqbensd")] + [
+            np.mean(kubric)]
+        assert metrics[f"groups/{score_name}"] == pytest.approx(np.mean(groups))
+        assert metrics[f"micro/{score_name}"] == pytest.approx(np.mean([o[score_name] for o in official]))
+    assert any(o["image"] for o in official) and any(not o["image"] for o in official)
+    (folder / "src_file" / "private_random_idx.json").write_text(json.dumps(order[:-1] + order[-1:] * 1 + [0]))
+    with pytest.raises(BenchmarkDataError, match=r"do not fit together"):
+        eqben.load_full_root(tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------ ColorSwap
@@ -266,7 +360,7 @@ def test_colorswap_scores_the_test_split_as_winoground_strictly_and_over_its_exa
     data = colorswap.load_root(tmp_path)
     result = colorswap.evaluate(Encoder(clip, batch_size=3, progress=False), data)
     official = official_wino(clip, tmp_path / "colorswap", items, ("image_1", "image_2"), ("caption_1", "caption_2"),
-                             as_opened)
+                             eqben_picture)  # converted to RGB, as every module reads pictures
     series = result["outcomes"]["series"]
     assert set(series) == {"text", "image", "group"} and series["group"]["keys"] == [str(n) for n in range(24)]
     for score in ("text", "image", "group"):
@@ -276,6 +370,28 @@ def test_colorswap_scores_the_test_split_as_winoground_strictly_and_over_its_exa
     assert not any(official[1].values()) and not any(official[2].values())  # the two ties are wrong
     assert result["n"] == {"test": 24}
     assert [c for _, c in colorswap.item_chances(data)["group"]][:4] == pytest.approx([1 / 6, 0, 0, 1 / 6])
+
+
+def test_colorswap_converts_each_image_to_rgb_before_the_transform(tmp_path):
+    """RGBA and palette PNGs give other pixels when converted after the resize, as open_clip's transform converts:
+    with a model whose features are a hash of the pixels, each image's feature is that of the picture converted
+    first (passed as opened, none of the odd-mode pictures was)."""
+    from benchmark_fixtures import odd_mode_pictures, random_features
+
+    folder = tmp_path / "colorswap"
+    pictures = odd_mode_pictures(folder / "images", 3)[:2] + odd_mode_pictures(folder / "images", 4)[:2]
+    items = [{"id": n, "caption_1": "a red cup", "caption_2": "a blue cup", "image_1": str(pictures[2 * n].relative_to(
+        folder)), "image_2": str(pictures[2 * n + 1].relative_to(folder))} for n in range(2)]
+    (folder / "test.json").write_text(json.dumps(items))
+    model = random_features(5, rgb_after_resize=True)
+    encoder = Encoder(model, progress=False)
+    data = colorswap.load_root(tmp_path)
+    features = encoder.images([image for it in data["items"]["test"] for image in it.images])
+    for path, feature in zip(pictures, features):
+        with Image.open(path) as im:
+            converted, opened = (F.normalize(model.model.encode_image(model.preprocess(p)[None]), dim=-1)[0]
+                                 for p in (im.convert("RGB"), im))
+        assert torch.allclose(feature, converted) and not torch.allclose(feature, opened)
 
 
 def test_colorswap_skips_a_missing_image_and_names_a_malformed_example(tmp_path):

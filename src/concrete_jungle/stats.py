@@ -7,6 +7,7 @@ each metric from the series::
     {"series": {"add_att": {"keys": [...], "units": [...], "values": [1, 0, ...]}, ...},
      "metrics": {"add_att": {"mean": "add_att"},                          # mean of a series
                  "image_retrieval_recall@5": {"mean": "t2i_rank", "below": 5},  # share of values below 5
+                 "object/group": {"mean": "object/group", "percent_decimals": 2},  # as a percent rounded to 0.01
                  "M.Avg": {"macro": ["add_att", ...]},                     # mean of the metrics that have a value
                  "all items (micro)": {"micro": ["add_att", ...]},         # mean over all items of the series
                  "ADD": {"macro": ["add_att", "add_obj"], "complete": true},  # None unless all have one
@@ -71,7 +72,11 @@ def metric_values(outcomes: dict, unit_counts: dict[str, np.ndarray] | None = No
             data = (data < recipe["below"]).astype(np.float64)
         weights = None if unit_counts is None else unit_counts[recipe["mean"]]
         total = len(data) if weights is None else weights.sum()
-        values[name] = float((data if weights is None else data * weights).sum() / total) if total else None
+        hits = float((data if weights is None else data * weights).sum())
+        if total and "percent_decimals" in recipe:  # a benchmark that rounds before averaging, as its code computes it
+            values[name] = round(hits * 100 / float(total), recipe["percent_decimals"]) / 100
+        else:
+            values[name] = hits / float(total) if total else None
         return values[name]
 
     return {name: value(name) for name in (recipes if names is None else names)}

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PIL import Image
-
 from ..stats import reported, series
 from ..records import file_digest
-from .checks import items_of, numbered_lines, outside, pixel_box, text_of
+from .checks import boxes_outside, items_of, numbered_lines, pixel_box, text_of
 from .choice import subset_picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 from .chance import pick_chance
@@ -47,7 +45,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     found = {s: root / name for s, name in FILES.items() if (root / name).is_file()}
     if not found:
         raise BenchmarkDataError(f"{root} holds neither {' nor '.join(FILES.values())}; expected layout: {LAYOUT}")
-    items, skipped, outside_keys, files = {}, {}, {}, {}
+    items, skipped, files = {}, {}, {}
     for subset, path in found.items():
         raw = load_json_file(path, LAYOUT)
         if not isinstance(raw, list):
@@ -58,22 +56,14 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         files |= sha256
         items[subset] = [r for r in rows if r[1].path not in problems]
         skipped[subset] = len(rows) - len(items[subset])
-        sizes = {}
-        for picture in dict.fromkeys(r[1].path for r in items[subset]):
-            with Image.open(picture) as im:  # its header: the file was checked and decoded whole just above
-                sizes[picture] = im.size
-        outside_keys[subset] = [r[0] for r in items[subset] if outside(r[1].box, sizes[r[1].path])]
     symmetric = root / SYMMETRIC
     excluded = None
     if symmetric.is_file():
         excluded = sorted({line for _, line in numbered_lines(symmetric)})
         files[symmetric] = file_digest(symmetric)
-    # the official loader crops such a box as PIL does, to black pixels, and scores the item: so do we, and say so
-    notes = [f"{subset}: {len(keys)} item(s) have a box wholly outside their image (items "
-             f"{', '.join(keys[:5])}{', ...' if len(keys) > 5 else ''}); each is scored on an all-black crop, as the "
-             "official code scores it" for subset, keys in outside_keys.items() if keys]
-    return {"items": items, "skipped": skipped, "symmetric": excluded,
-            "boxes_outside_image": {s: len(keys) for s, keys in outside_keys.items()}, "notes": notes, "files": files}
+    outside_counts, notes = boxes_outside({s: [(r[0], r[1]) for r in rows] for s, rows in items.items()})
+    return {"items": items, "skipped": skipped, "symmetric": excluded, "boxes_outside_image": outside_counts,
+            "notes": notes, "files": files}
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:

@@ -2,11 +2,12 @@
 Retrieval"): 2,933 items of a COCO val2017 image and caption, SugarCrepe's negative caption and a negative image
 generated from it, so that each item is scored both ways, image to text and text to image.
 
-Data: the Hugging Face dataset ``imirandam/BiVLC`` (split ``test``; fields ``image``, ``caption``,
-``negative_caption``, ``negative_image``, ``type`` (replace, swap, add), ``subtype`` (obj, att, rel)), written once
-by `export_hf` into ``<root>/bivlc/examples.jsonl`` (one object a line: ``id`` (the row's index in the dataset),
-``caption``, ``negative_caption``, ``image``, ``negative_image`` (file names under ``<root>/bivlc/images/``),
-``type``, ``subtype``), each image as its bytes are in the dataset.
+Data: the Hugging Face dataset ``imirandam/BiVLC`` (split ``test``; fields ``image``, ``caption``, ``negative_caption``,
+``negative_image``, ``type`` (replace, swap, add), ``subtype`` (obj, att, rel)), downloaded into ``<root>/bivlc/`` (its
+Parquet files) and read there offline with pyarrow (`two_by_two.release_rows`; or from the Hub by `export_hf`), written
+once into ``<root>/bivlc/examples.jsonl`` (one object a line: ``id`` (the row's index in the dataset), ``caption``,
+``negative_caption``, ``image``, ``negative_image`` (file names under ``<root>/bivlc/images/``), ``type``, ``subtype``),
+each image as its bytes are in the dataset.
 
 The official rule (github.com/IMirandaM/BiVLC, ``main_evaluation_BiVLC.py`` and ``evaluate_BiVLC`` in
 ``src/CLIP_fine_tuning/CLIP_utils.py``, commit 776023d): each image converted to RGB before the transform
@@ -21,17 +22,18 @@ of resampling (`two_by_two.units`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from ..records import file_digest
+from ..records import atomic_write_jsonl, file_digest
 from . import two_by_two
 from .encoding import BenchmarkDataError, Crop, Encoder, image_path
 from .two_by_two import Pair
 
-LAYOUT = ("<root>/bivlc/examples.jsonl (id, caption, negative_caption, image, negative_image, type, subtype) and "
-          "<root>/bivlc/images/<image>, <negative_image>")
-EXPORT = "write it from the Hub with concrete_jungle.evaluation.bivlc.export_hf"
+LAYOUT = ("<root>/bivlc/ holding the dataset imirandam/BiVLC as downloaded (huggingface-cli download imirandam/BiVLC "
+          "--repo-type dataset --local-dir <root>/bivlc: its test split's Parquet files), from which "
+          "<root>/bivlc/examples.jsonl (id, caption, negative_caption, image, negative_image, type, subtype) and "
+          "<root>/bivlc/images/ are written once")
+EXPORT = "download the dataset there, or write it from the Hub with concrete_jungle.evaluation.bivlc.export_hf"
 TYPES = ("replace", "swap", "add")  # the official script's order
 # answer of `two_by_two.answers` -> the official name
 NAMES = {"image_0": "Ipos_2T", "image_1": "Ineg_2T", "caption_0": "Tpos_2I", "caption_1": "Tneg_2I", "text": "I2T",
@@ -55,17 +57,20 @@ def write_layout(rows, root: str | Path) -> Path:
     image as ``{"bytes", "path"}`` (`two_by_two.save_image`)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / "examples.jsonl", "w", encoding="utf-8") as f:
-        for n, row in enumerate(rows):
-            files = {k: two_by_two.save_image(row[k], root / "images") for k in ("image", "negative_image")}
-            f.write(json.dumps({"id": n, "caption": row["caption"], "negative_caption": row["negative_caption"]}
-                               | files | {"type": row["type"], "subtype": row["subtype"]}) + "\n")
+    records = []
+    for n, row in enumerate(rows):
+        files = {k: two_by_two.save_image(row[k], root / "images") for k in ("image", "negative_image")}
+        records.append({"id": n, "caption": row["caption"], "negative_caption": row["negative_caption"]} | files
+                       | {"type": row["type"], "subtype": row["subtype"]})
+    atomic_write_jsonl(root / "examples.jsonl", records)  # last: a run stopped midway leaves no examples.jsonl
     return root
 
 
 def load(root: str | Path, skip_missing: bool = False) -> dict:
-    """Items per type, every image checked before any model loads."""
+    """Items per type, every image checked before any model loads; from the dataset as downloaded into ``root``
+    (`two_by_two.written_from_release`) when ``examples.jsonl`` is not there."""
     root = Path(root)
+    notes = two_by_two.written_from_release(root, write_layout)
     path = root / "examples.jsonl"
     records = two_by_two.jsonl_records(path, "id", ("caption", "negative_caption", "image", "negative_image", "type"),
                                        LAYOUT, EXPORT)
@@ -74,7 +79,8 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         images = tuple(Crop(image_path(root / "images", r[k])) for k in ("image", "negative_image"))
         data.setdefault(r["type"], []).append(Pair(r["id"], images, (r["caption"], r["negative_caption"]), r["type"]))
     order = [t for t in TYPES if t in data] + sorted(t for t in data if t not in TYPES)
-    return two_by_two.checked({t: data[t] for t in order}, {path: file_digest(path)}, LAYOUT, skip_missing)
+    return two_by_two.checked({t: data[t] for t in order}, {path: file_digest(path)}, LAYOUT, skip_missing) | {
+        "notes": notes}
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:

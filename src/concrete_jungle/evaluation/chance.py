@@ -88,7 +88,9 @@ def levels(name: str, data: dict, result: dict, keys: list[str]) -> dict[str, fl
         elif isinstance(chance, float):
             series[s] = {"values": [chance] * len(answers["keys"])}
     # a recall at 1 is the share of ranks below 1: its chance series holds each query's chance of rank 0 instead
-    recipes = {k: {x: y for x, y in r.items() if x != "below"} for k, r in outcomes["metrics"].items()}
+    # and a level is the expected score itself, not rounded as a benchmark may round its scores
+    recipes = {k: {x: y for x, y in r.items() if x not in ("below", "percent_decimals")}
+               for k, r in outcomes["metrics"].items()}
     out: dict[str, float | None] = {}
     for key in keys:
         recipe = outcomes["metrics"].get(key)

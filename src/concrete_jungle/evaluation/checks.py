@@ -83,6 +83,36 @@ def outside(box: tuple[float, float, float, float], size: tuple[int, int]) -> bo
     return round(x) >= size[0] or round(y) >= size[1] or round(x + w) <= 0 or round(y + h) <= 0
 
 
+def boxes_outside(parts: dict[str, list[tuple[str, object]]]) -> tuple[dict[str, int], list[str]]:
+    """Per part (its items' ``(key, Crop)``, pictures already checked and decoded whole), how many boxes lie wholly
+    outside their picture, and a note per part that has any: the official code of ARO, CREPE and Hard Positives
+    crops such a box as PIL does, to black pixels, and scores the item on it, so we score it too and say so."""
+    from PIL import Image
+
+    sizes: dict = {}
+    for _, crop in (item for items in parts.values() for item in items):
+        if crop.box is not None and crop.path not in sizes:
+            with Image.open(crop.path) as im:  # its header
+                sizes[crop.path] = im.size
+    found = {part: [key for key, crop in items if crop.box is not None and outside(crop.box, sizes[crop.path])]
+             for part, items in parts.items()}
+    notes = [f"{part}: {len(keys)} item(s) have a box wholly outside their image (items {', '.join(keys[:5])}"
+             f"{', ...' if len(keys) > 5 else ''}); each is scored on an all-black crop, as the official code scores "
+             "it" for part, keys in found.items() if keys]
+    return {part: len(keys) for part, keys in found.items()}, notes
+
+
+def release_folder(folder: Path, inner: str, marker: str) -> Path:
+    """The folder a benchmark's release lies in: ``folder`` itself, or ``folder/inner``, where the release's own
+    download leaves its files (its ``data/``; EqBen's ``eqben_vllm/``), whichever holds ``marker`` (a glob), read as
+    it lies; both is an error naming both."""
+    here, there = any(folder.glob(marker)), any((folder / inner).glob(marker))
+    if here and there:
+        raise BenchmarkDataError(f"{folder} and {folder / inner} both hold {marker}: two copies of the release; keep "
+                                 "one")
+    return folder / inner if there else folder
+
+
 def numbered_lines(path: Path) -> list[tuple[int, str]]:
     """The non-blank lines of a text file, stripped, with their line numbers (from 1)."""
     try:

@@ -12,11 +12,13 @@ the paper reports for image-text matching models ("We follow the Winoground sche
 the mean over the test examples (one set, micro). The headline is the group score, Winoground's headline: the
 abstract puts CLIP at 12 % on its "main ITM metric" without naming it here, and that metric could not be checked.
 The paper's ITM evaluation is a Colab notebook linked from the README, not in the repository; it could not be read,
-so the tie rule (strict, Winoground's) and the image reading (the file as opened, the model's transform converting
-it to RGB, as Winoground's reference passes its images) follow Winoground and were not checked against ColorSwap's
-own code. The repository's ``vlm_eval.py`` (commit 4f2c9e4) scores generative models' answers and confirms the three
-scores' definitions (text: both images answered with their own caption; image: both captions with their own image;
-group: both). Examples that share an image are one unit of resampling (`two_by_two.units`).
+so the tie rule (strict, Winoground's) follows Winoground and was not checked against ColorSwap's own code. Each
+image is converted to RGB before the transform (``Image.open(path).convert("RGB")``), as every other module reads
+pictures: an RGBA or palette PNG passed as opened would be resized before it is converted (open_clip's transform
+converts last), which gives other pixels where the alpha varies. The repository's ``vlm_eval.py`` (commit 4f2c9e4)
+scores generative models' answers and confirms the three scores' definitions (text: both images answered with their
+own caption; image: both captions with their own image; group: both). Examples that share an image are one unit
+of resampling (`two_by_two.units`).
 """
 
 from __future__ import annotations
@@ -25,21 +27,22 @@ from pathlib import Path
 
 from ..records import file_digest
 from . import two_by_two
-from .checks import items_of, text_of
-from .encoding import BenchmarkDataError, Encoder, image_path, load_json_file
+from .checks import items_of, release_folder, text_of
+from .encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
 from .two_by_two import Pair
 
-LAYOUT = ("<root>/colorswap/test.json (a list of {id, caption_1, caption_2, image_1, image_2, ...}: the ColorSwap "
-          "release's data/test.json) and the images it names under <root>/colorswap/ (images/img_<id>_<k>.png, "
-          "from images.zip)")
+LAYOUT = ("<root>/colorswap/data/test.json (a list of {id, caption_1, caption_2, image_1, image_2, ...}: the "
+          "ColorSwap archive extracted into data/, as its README says) and the images it names under "
+          "<root>/colorswap/data/ (images/img_<id>_<k>.png, data/images.zip unzipped there); or the same files "
+          "directly in <root>/colorswap/")
 SPLIT = "test"
 NAMES = {"text": "text", "image": "image", "group": "group"}
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
-    """The test examples (`two_by_two.Pair`, each image the file as opened); every item and image checked before
-    any model loads."""
-    folder = Path(root) / "colorswap"
+    """The test examples (`two_by_two.Pair`, each image a `Crop`: converted to RGB first); every item and image
+    checked before any model loads."""
+    folder = release_folder(Path(root) / "colorswap", "data", "test.json")
     path = folder / "test.json"
     raw = load_json_file(path, LAYOUT)
     if not isinstance(raw, list):
@@ -53,7 +56,8 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
         seen[key] = n
         image1, image2, caption1, caption2 = [text_of(item.get(f), path, f"item {n}", f)
                                               for f in ("image_1", "image_2", "caption_1", "caption_2")]
-        items.append(Pair(key, (image_path(folder, image1), image_path(folder, image2)), (caption1, caption2), SPLIT))
+        items.append(Pair(key, (Crop(image_path(folder, image1)), Crop(image_path(folder, image2))),
+                          (caption1, caption2), SPLIT))
     return two_by_two.checked({SPLIT: items}, {path: file_digest(path)}, LAYOUT, skip_missing)
 
 

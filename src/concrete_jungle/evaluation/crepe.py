@@ -8,23 +8,27 @@ Data: the release (RAIVNLab/CREPE, ``data/prod_hard_negatives.zip``), unchanged:
 hard_negs`` (``hard_negs`` a Python list literal of captions), and the Visual Genome pictures ``<image_id>.jpg`` in
 ``VG_100K/`` or ``VG_100K_2/`` (looked up in that order, as the official code does).
 
-The official rule is ``crepe_prod_eval_clip.py`` with ``crepe_eval_utils.py`` (RAIVNLab/CREPE, commit 1fa81c4), read
-for this module: the picture converted to RGB and cut to the region (``TF.crop(top=y, left=x, height, width)``, i.e.
-PIL's ``crop((x, y, x + width, y + height))``); the texts ``[caption] + hard_negs``, tokenized and cut to the
-context; the rank of the caption (listed first) in ``torch.argsort(scores, descending=True)``; Recall@1 is the share
-of rank 0. Under equal scores torch's sort on the CPU, where the official code sorts, keeps lists of up to 16 texts
-in order, so a negative that ties the caption ranks after it: a tie is right (a longer list's order under ties is
-not defined by torch). The official CLIP script takes each row's texts as six in a row of its batch
-(``text_emb[j*6:(j+1)*6]``): it assumes exactly 5 negatives per row, and a row of another number would shift every
-later row of its batch onto other rows' texts; its open_clip script (``crepe_compo_eval_open_clip.py``, batch size
-1) ranks each row against its own list, whatever its length. The release's rows could not be counted here (the
-productivity files come in a zip that was not readable); we rank each row against its own negatives, as the open_clip
-script does, which is the CLIP script's rule wherever a row holds 5, and count the rows by number of negatives
-(``negatives`` in the result: ``{"5": rows}`` on a release of 5 throughout), so a departure shows.
+The official rule is ``crepe_prod_eval_clip.py`` with ``crepe_eval_utils.py`` (RAIVNLab/CREPE, commit 1fa81c4), read for
+this module: the picture converted to RGB and cut to the region (``TF.crop(top=y, left=x, height, width)``, i.e. PIL's
+``crop((x, y, x + width, y + height))``; a region wholly outside its picture is cut to black pixels and scored so, as
+the official code does (torchvision pads the crop with zeros), and counted, ``boxes_outside_image`` with a note); the
+texts ``[caption] + hard_negs``, tokenized and cut to the context; the rank of the caption (listed first) in
+``torch.argsort(scores, descending=True)``; Recall@1 is the share of rank 0. Under equal scores torch's sort on the CPU,
+where the official code sorts, keeps lists of up to 16 texts in order, so a negative that ties the caption ranks after
+it: a tie is right (a longer list's order under ties is not defined by torch). The official CLIP script takes each row's
+texts as six in a row of its batch (``text_emb[j*6:(j+1)*6]``): it assumes exactly 5 negatives per row, and a row of
+another number would shift every later row of its batch onto other rows' texts; its open_clip script
+(``crepe_compo_eval_open_clip.py``, batch size 1) ranks each row against its own list, whatever its length. The
+release's rows could not be counted here (the productivity files come in a zip that was not readable); we rank each row
+against its own negatives, as the open_clip script does, which is the CLIP script's rule wherever a row holds 5, and
+count the rows by number of negatives (``negatives`` in the result: ``{"5": rows}`` on a release of 5 throughout), so a
+departure shows.
 
 Reported: Recall@1 per kind and complexity (``atom/c4`` ... ``negate/c12``), per kind over all its complexities
 (``atom``, ``swap``, ``negate``: the share of all its rows, micro), and ``CREPE``, the mean of the three kinds
-(macro; both labelled in ``averages``). A kind needs its nine files and ``CREPE`` all 27: with part of the release
+(macro; both labelled in ``averages``); beside them, labelled, each kind's mean over its nine files (``atom (mean
+over files)``: each complexity weighs alike, whatever its number of rows) and their mean (``CREPE (mean over
+files)``). A kind needs its nine files and ``CREPE`` all 27: with part of the release
 they have no value, and ``partial`` in the result names the missing files (the files present keep their scores). These
 are the numbers the field's widest comparison reports (vl_compo, Oh et al. 2024: productivity ``atom``, ``swap``
 and ``negate``, each over 17,698, 7,405 and 17,303 rows, and their mean; its code is not public, the counts are read
@@ -44,7 +48,7 @@ from pathlib import Path
 from ..records import file_digest
 from ..stats import reported, series
 from .chance import pick_chance
-from .checks import csv_rows, partial, shown
+from .checks import boxes_outside, csv_rows, partial, shown
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
 from .validity import averages, blind_of_parts
 
@@ -75,9 +79,15 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
     if not data:
         raise BenchmarkDataError(f"{folder} holds no CREPE productivity file; expected layout: {LAYOUT}")
     problems, sha256 = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
-    return {"items": {s: [it for it in items if it[1].path not in problems] for s, items in data.items()},
-            "skipped": {s: sum(it[1].path in problems for it in items) for s, items in data.items()},
-            "files": files | sha256, "missing": missing}
+    items = {s: [it for it in rows if it[1].path not in problems] for s, rows in data.items()}
+    if not any(items.values()):  # pictures placed elsewhere: nothing to score is no result, even with skip_missing
+        first = next(it[1].path for rows in data.values() for it in rows)
+        raise BenchmarkDataError(f"every one of the {sum(map(len, data.values()))} CREPE rows lacks its Visual Genome "
+                                 f"picture (the first: {first}, {problems[first]}); expected layout: {LAYOUT}: put "
+                                 f"Visual Genome's VG_100K/ and VG_100K_2/ (or links to them) in {folder / 'vg'}")
+    outside_counts, notes = boxes_outside({s: [(it[0], it[1]) for it in rows] for s, rows in items.items()})
+    return {"items": items, "skipped": {s: sum(it[1].path in problems for it in rows) for s, rows in data.items()},
+            "boxes_outside_image": outside_counts, "notes": notes, "files": files | sha256, "missing": missing}
 
 
 def _row(path: Path, key: str, row: dict, vg: Path) -> tuple:
@@ -140,6 +150,7 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     metrics = reported(outcomes)
     counts = Counter(len(it[2]) - 1 for items in data["items"].values() for it in items)
     result = {"metrics": metrics, "n": {s: len(v) for s, v in data["items"].items()}, "skipped": data["skipped"],
+              "boxes_outside_image": data["boxes_outside_image"], "notes": data["notes"],
               "outcomes": outcomes, "averages": averages(outcomes["metrics"]),
               "negatives": {str(k): counts[k] for k in sorted(counts)}}
     result |= partial("CREPE", data.get("missing", []), len(KINDS) * len(COMPLEXITIES),
@@ -161,7 +172,9 @@ def outcomes_of(data: dict, answers: dict[str, list[bool]]) -> dict:
             series_[part] = series([it[0] for it in items], [it[3] for it in items], answers.get(part, []))
             recipes[part] = {"mean": part} | ({} if part in data["items"] else {"part": True})  # a file not there
         recipes[kind] = {"micro": [f"{kind}/c{c}" for c in COMPLEXITIES], "complete": True}
+        recipes[f"{kind} (mean over files)"] = {"macro": [f"{kind}/c{c}" for c in COMPLEXITIES], "complete": True}
     recipes["CREPE"] = {"macro": list(KINDS), "complete": True}
+    recipes["CREPE (mean over files)"] = {"macro": [f"{kind} (mean over files)" for kind in KINDS], "complete": True}
     return {"series": series_, "metrics": recipes}
 
 

@@ -8,7 +8,9 @@ negative), each item naming its Visual Genome picture (``image_id``, ``image_pat
 ``vl_checklist_attributes.json`` and ``vl_checklist_relations.json``, the whole picture at the ``image_path`` the
 file names (``data/VG_100K{,_2}/<id>.jpg``, relative to the release's folder, as the official code opens it);
 SWAP: ``visual_genome_attribution.json``, ARO's VG-Attribution format, the picture ``data/images/<image_path>`` cut
-to its box (``bbox_x/y/w/h``). Each picture is converted to RGB first, as the release's loaders read it.
+to its box (``bbox_x/y/w/h``; a box wholly outside its picture is cut to black pixels and scored so, as the official
+code does, and counted, ``boxes_outside_image`` with a note, as ARO's). Each picture is converted to RGB first, as the
+release's loaders read it.
 
 The official rule, from the release's ``run_eval.py`` and ``dataset_zoo/aro_datasets.py`` (commit 33addaa): both
 files of a pair are scored with the captions in the order [false, true] as cosine similarities, s(·) against the
@@ -41,7 +43,7 @@ import torch
 from ..records import file_digest
 from ..stats import reported, series
 from .chance import below_chance, pick_chance
-from .checks import items_of, pixel_box, text_of
+from .checks import boxes_outside, items_of, pixel_box, text_of
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 from .validity import averages, blind, blind_block, mean_picture
 
@@ -89,10 +91,12 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         items[subset] = [_item(subset, n, first, second, root, original, swapped)
                          for n, (first, second) in enumerate(zip(*pair))]
     problems, sha256 = check_images([it.picture.path for rows in items.values() for it in rows], LAYOUT, skip_missing)
-    return {"items": {s: [it for it in rows if it.picture.path not in problems] for s, rows in items.items()},
+    usable = {s: [it for it in rows if it.picture.path not in problems] for s, rows in items.items()}
+    outside_counts, notes = boxes_outside({s: [(it.key, it.picture) for it in rows] for s, rows in usable.items()})
+    return {"items": usable,
             "skipped": {s: sum(it.picture.path in problems for it in rows) for s, rows in items.items()},
             "negatives_differ": {s: sum(it.negative != it.paired_negative for it in rows) for s, rows in items.items()},
-            "files": files | sha256}
+            "boxes_outside_image": outside_counts, "notes": notes, "files": files | sha256}
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
@@ -167,7 +171,8 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     labelled averages (``averages``) and the blind baseline (``blind``)."""
     items = [it for rows in data["items"].values() for it in rows]
     result = {"n": {s: len(rows) for s, rows in data["items"].items()}, "skipped": data["skipped"],
-              "negatives_differ": data["negatives_differ"]}
+              "negatives_differ": data["negatives_differ"], "boxes_outside_image": data["boxes_outside_image"],
+              "notes": data["notes"]}
     if not items:
         outcomes = outcomes_of(data, {m: [] for m in MEASURES})
         return result | {"metrics": reported(outcomes), "outcomes": outcomes, "averages": averages(outcomes["metrics"])}

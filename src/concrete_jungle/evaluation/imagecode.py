@@ -31,12 +31,13 @@ import numpy as np
 
 from ..records import file_digest
 from ..stats import reported, series
-from .checks import text_of
+from .checks import release_folder, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, load_json_file
 from .validity import MICRO, blind_block
 
-LAYOUT = ("<root>/imagecode/valid_data.json ({image set: {image index: description}}, the release's valid split) "
-          "and <root>/imagecode/image-sets/<image set>/img<N>.jpg (ten per set, from image-sets.zip)")
+LAYOUT = ("<root>/imagecode/data/valid_data.json ({image set: {image index: description}}: the repository's data/, "
+          "its valid split) and <root>/imagecode/data/image-sets/<image set>/img<N>.jpg (ten per set: image-sets.zip "
+          "unzipped in data/, as its README says); or the same files directly in <root>/imagecode/")
 SETS = "image-sets"
 PICTURES = 10
 ALL = "ImageCoDe"  # the series of every description, which the overall accuracy reads
@@ -47,7 +48,7 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
     """Descriptions per kind (``video``, ``static``): (key, the set's pictures in the official order, the target's
     position, the description, the set); every picture checked before any model loads; ``digests``: each picture's
     content digest, which tells equal frames."""
-    folder = Path(root) / "imagecode"
+    folder = release_folder(Path(root) / "imagecode", "data", "valid_data.json")
     path = folder / "valid_data.json"
     raw = load_json_file(path, LAYOUT)
     if not isinstance(raw, dict) or not raw:

@@ -42,28 +42,43 @@ BENCHMARKS: dict[str, Benchmark] = {
                           "whatsup/*_qa_*_obj.json"),
                          "whatsup/controlled_{images,clevr}_dataset.json + whatsup/controlled_{images,clevr}/; "
                          "whatsup/{coco,vg}_qa_{one,two}_obj.json + coco/val2017/, whatsup/vg_images/"),
-    "bivlc": Benchmark(COMPOSITIONAL, ("group",), ("bivlc/examples.jsonl",),
-                       "bivlc/examples.jsonl + bivlc/images/ (exported from the HF dataset imirandam/BiVLC)"),
-    "vismin": Benchmark(COMPOSITIONAL, ("macro/group",), ("vismin/examples.jsonl",),
-                        "vismin/examples.jsonl + vismin/images/ (exported from the HF dataset mair-lab/vismin-bench)"),
+    "bivlc": Benchmark(COMPOSITIONAL, ("group",), ("bivlc/examples.jsonl", "bivlc/**/test-*.parquet"),
+                       "bivlc/ (huggingface-cli download imirandam/BiVLC --repo-type dataset --local-dir bivlc: "
+                       "its Parquet files, read offline into bivlc/examples.jsonl + bivlc/images/ once)"),
+    "vismin": Benchmark(COMPOSITIONAL, ("macro/group",), ("vismin/examples.jsonl", "vismin/**/dataset_dict.json"),
+                        "vismin/ (huggingface-cli download mair-lab/vismin-bench --repo-type dataset --local-dir "
+                        "vismin: its save_to_disk data/, read offline into vismin/examples.jsonl + images/ once)",
+                        rule=2),  # 2: each category rounded as metric.py before the macro
     "naturalbench": Benchmark(COMPOSITIONAL, ("group",), ("naturalbench/NaturalBench-Retrieval/metadata.json",),
                               "naturalbench/NaturalBench-Retrieval/{metadata.json,images/} (the unzipped release)"),
     "mmvp_vlm": Benchmark(COMPOSITIONAL, ("macro",), ("mmvp_vlm/Questions.csv",),
                           "mmvp_vlm/Questions.csv + mmvp_vlm/MLLM_VLM Images/<Type>/<id>.jpg (the MMVP_VLM release)"),
-    "eqben": Benchmark(COMPOSITIONAL, ("micro/group",), ("eqben/all_select.json",),
-                       "eqben/all_select.json + eqben/images/ (the eqben_vllm release, EqBen_Mini)"),
-    "colorswap": Benchmark(COMPOSITIONAL, ("group",), ("colorswap/test.json",),
-                           "colorswap/test.json + colorswap/images/ (the ColorSwap release's data/)"),
-    "imagecode": Benchmark(COMPOSITIONAL, ("ImageCoDe",), ("imagecode/valid_data.json",),
-                           "imagecode/valid_data.json + imagecode/image-sets/<set>/img<N>.jpg (the valid split)"),
+    "eqben": Benchmark(COMPOSITIONAL, ("micro/group",), ("eqben/all_select.json", "eqben/eqben_vllm/all_select.json"),
+                       "eqben/eqben_vllm/{all_select.json,images/} (eqben_vllm.zip unzipped in eqben/eqben_vllm/, as "
+                       "t2v_metrics unzips it; or its files in eqben/)",
+                       rule=2),  # 2: an item outside the source folders counts over all items
+    "eqben_full": Benchmark(COMPOSITIONAL, ("groups/group",), ("eqben_full/ann_json_finegrained_random.json",),
+                            "eqben_full/{ann_json_finegrained_random.json,src_file/,images/} (EqBen's full test set: "
+                            "its annotation, the repository's src_file/, the image archive unpacked)",
+                            module="eqben", reader="load_full_root"),
+    "colorswap": Benchmark(COMPOSITIONAL, ("group",), ("colorswap/test.json", "colorswap/data/test.json"),
+                           "colorswap/data/{test.json,images/} (the release's archive extracted into data/, "
+                           "images.zip unzipped there; or its files in colorswap/)",
+                           rule=2),  # 2: images converted to RGB before the transform
+    "imagecode": Benchmark(COMPOSITIONAL, ("ImageCoDe",),
+                           ("imagecode/valid_data.json", "imagecode/data/valid_data.json"),
+                           "imagecode/data/{valid_data.json,image-sets/<set>/img<N>.jpg} (the repository's data/, "
+                           "image-sets.zip unzipped in it; or its files in imagecode/)"),
     "crepe": Benchmark(COMPOSITIONAL, ("CREPE",), ("crepe/prod_hard_negatives/*/",),
                        "crepe/prod_hard_negatives/<type>/*.csv (productivity) + crepe/vg/{VG_100K,VG_100K_2}/"),
     "vl_checklist": Benchmark(COMPOSITIONAL, ("VL-CheckList",), ("vl_checklist/data/",),
                               "vl_checklist/data/ (the release's JSON) + vl_checklist/{vg,swig,hake}/"),
-    "spec": Benchmark(COMPOSITIONAL, ("i2t", "t2i"), ("spec/*/image2text.json",),
-                      "spec/<subset>/{image2text,text2image}.json + the pictures they name (data.zip)"),
+    "spec": Benchmark(COMPOSITIONAL, ("i2t", "t2i"), ("spec/*/image2text.json", "spec/data/*/image2text.json"),
+                      "spec/data/<subset>/{image2text,text2image}.json + the pictures they name (data.zip extracted "
+                      "in spec/; or the subsets in spec/)"),
     "svo_probes": Benchmark(COMPOSITIONAL, ("SVO-Probes",), ("svo_probes/svo_probes.csv",),
-                            "svo_probes/svo_probes.csv + svo_probes/images/<image id>.jpg"),
+                            "svo_probes/svo_probes.csv + svo_probes/images/<image id>.jpg",
+                            rule=2),  # 2: the official notebook's kinds and de-duplication
     "hard_positives": Benchmark(COMPOSITIONAL, ("augmented",), ("hard_positives/data/*.json",),
                                 "hard_positives/{data,swapped_data}/*.json (the release) + its data/VG_100K{,_2}/ "
                                 "and data/images/ (ARO's VG images)"),

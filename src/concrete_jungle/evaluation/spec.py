@@ -31,21 +31,21 @@ import numpy as np
 from ..records import file_digest
 from ..stats import reported, series
 from .chance import pick_chance
-from .checks import items_of, partial, shown, text_of
+from .checks import items_of, partial, release_folder, shown, text_of
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 from .validity import averages, blind_of_parts
 
 SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")
-LAYOUT = ("<root>/spec/<subset>/{image2text,text2image}.json with the pictures they name inside <root>/spec/<subset>/ "
-          "(subsets absolute_size, relative_size, absolute_spatial, relative_spatial, existence, count; the release's "
-          "data.zip)")
+LAYOUT = ("<root>/spec/data/<subset>/{image2text,text2image}.json with the pictures they name inside the subset's "
+          "folder (subsets absolute_size, relative_size, absolute_spatial, relative_spatial, existence, count: the "
+          "release's data.zip extracted in <root>/spec/, as its README does); or the subsets directly in <root>/spec/")
 DIRECTIONS = {"i2t": "image2text.json", "t2i": "text2image.json"}
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
     """Queries per subset and direction (``count/i2t``): (key, the query, the candidates, the right one's index,
     unit), pictures as `Crop` (converted to RGB); every picture checked before any model loads."""
-    folder = Path(root) / "spec"
+    folder = release_folder(Path(root) / "spec", "data", "*/image2text.json")
     data: dict[str, list[tuple]] = {}
     files = {}
     for subset in SUBSETS:

@@ -13,13 +13,17 @@ picture, which a contrastive model does not. For contrastive models the rule is 
 al. 2023 ("Measuring Progress in Fine-grained Vision-and-Language Understanding", with Hendricks and Nematzadeh
 among the authors), ``notebooks/SVO.ipynb`` and its CLIP scorer (e-bug/fine-grained-evals, commit 6cc5fc1), read for
 this module: a text -> image choice, right when the sentence scores the positive picture **strictly** above the
-negative one (a tie is wrong); a row's kind is ``subj`` when ``subj_neg``, else ``verb`` when ``verb_neg``, else
-``obj``; pictures converted to RGB. Reported: the accuracy per kind (``subj_neg``, ``verb_neg``, ``obj_neg``, micro
-over the kind's rows), ``SVO-Probes``, their mean (macro, the number the field's widest comparison, vl_compo by Oh et
-al. 2024, gives: its published per-model results are reproduced by this mean), and ``SVO-Probes (micro)``, the share
-of all rows (Bugliarello et al.'s overall). The official notebook keeps a row in a kind only when it is that kind's
-negative alone; the release's rows name one kind each, where the two rules agree. A row naming none is an error.
-Rows of one positive picture are one unit of resampling (`stats`).
+negative one (a tie is wrong); pictures converted to RGB. The rows each kind holds are the official notebook's
+(``probing_image_text_models.ipynb``, google-deepmind/svo_probes, commit 206219e): a row is of a kind when that
+kind's negative flag alone is true (a row with two flags true is in no kind, counted in ``in_no_kind`` and noted,
+where Bugliarello et al.'s if / elif puts it in the first), and a kind's rows are taken once each (the notebook's
+``drop_duplicates`` over the sentence and picture: here a row repeating an earlier row's sentence, positive and
+negative picture is dropped, counted in ``duplicates`` and noted). Reported: the accuracy per kind (``subj_neg``,
+``verb_neg``, ``obj_neg``, micro over the kind's rows), ``SVO-Probes``, their mean (macro, the number the field's
+widest comparison, vl_compo by Oh et al. 2024, gives: its published per-model results are reproduced by this mean),
+and ``SVO-Probes (micro)``, the share of all rows (Bugliarello et al.'s overall). A row naming no kind is an error,
+as is an ``index`` given to two rows (results match rows by it). Rows of one positive picture are one unit of
+resampling (`stats`).
 """
 
 from __future__ import annotations
@@ -49,20 +53,35 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
         raise BenchmarkDataError(f"{path} not found; expected layout: {LAYOUT}")
     pictures = _pictures(folder / "images")
     data: dict[str, list[tuple]] = {kind: [] for kind in KINDS}
+    keys: dict[str, int] = {}
+    seen: set[tuple[str, str, str]] = set()
+    in_no_kind, duplicates = [], []
     for line, row in csv_rows(path, COLUMNS, LAYOUT):
         where = f"line {line}"
         flags = [_flag(path, where, row, kind) for kind in KINDS]
         if not any(flags):
             raise BenchmarkDataError(f"{path}, {where}: none of subj_neg, verb_neg, obj_neg is True; each row's "
                                      "negative differs in one of them")
-        kind = KINDS[flags.index(True)]  # subj, else verb, else obj
         ids = [(row[c] or "").strip() for c in ("pos_image_id", "neg_image_id")]
         for column, value in zip(("pos_image_id", "neg_image_id"), ids):
             if not value:
                 raise BenchmarkDataError(f"{path}, {where}: {column} is empty; each row names its two pictures")
         key = (row.get("index") or "").strip() or str(line)
+        if key in keys:
+            raise BenchmarkDataError(f"{path}: index {key} is on lines {keys[key]} and {line}; each row needs an "
+                                     "index of its own (results match rows by it)")
+        keys[key] = line
+        sentence = text_of(row["sentence"], path, where, "sentence")
+        if sum(flags) > 1:  # the notebook's kinds take a row whose negative differs in that kind alone
+            in_no_kind.append(key)
+            continue
+        kind = KINDS[flags.index(True)]
+        if (sentence, *ids) in seen:  # the notebook's drop_duplicates
+            duplicates.append(key)
+            continue
+        seen.add((sentence, *ids))
         crops = [Crop(pictures.get(i) or image_path(folder / "images", f"{i}.jpg")) for i in ids]
-        data[kind].append((key, text_of(row["sentence"], path, where, "sentence"), *crops))
+        data[kind].append((key, sentence, *crops))
     data = {kind: rows for kind, rows in data.items() if rows}
     problems, sha256 = check_images([c.path for rows in data.values() for it in rows for c in it[2:]], LAYOUT,
                                     skip_missing)
@@ -72,7 +91,16 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
 
     return {"items": {k: [it for it in rows if usable(it)] for k, rows in data.items()},
             "skipped": {k: sum(not usable(it) for it in rows) for k, rows in data.items()},
+            "in_no_kind": len(in_no_kind), "duplicates": len(duplicates),
+            "notes": _notes(in_no_kind, "have more than one of subj_neg, verb_neg, obj_neg True: in no kind, as the "
+                            "official notebook counts them") +
+            _notes(duplicates, "repeat an earlier row of their kind (sentence, pos_image_id, neg_image_id): taken "
+                   "once, as the official notebook's drop_duplicates takes them"),
             "files": {path: file_digest(path)} | sha256}
+
+
+def _notes(keys: list[str], why: str) -> list[str]:
+    return [f"{len(keys)} row(s) (index {', '.join(keys[:5])}{', ...' if len(keys) > 5 else ''}) {why}"] if keys else []
 
 
 def _pictures(folder: Path) -> dict[str, Path]:
@@ -118,7 +146,9 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     metrics = reported(outcomes)
     pictures = len({c.path for rows in data["items"].values() for it in rows for c in it[2:]})
     return {"metrics": metrics, "n": {k: len(v) for k, v in data["items"].items()}, "skipped": data["skipped"],
-            "outcomes": outcomes, "averages": averages(recipes) | {"SVO-Probes (micro)": MICRO},
+            "in_no_kind": data["in_no_kind"], "duplicates": data["duplicates"],
+            "notes": data["notes"], "outcomes": outcomes,
+            "averages": averages(recipes) | {"SVO-Probes (micro)": MICRO},
             "blind": blind_block(None, pictures, not_applicable=list(metrics))}  # sentences choose pictures
 
 

@@ -32,12 +32,13 @@ IMAGE_TO_TEXT = ("image_0", "image_1", "text")  # the answers of an image choosi
 
 class Pair(NamedTuple):
     """One item: its key, two images (a `Crop` where the official code converts to RGB first, else the file as
-    opened), caption k true of image k, and the category it is reported under."""
+    opened), caption k true of image k, and the category it is reported under (None: in the scores over all items
+    only)."""
 
     key: str
     images: tuple[Path | Crop, Path | Crop]
     captions: tuple[str, str]
-    category: str
+    category: str | None
 
 
 def path_of(image: Path | Crop) -> Path:
@@ -116,7 +117,8 @@ def outcomes(items: list[Pair], flags: dict[str, np.ndarray], names: dict[str, s
     unit = units(items)
     categories: dict[str, list[int]] = {}
     for n, it in enumerate(items):
-        categories.setdefault(it.category, []).append(n)
+        if it.category is not None:
+            categories.setdefault(it.category, []).append(n)
     rows = {"": list(range(len(items)))} | {f"{c}/": r for c, r in categories.items()}
     answers_ = {f"{prefix}{shown_name}": series([items[r].key for r in picked], [unit[items[r].key] for r in picked],
                                                 flags[answer][picked].tolist())
@@ -131,19 +133,23 @@ def item_chances(items: list[Pair], names: dict[str, str]) -> dict[str, list[tup
     for it, odd in zip(items, odds):
         for answer, shown_name in names.items():
             out.setdefault(shown_name, []).append((it.key, odd[answer]))
-            out.setdefault(f"{it.category}/{shown_name}", []).append((it.key, odd[answer]))
+            if it.category is not None:
+                out.setdefault(f"{it.category}/{shown_name}", []).append((it.key, odd[answer]))
     return out
 
 
-def evaluate(encoder: Encoder, data: dict, names: dict[str, str], overall: str = "", per_category: bool = True) -> dict:
+def evaluate(encoder: Encoder, data: dict, names: dict[str, str], overall: str = "", per_category: bool = True,
+             percent_decimals: int | None = None) -> dict:
     """The scores ``names`` (answer -> reported name) over all items (named ``<overall><name>``, ``overall`` a
     prefix such as ``micro/``) and, with ``per_category``, per category and their mean over the categories
-    (``macro/<name>``), with ``outcomes`` per item (`stats`), the labelled averages and the blind baseline
+    (``macro/<name>``; with ``percent_decimals``, each category's score rounded to that many decimals of a percent
+    first, as VisMin's official script rounds them, and the mean of the unrounded scores beside it as ``macro/<name>
+    (unrounded)``), with ``outcomes`` per item (`stats`), the labelled averages and the blind baseline
     (``blind``: both images of every item replaced by the mean picture, for the answers of an image choosing between
     the captions, `IMAGE_TO_TEXT`; the text score is 0 there by construction, one picture cannot prefer each caption
     in turn; the answers of a caption choosing between the images are ``not_applicable``)."""
     items = [it for rows in data["items"].values() for it in rows]
-    categories = [c for c, rows in data["items"].items() if rows]
+    categories = list(dict.fromkeys(it.category for it in items if it.category is not None))
 
     def shaped(answers: dict[str, np.ndarray], shown_names: dict[str, str]) -> dict:
         out = outcomes(items, answers, shown_names)
@@ -154,6 +160,12 @@ def evaluate(encoder: Encoder, data: dict, names: dict[str, str], overall: str =
             if overall:
                 out["metrics"][f"{overall}{name}"] = out["metrics"].pop(name)
             out["metrics"][f"macro/{name}"] = {"macro": [f"{c}/{name}" for c in categories]}
+            if percent_decimals is not None:
+                for c in categories:
+                    out["metrics"][f"{c}/{name} (unrounded)"] = {"mean": f"{c}/{name}", "part": True}
+                    out["metrics"][f"{c}/{name}"]["percent_decimals"] = percent_decimals
+                out["metrics"][f"macro/{name} (unrounded)"] = {"macro": [f"{c}/{name} (unrounded)"
+                                                                         for c in categories]}
         return out
 
     images, texts = features(encoder, items) if items else ([], [])
@@ -191,6 +203,20 @@ def key_of(value, path: Path, where: str, field: str, layout: str) -> str:
     return str(value)
 
 
+def written_from_release(folder: Path, write) -> list[str]:
+    """``folder/examples.jsonl`` and ``folder/images/``: written once by ``write(rows, folder)`` from the Hugging Face
+    download in ``folder`` (`release_rows`, split test) when the file is not there yet; a note saying so, or none."""
+    if (folder / "examples.jsonl").is_file():
+        return []
+    rows, files = release_rows(folder, "test")
+    if not rows:
+        return []
+    write(rows, folder)
+    shown_files = ", ".join(str(p.relative_to(folder)) for p in files[:3]) + (", ..." if len(files) > 3 else "")
+    return [f"{folder / 'examples.jsonl'} and images/ were written from the downloaded dataset ({shown_files}), "
+            "each image as its bytes are there; delete them to write them again"]
+
+
 def jsonl_records(path: Path, key: str, fields: tuple[str, ...], layout: str, export: str) -> list[dict]:
     """The objects of a JSON-lines file, each with a unique ``key`` and every one of ``fields`` a text; an error
     naming the file, the line and the field otherwise (``export``: how to write the file)."""
@@ -215,6 +241,44 @@ def jsonl_records(path: Path, key: str, fields: tuple[str, ...], layout: str, ex
     if not records:
         raise BenchmarkDataError(f"{path} holds no items; expected layout: {layout}")
     return records
+
+
+def release_rows(folder: Path, split: str) -> tuple[list[dict], list[Path]]:
+    """The rows of split ``split`` of a Hugging Face dataset downloaded under ``folder`` as the Hub gives it, read
+    offline with pyarrow alone (no file's bytes reach pickle, NumPy or torch; an image stays ``{"bytes", "path"}``),
+    and the files read: the split's Parquet files (``<split>-*.parquet`` or ``<split>/*.parquet``, anywhere below, in
+    name order), or a ``save_to_disk`` folder's (``dataset_dict.json`` with ``<split>/``, its Arrow files in the order
+    of its ``state.json``). ``([], [])`` when neither is there."""
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    def of_split(p: Path) -> bool:
+        return p.name.startswith(f"{split}-") or p.stem == split or p.parent.name == split
+
+    def read(path: Path, table) -> list[dict]:
+        try:
+            return table(path).to_pylist()
+        except (OSError, ValueError) as e:  # pyarrow's errors are both
+            raise BenchmarkDataError(f"{path} is not a readable file of the dataset ({e}); download it again") from None
+
+    def stream(path: Path):
+        with ipc.open_stream(path) as reader:  # save_to_disk writes Arrow's streaming format
+            return reader.read_all()
+
+    parquet = sorted(p for p in folder.rglob("*.parquet") if of_split(p))
+    if parquet:
+        return [row for p in parquet for row in read(p, pq.read_table)], parquet
+    for index in sorted(folder.rglob("dataset_dict.json")):
+        part = index.parent / split
+        state = part / "state.json"
+        try:
+            names = [f["filename"] for f in json.loads(state.read_text(encoding="utf-8"))["_data_files"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            names = sorted(p.name for p in part.glob("*.arrow"))
+        files = [part / name for name in names]
+        if files:
+            return [row for path in files for row in read(path, stream)], files
+    return [], []
 
 
 EXTENSIONS = {"JPEG": ".jpg", "PNG": ".png", "WEBP": ".webp", "GIF": ".gif", "BMP": ".bmp", "TIFF": ".tif"}

@@ -19,8 +19,10 @@ pictures are passed as opened, as that engine passes them. A category's score is
 (``Object/Location/center`` ...), its files' scores as parts, ``Object``, ``Attribute`` and ``Relation`` (the mean of
 their categories) and ``VL-CheckList``, the mean of those three, as the field's widest comparison (vl_compo, Oh et
 al. 2024) gives VL-CheckList's number. Two departures: the release rounds each file's score to 4 decimals before the
-means (we do not: a difference below 0.00005), and a missing picture is an error here unless ``skip_missing``,
-where the release drops it silently (with ``skip_missing`` we drop it before the cut, as the release does). A
+means (we do not: a difference below 0.00005), and a missing picture is an error here (naming how many are missing),
+where the release drops it silently: with ``skip_missing`` (``--skip-missing``) we drop it before the cut, as the
+release does, which gives the release's own number, and say how many were dropped (``dropped_missing`` and a
+note). A
 source, a category, an aspect and ``VL-CheckList`` have a value only when all their files are there (the release's
 radar stops at a missing file): with part of the release they are null, ``partial`` in the result names the missing
 files, and the files present keep their scores. All averages are macro (labelled in ``averages``). The blind baseline
@@ -85,9 +87,19 @@ def load_root(root: Path, skip_missing: bool = False, per_file: int = PER_FILE) 
             data[name], skipped[name] = _first_present(rows, per_file, skip_missing)
     if not data:
         raise BenchmarkDataError(f"{folder} holds no VL-CheckList file; expected layout: {LAYOUT}")
+    absent = list(dict.fromkeys(it[1] for items in data.values() for it in items if not it[1].exists()))
+    if absent:  # only without skip_missing: with it, `_first_present` passed over them
+        raise BenchmarkDataError(f"{len(absent)} picture(s) of the VL-CheckList files are missing (the first: "
+                                 f"{absent[0]}); expected layout: {LAYOUT}. The release's loader drops missing "
+                                 "pictures: pass --skip-missing for its number (they are dropped and counted), or "
+                                 "fix the data root.")
     problems, sha256 = check_images([it[1] for items in data.values() for it in items], LAYOUT, skip_missing)
+    dropped = sum(skipped.values())
+    notes = [f"{dropped} item(s) whose picture is missing were dropped before each file's first {per_file}, as the "
+             "release's loader drops them: the scores are the release's own on these pictures"] if dropped else []
     return {"items": {f: [it for it in items if it[1] not in problems] for f, items in data.items()},
             "skipped": {f: skipped[f] + sum(it[1] in problems for it in items) for f, items in data.items()},
+            "dropped_missing": dropped, "notes": notes,
             "files": files | sha256, "missing": [f for f in FILES if f not in data]}
 
 
@@ -142,7 +154,8 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     outcomes = outcomes_of(data, answers)
     metrics = reported(outcomes)
     result = {"metrics": metrics, "n": {f: len(v) for f, v in data["items"].items()}, "skipped": data["skipped"],
-              "outcomes": outcomes, "averages": averages(outcomes["metrics"])}
+              "dropped_missing": data["dropped_missing"], "notes": data["notes"], "outcomes": outcomes,
+              "averages": averages(outcomes["metrics"])}
     result |= partial("VL-CheckList", data.get("missing", []), len(FILES),
                       [m for m in ("VL-CheckList", *ASPECTS, *CATEGORIES) if metrics[m] is None])
     if features:

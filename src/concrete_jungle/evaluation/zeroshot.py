@@ -38,7 +38,7 @@ from ..stats import reported, series
 from ..records import file_digest
 from .checks import checked_templates, distinct_names, numbered_lines, repeated_names, tree_sha256
 from .clip_benchmark_data import build, features
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, unit_of
+from .encoding import BenchmarkDataError, Crop, Encoder, check_images
 from .image_folder import (IMG_EXTENSIONS, by_index, class_folders, empty_classes_note, naming_order,
                            not_read_note, pictures)
 
@@ -105,7 +105,8 @@ def _image_folder(folder: Path, packaged: dict, skip_missing: bool) -> tuple[dic
     templates, templates_from, prompt_files = _prompts(folder, packaged)
     problems, sha256 = check_images([p for p, _ in items], LAYOUT, skip_missing)
     notes = not_read_note(test, others) + empty_classes_note(test, classes, items) + notes
-    return {"items": [(p, y) for p, y in items if p not in problems], "classes": names, "templates": templates,
+    return {"items": [(p, y) for p, y in items if p not in problems], "folder": test, "classes": names,
+            "templates": templates,
             "sources": {"classnames": names_from, "templates": templates_from}, "skipped": len(problems),
             "notes": notes}, files | prompt_files | sha256
 
@@ -198,16 +199,18 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
                             f"export it as {LAYOUT}")
             images, labels = features(encoder, dataset)
             names, templates = dataset.classes, dataset.templates
-            paths = [f"{name}#{i}" for i in range(len(labels))]  # its test set, in its order
+            units = [f"{name}#{i}" for i in range(len(labels))]  # its test set, in its order
         else:
             items = data["items"][name]  # (cut to a few items a dataset when training evaluates)
-            paths, labels = [p for p, _ in items], torch.tensor([y for _, y in items], dtype=torch.long)
+            files, labels = [p for p, _ in items], torch.tensor([y for _, y in items], dtype=torch.long)
             # each picture converted to RGB before the transform, as torchvision's loader reads it
-            images, names, templates = encoder.images([Crop(p) for p in paths]), d["classes"], d["templates"]
+            images, names, templates = encoder.images([Crop(p) for p in files]), d["classes"], d["templates"]
+            # each picture keyed (and resampled) by its path under test/, class folder first: the pictures of a
+            # sub-folder (more/nested.jpg) may be named alike in every class
+            units = [p.relative_to(d["folder"]).as_posix() for p in files]
         logits = (100.0 * images) @ classifier(encoder, names, templates)  # clip_benchmark's product, in its order
-        units = [p if isinstance(p, str) else unit_of(p) for p in paths]
-        top = logits.topk(5 if len(names) >= 5 else 1, dim=1).indices if len(paths) else torch.zeros(0, 1).long()
-        predicted = logits.argmax(dim=1) if len(paths) else torch.zeros(0).long()
+        top = logits.topk(5 if len(names) >= 5 else 1, dim=1).indices if len(units) else torch.zeros(0, 1).long()
+        predicted = logits.argmax(dim=1) if len(units) else torch.zeros(0).long()
         answers[f"{name}/acc1"] = series(units, units, (top[:, 0] == labels).tolist())
         recipes[f"{name}/acc1"] = {"mean": f"{name}/acc1"}
         if len(names) >= 5:
