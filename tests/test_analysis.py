@@ -498,3 +498,36 @@ def test_caption_only_negatives_leave_out_the_image_quantities_and_records_of_k_
     assert saved["negatives_without_picture"] == 2
     assert all(0 < share < 1 for curve in saved["curves"].values() for share in curve.values())
     assert "2 of 4 negatives have no picture" in " ".join(capsys.readouterr().out.split())
+
+
+def test_analyze_reports_the_share_of_negatives_still_true_of_their_anchor_per_dataset_and_edit_kind(
+        planted, tmp_path, capsys):
+    from concrete_jungle.concretebatch import iter_records
+
+    captions, images = make_dataset(tmp_path, 30)
+    ruled = tmp_path / "ruled"
+    assert main(plant_args(captions, images, ruled, "--editor", "plugin_example:CountingEditor",
+                           "--scorer", "plugin_example:PixelChangeScorer", "--entailment", "pixel_change<=0.233")) == 0
+    out = tmp_path / "analysis"
+    assert main(["analyze", "datasets", str(ruled), str(planted), "--model", "cj-tiny", "--pretrained", "none",
+                 "--out", str(out)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    stats = json.loads((out / "stats.json").read_text())
+    report = (out / "report.md").read_text()
+    expected = {}  # per edit kind (the planted keyword's category): true, false, unknown
+    for r in iter_records(ruled):
+        counts = expected.setdefault(r["meta"]["category"], {"true": 0, "false": 0, "unknown": 0})
+        counts["true" if r["negatives"][0]["anchor_true_of_negative"] else "false"] += 1
+    got = stats["datasets"]["ruled"]["entailment"]
+    assert {k: {s: row[s] for s in ("true", "false", "unknown")} for k, row in got["by_kind"].items()} == expected
+    n, true = sum(map(sum, (c.values() for c in expected.values()))), sum(c["true"] for c in expected.values())
+    assert 0 < true < n and got["all"] == {"negatives": n, "true": true, "false": n - true, "unknown": 0,
+                                           "share_true": true / n, "share_false": (n - true) / n, "share_unknown": 0.0}
+    (how,) = got["deciders"]
+    assert json.loads(how)["rule"] == "pixel_change<=0.233" and got["deciders"][how] == n
+    assert f"| ruled | all | {n} | {true} | {n - true} | 0 | {true / n:.1%} |" in report
+    # a dataset whose negatives no decider saw: every one unknown
+    undecided = stats["datasets"]["cb"]["entailment"]["all"]
+    assert undecided["unknown"] == undecided["negatives"] == 48 and undecided["share_true"] == 0.0
+    assert "| cb | all | 48 | 0 | 0 | 48 | 0.0% |" in report and "## Negatives still true of their anchor" in report
+    assert f"ruled: the anchor's caption is true of {true} of {n} negative pictures" in printed

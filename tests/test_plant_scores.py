@@ -290,3 +290,47 @@ def test_a_score_past_float_s_range_is_one_error_naming_the_scorer():
                                              r"None: fix the scorer's score\(\)"):
             checked_value(scorer, "agreement", value)
     assert checked_value(scorer, "agreement", 10**300) == 1e300 and checked_value(scorer, "agreement", None) is None
+
+
+def test_an_entailment_rule_decides_each_negative_from_its_score_and_records_the_threshold(tmp_path):
+    captions, images = make_dataset(tmp_path, 30)
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out, "--samples-per-shard", 12, "--batch-size", 5, *EDITOR,
+                           "--scorer", "plugin_example:PixelChangeScorer",
+                           "--entailment", "pixel_change<=0.233")) == 0
+    records = list(iter_records(out))
+    decided = [n["anchor_true_of_negative"] for r in records for n in r["negatives"]]
+    assert len(decided) == len(records) > 20 and set(decided) == {True, False}  # the rule splits the pairs
+    for r in records:
+        (negative,) = r["negatives"]
+        assert negative["anchor_true_of_negative"] == (r["meta"]["scores"]["pixel_change"] <= 0.233)
+        assert negative["entailment"] == {"by": "score", "score": "pixel_change", "rule": "pixel_change<=0.233",
+                                          "threshold": 0.233, "model": "pixel-change@1"}
+        assert r["meta"]["negatives"][0]["concreteness"] == r["meta"]["concreteness"]
+    assert "entailment: pixel_change<=0.233" in (out / "config.yaml").read_text()
+
+
+def test_a_negative_is_unknown_when_no_decider_ran_and_true_when_its_picture_is_the_anchor_s(tmp_path):
+    captions, images = make_dataset(tmp_path, 12)
+    scored_only, text_only = tmp_path / "scored", tmp_path / "text-only"
+    assert main(plant_args(captions, images, scored_only, *EDITOR, "--scorer", "plugin_example:PixelChangeScorer")) \
+        == 0
+    assert main(plant_args(captions, images, text_only, "--scorer", "plugin_example:PixelChangeScorer",
+                           "--entailment", "pixel_change<=0.233")) == 0  # --editor none: v' is the anchor
+    unknown = [n for r in iter_records(scored_only) for n in r["negatives"]]
+    assert unknown and all(n["anchor_true_of_negative"] is None and n["entailment"] is None for n in unknown)
+    assert all("negatives" not in r["meta"] for r in iter_records(scored_only))  # the records made before the field
+    same = [n for r in iter_records(text_only) for n in r["negatives"]]
+    assert same and all(n["anchor_true_of_negative"] is True and n["entailment"] == {"by": "neg_image_is_anchor"}
+                        for n in same)
+
+
+def test_an_entailment_rule_must_parse_and_name_a_score_a_scorer_gives(tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 6)
+    for rule, message in (("pixel_change=1", "scoring.entailment 'pixel_change=1' is not SCORE>=NUMBER"),
+                          ("agreement_negative<0.0", "scoring.entailment agreement_negative<0.0: no scorer gives "
+                           "'agreement_negative'; the scorers give pixel_change")):
+        assert main(plant_args(captions, images, tmp_path / "cb", "--scorer", "plugin_example:PixelChangeScorer",
+                               "--entailment", rule)) == 2
+        assert message in " ".join(capsys.readouterr().err.split())
+        assert not (tmp_path / "cb").exists()  # refused before anything is written

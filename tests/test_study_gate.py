@@ -73,6 +73,28 @@ def test_positive_control_negatives_come_from_training_scenes_read_false_and_pas
     assert {p["id"] for p in named_held_out}.isdisjoint(r["meta"]["id"] for r in records)
 
 
+def test_each_positive_control_negative_records_whether_the_viewer_reads_its_anchor_caption_true_of_it(tmp_path):
+    design = gate.read_design(tiny_design(tmp_path, train=60, test=30))
+    world = tmp_path / "world"
+    build_world(world, WorldConfig(**design["world"]), progress=False)
+    data = gate.build_positive_control(world, tmp_path, design)
+    pairs = {p["id"]: p for p, reason in gate.positive_control_pairs(world, design["positive_control"]["seed"],
+                                                                   mirror_relations=True) if reason is None}
+    entailed: dict[str, set] = {}
+    for r in iter_records(data):
+        (negative,) = r["negatives"]
+        changed = pairs[r["meta"]["id"]]["changed"]  # the scene the negative picture was drawn from
+        assert negative["anchor_true_of_negative"] == reads_true(r["caption"], changed)
+        assert negative["entailment"] == {"by": "toyworld.viewer"}
+        entailed.setdefault(r["meta"]["edit"], set()).add(negative["anchor_true_of_negative"])
+    # adding a colour or a thing leaves the anchor's caption true; a swap or a replacement makes it false
+    assert entailed["add_att"] == entailed["add_obj"] == {True}
+    assert all(entailed[kind] == {False} for kind in ("swap_att", "swap_obj", "replace_att", "replace_obj"))
+    summary = json.loads((data / "summary.json").read_text())
+    assert summary["anchor_true_of_negative"] == {kind: summary["per_edit"][kind] if kind.startswith("add_") else 0
+                                                  for kind in SUBSETS}
+
+
 def test_the_seed_level_interval_uses_student_s_t_quantile():
     # closed forms: one degree of freedom tan(pi (p - 1/2)); two, (2p - 1) sqrt(2 / (4p (1 - p)))
     assert gate.t_quantile(0.975, 1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-6)

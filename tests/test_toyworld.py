@@ -319,3 +319,75 @@ def test_with_viewer_negatives_every_test_negative_reads_false_and_relation_word
     for word in set(words["caption"]) | set(words["negative_caption"]):
         shares = [words[side][word] / total[side] for side in words]
         assert abs(shares[0] - shares[1]) < 0.05, (word, shares)
+
+
+def test_the_viewer_decides_whether_the_anchor_caption_is_still_true_of_a_negative_picture():
+    from concrete_jungle.toyworld.entailment import anchor_true_of
+    from concrete_jungle.toyworld.viewer import reads_true
+    from concrete_jungle.toyworld.world import Scene, Thing
+
+    cube, ball = Thing("cube", "red", "big"), Thing("ball", "blue", "small")
+    anchor = Scene((cube, ball), ("left",), "bright", "calm", layout=4)
+    # add_att: the anchor's caption names shapes only; a colour added to the picture leaves it true
+    add_att = Scene((replace(cube, colour="green"), ball), ("left",), "bright", "calm", layout=4)
+    assert anchor_true_of("a cube to the left of a ball", add_att)
+    # add_obj: a third thing added to the picture leaves it true
+    add_obj = Scene((cube, ball, Thing("star", "pink", "small")), ("left", "above"), "bright", "calm", layout=4)
+    assert anchor_true_of("a big red cube to the left of a small blue ball", add_obj)
+    # swap_att: the colours swapped, the full caption is false of the picture
+    swap_att = Scene((replace(cube, colour="blue"), replace(ball, colour="red")), ("left",), "bright", "calm", 4)
+    assert not anchor_true_of("a big red cube to the left of a small blue ball", swap_att)
+    # a light edit: the things and relations read the same, the light does not
+    dim = replace(anchor, light="dim")
+    full = "a big red cube to the left of a small blue ball; it is bright and calm"
+    assert anchor_true_of(full, anchor) and not anchor_true_of(full, dim)
+    assert reads_true(full, dim)  # the viewer alone does not read the light (no test caption names it)
+    assert not anchor_true_of("a big red cube to the left of a small blue ball; it is bright and busy", anchor)
+
+
+def test_the_viewer_scorer_reads_the_stored_negative_picture_and_is_unknown_for_a_picture_it_cannot_name(world):
+    from concrete_jungle.plant.scorers import ScorePair
+    from concrete_jungle.records import read_jsonl
+    from concrete_jungle.toyworld.entailment import ViewerScorer
+    from concrete_jungle.toyworld.separation import stored
+    from concrete_jungle.toyworld.world import full_caption
+
+    row = next(r for r in read_jsonl(world / "scenes.jsonl") if r["split"] == "train")
+    caption = row["captions"][0]
+    anchor = parse_caption(caption, row["layout"])
+    picture = lambda scene: Image.fromarray(stored(scene))  # noqa: E731  (as the plant stores it)
+    recoloured = replace(anchor, things=(replace(anchor.things[0], colour=next(
+        c for c in COLOURS if c != anchor.things[0].colour)),) + anchor.things[1:])
+    other = full_caption(recoloured)
+    dimmed = replace(anchor, light="dim" if anchor.light == "bright" else "bright")
+    scorer = ViewerScorer(world)
+    pairs = [ScorePair(picture(anchor), caption, picture(recoloured), other),  # the toy editor's picture: false
+             ScorePair(picture(anchor), caption, picture(anchor), other),  # an editor that changed nothing: true
+             ScorePair(picture(anchor), caption, None, other),  # a text-only negative: its picture is the anchor's
+             ScorePair(picture(anchor), caption, picture(dimmed), full_caption(dimmed)),  # the light edited: false
+             ScorePair(picture(anchor), caption, picture(recoloured), full_caption(dimmed)),  # not what it names
+             ScorePair(picture(anchor), "a red ball", picture(recoloured), other)]  # no scene of the world
+    assert scorer.score(pairs) == {"viewer_anchor_true": [0.0, 1.0, 1.0, 0.0, None, None]}
+    with pytest.raises(ValueError, match="scenes.jsonl not found"):
+        ViewerScorer(world / "images")
+
+
+def test_a_toy_plant_with_the_viewer_records_each_negative_s_decision(world, tmp_path):
+    from concrete_jungle.records import read_jsonl
+    from concrete_jungle.toyworld.entailment import anchor_true_of
+
+    out = tmp_path / "D_lc"
+    assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
+                 "--out", str(out), "--mode", "lc", "--captioner", "toyworld", "--editor", "toyworld",
+                 "--editor-option", f"world={world}", "--scorer", "concrete_jungle.toyworld.entailment:ViewerScorer",
+                 "--scorer-option", f"concrete_jungle.toyworld.entailment:ViewerScorer.world={world}",
+                 "--entailment", "viewer_anchor_true>=1", "--no-progress"]) == 0
+    layouts = {r["id"]: r["layout"] for r in read_jsonl(world / "scenes.jsonl")}
+    records = list(iter_records(out))
+    assert len(records) == 120
+    for r in records:
+        (negative,) = r["negatives"]
+        drawn = parse_caption(r["neg_caption"], layouts[r["meta"]["id"]])
+        assert negative["anchor_true_of_negative"] is anchor_true_of(r["caption"], drawn) is False
+        assert negative["entailment"]["rule"] == "viewer_anchor_true>=1.0"
+        assert negative["entailment"]["model"] == "toyworld-viewer@viewer-1"

@@ -10,8 +10,10 @@ Layout of a dataset directory::
 
 A negative always has its caption; its picture may be absent (the negatives of NegCLIP, FSC-CLIP and CE-CLIP are
 captions only): the loss then masks that picture (`loss.layout`). The record's json holds ``concreteness`` (the
-first negative's rating) and, for K > 1 or a negative without a picture, ``negatives``: one dict per negative with
-at least its ``concreteness``.
+first negative's rating) and, for K > 1, a negative without a picture or one whose entailment was decided,
+``negatives``: one dict per negative with at least its ``concreteness``, and where decided
+``anchor_true_of_negative`` (whether the anchor's caption is true of that negative's picture; absent or null:
+unknown) and ``entailment`` (how it was decided).
 
 A shard is written to a temporary name and renamed when complete. Tar members carry a fixed mtime, so
 re-making a shard gives the same bytes.
@@ -134,13 +136,26 @@ def negative_count(members) -> int:
     return k
 
 
+def anchor_truth(entry: dict, record_id, k: int) -> tuple[bool | None, dict | None]:
+    """(``anchor_true_of_negative``, ``entailment``) of a negative's entry in its record's ``negatives``: whether the
+    anchor's caption is true of the negative's picture (None: unknown, as every negative of a dataset made before
+    the field existed) and how that was decided. A value of another type is a damaged record."""
+    value, how = entry.get("anchor_true_of_negative"), entry.get("entailment")
+    if not (value is None or isinstance(value, bool)) or not (how is None or isinstance(how, dict)):
+        raise DatasetError(f"record {record_id!r}, negative {k + 1}: anchor_true_of_negative is {value!r} and "
+                           f"entailment {how!r}; they are true, false or null and a dict or null: re-make the dataset")
+    return value, how
+
+
 def negatives_of(meta: dict, members, read_text, read_picture) -> list[dict]:
-    """A record's negatives as dicts: caption, picture (or None when the record has none), concreteness. The
-    ratings come from ``meta["negatives"]`` when the record has it, else the first from ``meta["concreteness"]``."""
+    """A record's negatives as dicts: caption, picture (or None when the record has none), concreteness,
+    ``anchor_true_of_negative`` and ``entailment`` (`anchor_truth`). The ratings come from ``meta["negatives"]``
+    when the record has it, else the first from ``meta["concreteness"]``; a record without it has no entailment
+    decided (None)."""
     k = negative_count(members)
-    ratings = [n.get("concreteness") for n in meta.get("negatives", [])] or [meta["concreteness"]]
-    if len(ratings) != k:
-        raise DatasetError(f"record {meta.get('id')!r} has {k} negative captions but {len(ratings)} ratings in its "
+    entries = meta.get("negatives") or [{"concreteness": meta["concreteness"]}]
+    if len(entries) != k:
+        raise DatasetError(f"record {meta.get('id')!r} has {k} negative captions but {len(entries)} ratings in its "
                            "json; re-make the dataset")
     bad = [r for r in ratings if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
                                                      or not math.isfinite(r))]
@@ -148,10 +163,13 @@ def negatives_of(meta: dict, members, read_text, read_picture) -> list[dict]:
         raise DatasetError(f"record {meta.get('id')!r} has the concreteness rating {bad[0]!r} in its json; a rating "
                            "is a finite number (or null: not rated): re-make the dataset")
     out = []
-    for i in range(k):
+    for i, entry in enumerate(entries):
         jpg, txt = negative_members(i)
+        rating = entry.get("concreteness")
+        entailed, how = anchor_truth(entry, meta.get("id"), i)
         out.append({"caption": read_text(txt), "image": read_picture(jpg, i) if jpg in members else None,
-                    "concreteness": float(ratings[i]) if ratings[i] is not None else float("nan")})
+                    "concreteness": float(rating) if rating is not None else float("nan"),
+                    "anchor_true_of_negative": entailed, "entailment": how})
     return out
 
 

@@ -310,13 +310,14 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
     in `concretebatch_features`. ``reference``: what the report and the figures call the model (default
     `model_label`)."""
     from ..records import atomic_write_json, atomic_write_text
+    from .entailed import entailed_markdown, entailed_shares
     from .planted_scores import gated_pairs, planted_scores_markdown, score_distributions
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     dino = DinoScorer(dino_model, device=device) if dino_model else None
     scale = clip.model.logit_scale.exp().item()
-    per_dataset, summaries, modes, planted, gated = {}, {}, {}, {}, {}
+    per_dataset, summaries, modes, planted, gated, entailed = {}, {}, {}, {}, {}, {}
     for d in datasets:
         name = Path(d).name
         image, text, _, metas, dino_scores = concretebatch_features(clip, d, device=device, limit=limit, dino=dino,
@@ -328,12 +329,14 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
         per_dataset[name] = pair_rows(image, text, metas, scale, dino_scores, bert)
         summaries[name] = summarize_rows(per_dataset[name])
         modes[name] = metas[0].get("mode")
+        entailed[name] = entailed_shares(metas)
         if any(m.get("scores") for m in metas):  # the plant scored its pairs (`plant --score`)
             planted[name], gated[name] = score_distributions(metas), gated_pairs(d)
     scorers = {"reference_clip": clip.identity, "dino": dino.name if dino else None,
                "bertscore": {"model": bertscore_model, "layers": bertscore_layers, "rescaled": bertscore_rescale}
                if bertscore_model else None}
-    stats = {"scorers": scorers, "datasets": {n: {"mode": modes[n], "summary": summaries[n]} | (
+    stats = {"scorers": scorers, "datasets": {n: {"mode": modes[n], "summary": summaries[n],
+                                                  "entailment": entailed[n]} | (
         {"planted_scores": planted[n], "gated": gated[n]} if n in planted else {}) for n in summaries},
              "pairs": {n: {r["id"]: {k: v for k, v in r.items() if k not in ("id", "category", "keyword")}
                            for r in rows} for n, rows in per_dataset.items()}}
@@ -343,7 +346,8 @@ def analyze_datasets(datasets: list[str | Path], clip, out: str | Path, device: 
     reference = reference or model_label(clip.identity)
     figures = plot_dataset_figures(per_dataset, out, reference)
     report = report_markdown(summaries, modes, scorers, figures, reference)
-    atomic_write_text(out / "report.md", report + (f"\n{planted_scores_markdown(planted, gated)}\n" if planted else ""))
+    atomic_write_text(out / "report.md", report + f"\n{entailed_markdown(entailed)}\n" + (
+        f"\n{planted_scores_markdown(planted, gated)}\n" if planted else ""))
     return stats
 
 

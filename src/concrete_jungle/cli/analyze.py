@@ -72,10 +72,13 @@ def analyze(args, console: Console) -> int:
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
                                  bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir,
                                  partial=args.partial, trim_text=not args.no_trim_text)
+        from ..analysis.entailed import entailed_sentence
         from ..analysis.statistics import dataset_notes
 
         for note in dataset_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
             console.print(f"note: {note}", highlight=False)
+        for name, d in stats["datasets"].items():
+            console.print(entailed_sentence(name, d["entailment"]["all"]), highlight=False)
         console.print(f"{len(stats['datasets'])} datasets analysed: {Path(args.out) / 'report.md'}, stats.json, "
                       "figures")
         return 0

@@ -71,6 +71,10 @@ def add_parser(sub) -> None:
                    help="reject a pair whose score fails the threshold (repeatable; >=, <=, > or <), e.g. "
                    "agreement>=0.0, image_sim<=0.95; a re-plant with other gates decides again from the stored "
                    "scores. With --config: replaces its gates")
+    g.add_argument("--entailment", metavar="SCORE<NUMBER",
+                   help="decide from a score whether the anchor's caption is still true of each negative picture "
+                   "(>=, <=, > or <), e.g. agreement_negative<0.0, or viewer_anchor_true>=1 with --scorer toyworld in "
+                   "the toy world; recorded with each negative as anchor_true_of_negative; implies --score")
     g = p.add_argument_group("run")
     g.add_argument("--engine", choices=["local", "ray"], help="local (default): this process; ray: Ray Data over a "
                    "cluster, the same records (pip install 'concrete-jungle[ray]'; docs/scale.md)")
@@ -192,7 +196,7 @@ def scoring_from_flags(args):
     from ..plant.scoring import ScoringConfig
     from ..plant.scorers import DEFAULT_SCORERS
 
-    if not (args.score or args.scorer or args.scorer_option or args.score_device):
+    if not (args.score or args.scorer or args.scorer_option or args.score_device or args.entailment):
         return None
     scorers = {name: {} for name in args.scorer} if args.scorer else {k: dict(v) for k, v in DEFAULT_SCORERS.items()}
     for key, value in key_values(args.scorer_option, "--scorer-option").items():
@@ -201,7 +205,7 @@ def scoring_from_flags(args):
             raise ValueError(f"--scorer-option {key}={value}: {name or key!r} is not a scorer of this run "
                              f"({', '.join(scorers)}); write it as SCORER.KEY=VALUE, e.g. open_clip.model=ViT-B-32")
         scorers[name][option] = value
-    return ScoringConfig(scorers=scorers, device=args.score_device)
+    return ScoringConfig(scorers=scorers, device=args.score_device, entailment=args.entailment)
 
 
 def run(args, console: Console) -> int:
@@ -241,10 +245,11 @@ def run(args, console: Console) -> int:
             data.setdefault("num_shards", num_shards)
             data.setdefault("shard_index", shard_index)
             scoring_flags = [f for f, v in (("--score", args.score), ("--scorer", args.scorer), ("--scorer-option",
-                             args.scorer_option), ("--score-device", args.score_device)) if v]
+                             args.scorer_option), ("--score-device", args.score_device),
+                                                   ("--entailment", args.entailment)) if v]
             if scoring_flags:
                 raise ValueError(f"{', '.join(scoring_flags)} with --config: put scoring in the file (scoring: "
-                                 "{scorers: {...}}) or pass --set scoring.device=...")
+                                 "{scorers: {...}, entailment: ...}) or pass --set scoring.device=...")
             if args.gate:
                 data["gates"] = list(args.gate)
             config = from_dict(PlantConfig, data, where=args.config)

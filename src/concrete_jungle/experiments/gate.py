@@ -22,6 +22,7 @@ from pathlib import Path
 from ..concretebatch import ShardWriter, encode_jpeg, sample_key, shard_name, write_shard_manifest
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..toyworld.build import SUBSETS, WorldConfig, named_part, negatives
+from ..toyworld.entailment import anchor_true_of
 from ..toyworld.viewer import described, reads_true
 from ..toyworld.world import parse_caption, render, scene_clause
 from .published import RESTORE, PublishedError, counts_all_starts, publish, starts_words, wall_time_words
@@ -110,13 +111,16 @@ def positive_control_pairs(world: Path, seed: int, mirror_relations: bool):
 
 def build_positive_control(world: Path, out: Path, design: dict, per_shard: int = 1000) -> Path:
     """The positive control's ConcreteBatch (one record per training scene and edit kind), reused once finished;
-    its summary.json holds the counts per edit kind and the pairs dropped, with their reasons."""
+    its summary.json holds the counts per edit kind, the pairs dropped, with their reasons, and per edit kind the
+    kept pairs whose anchor caption the viewer reads true of the negative picture (each record's negative carries
+    that decision as ``anchor_true_of_negative``)."""
     settings = {"world": str(world), "positive_control": design["positive_control"]}
     d = stage_dir(out, DATASET, settings) / DATASET
     if (d / "summary.json").is_file():
         return d
     d.mkdir(parents=True, exist_ok=True)
     kept: dict[str, int] = {s: 0 for s in SUBSETS}
+    entailed_per_edit: dict[str, int] = {s: 0 for s in SUBSETS}  # kept pairs whose anchor caption is true of v'
     dropped: dict[str, dict[str, int]] = {}
     manifest, rows, writer, index = [], [], None, 0
     mirror = design["world"].get("test_negatives") == "viewer"
@@ -126,13 +130,17 @@ def build_positive_control(world: Path, out: Path, design: dict, per_shard: int 
             dropped[reason][record["edit"]] += 1
             continue
         writer = writer or ShardWriter(d / shard_name(index))
-        # no keyword is rated: InfoNCE reads no concreteness, and a record must hold a finite one ("rated": False)
+        # no keyword is rated: InfoNCE reads no concreteness, and a record must hold a finite one ("rated": False);
+        # the viewer reads whether the anchor's caption is still true of the negative picture (an entailed negative)
+        entailed = anchor_true_of(record["caption"], record["changed"])
         writer.write(sample_key(record["id"]), (world / "images" / record["image"]).read_bytes(), record["caption"],
                      encode_jpeg(render(record["changed"]), quality=95), record["negative"],
                      {"id": record["id"], "scene": record["scene"], "edit": record["edit"], "concreteness": 0.0,
-                      "rated": False})
+                      "rated": False, "negatives": [{"concreteness": 0.0, "anchor_true_of_negative": entailed,
+                                                     "entailment": {"by": "toyworld.viewer"}}]})
         rows.append({"id": record["id"], "status": "ok", "shard": shard_name(index), "edit": record["edit"]})
         kept[record["edit"]] += 1
+        entailed_per_edit[record["edit"]] += entailed
         if writer.count == per_shard:
             write_shard_manifest(d, index, rows, writer.commit())
             manifest, rows, writer, index = manifest + rows, [], None, index + 1
@@ -141,7 +149,7 @@ def build_positive_control(world: Path, out: Path, design: dict, per_shard: int 
         manifest += rows
     atomic_write_jsonl(d / "manifest.jsonl", manifest)
     atomic_write_json(d / "summary.json", {"ok": len(manifest), "per_edit": kept, "dropped": dropped,
-                                           "anchors_from": "train"})
+                                           "anchors_from": "train", "anchor_true_of_negative": entailed_per_edit})
     return d
 
 

@@ -34,6 +34,8 @@ class Finetune:
 CONTROL = Finetune("control (D_hc anchors, no negatives)", "infonce", "hc", negatives=False)
 BASELINE = "CLIP baseline"
 STAGE_SECONDS = "seconds.json"  # in a stage's folder: the seconds the stage took when it was made
+# the toy world's decider of anchor_true_of_negative, by class path (the registered name needs installed metadata)
+VIEWER, VIEWER_RULE = "concrete_jungle.toyworld.entailment:ViewerScorer", "viewer_anchor_true>=1"
 
 
 def baseline_label(model: str) -> str:
@@ -58,6 +60,8 @@ class StageConfig:
     gradient_batch_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
     gallery_sample: int = 120
     no_leak: bool = False  # the toy captioner refuses a negative that is a held-out scene (toyworld.rewrite)
+    # the viewer decides each planted negative's anchor_true_of_negative (toyworld.entailment); off: unknown
+    entailment: bool = False
     # captions encoded at their length (text_encoding.py) in training, evaluation and analysis; False: the full
     # context, the computation of runs made before that existed (equal up to float rounding, which compounds)
     trim_text: bool = True
@@ -263,8 +267,10 @@ class Stages:
     def plant(self, world: Path, mode: str) -> Path:
         from .. import plant
         from ..plant import PlantConfig
+        from ..plant.scoring import ScoringConfig
 
-        settings = {"world": str(world), "mode": mode} | ({"no_leak": True} if self.c.no_leak else {})
+        settings = {"world": str(world), "mode": mode} | ({"no_leak": True} if self.c.no_leak else {}) | (
+            {"entailment": VIEWER_RULE} if self.c.entailment else {})
         d = stage_dir(self.out, f"D_{mode}", settings) / f"D_{mode}"
         start, reused = time.perf_counter(), (d / "summary.json").is_file()
         if reused:
@@ -276,7 +282,9 @@ class Stages:
                                   mode=mode, captioner="concrete_jungle.toyworld.rewrite:ToyCaptioner",
                                   captioner_options={"world": str(world)} if self.c.no_leak else {},
                                   editor="concrete_jungle.toyworld.rewrite:ToyEditor",
-                                  editor_options={"world": str(world)}, batch_size=64, samples_per_shard=500),
+                                  editor_options={"world": str(world)}, batch_size=64, samples_per_shard=500,
+                                  scoring=ScoringConfig(scorers={VIEWER: {"world": str(world)}}, device="cpu",
+                                                        entailment=VIEWER_RULE) if self.c.entailment else None),
                       progress=self.progress)
         self.account("plant", d.parent / STAGE_SECONDS, start, reused)
         link_latest(self.out / f"D_{mode}", d)

@@ -151,6 +151,8 @@ class PlantConfig:
             d.pop(runtime)
         if d["scoring"] is None:  # as datasets made before scores existed hold it: not at all
             d.pop("scoring")
+        elif d["scoring"]["entailment"] is None:  # as scored datasets made before entailment rules hold it
+            d["scoring"].pop("entailment")
         return d
 
 

@@ -4,7 +4,9 @@
 each edited batch, on the editor's device, and gives every pair its scores and the model that made each. A `Gate`
 (``agreement>=0.0``) is a threshold on one score: a pair that fails a gate is a reject whose reason names the gate
 and the value; its record is kept beside the shard (`gates.py`) so that a re-plant with other gates decides again
-from the stored scores, with no new rewrite, edit or score.
+from the stored scores, with no new rewrite, edit or score. ``scoring.entailment`` (``agreement_negative<0.0``) is a
+rule of the same form that decides, from one score, whether the anchor's caption is still true of the negative
+picture (`decide_entailment`): each record's negative gets ``anchor_true_of_negative`` and how it was decided.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ class ScoringConfig:
 
     scorers: dict[str, dict] = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_SCORERS.items()})
     device: str | None = None
+    # SCORE<op>NUMBER: the anchor's caption is true of the negative picture where the pair's score compares so
+    # (`decide_entailment`); None: not decided, every negative's anchor_true_of_negative unknown
+    entailment: str | None = None
 
     def __post_init__(self):
         problems = [] if self.scorers else ["scoring.scorers is empty; name a scorer (bertscore, dino, open_clip, "
@@ -33,6 +38,12 @@ class ScoringConfig:
                      for name, options in self.scorers.items() if isinstance(options, dict) and "device" in options]
         if problems:
             raise ConfigError(*problems)
+        if self.entailment is not None:  # a rule that does not parse is an error before any run
+            self.entailment_rule()
+
+    def entailment_rule(self) -> Gate | None:
+        return None if self.entailment is None else Gate.parse(self.entailment, "scoring.entailment",
+                                                               "agreement_negative<0.0")
 
 
 GATE = re.compile(r"\s*([A-Za-z_]\w*)\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*")
@@ -49,11 +60,10 @@ class Gate:
     threshold: float
 
     @classmethod
-    def parse(cls, text: str) -> Gate:
+    def parse(cls, text: str, what: str = "gate", example: str = "agreement>=0.0 or image_sim<=0.95") -> Gate:
         found = GATE.fullmatch(text) if isinstance(text, str) else None
         if found is None:
-            raise ConfigError(f"gate {text!r} is not SCORE>=NUMBER (or <=, >, <), e.g. agreement>=0.0 or "
-                              "image_sim<=0.95")
+            raise ConfigError(f"{what} {text!r} is not SCORE>=NUMBER (or <=, >, <), e.g. {example}")
         return cls(found[1], found[2], float(found[3]))
 
     def __str__(self) -> str:
@@ -72,6 +82,20 @@ def gate_reason(gates: list[Gate], scores: dict) -> str | None:
     None when it passes them all."""
     failed = [g for g in gates if not g.passes(scores.get(g.score))]
     return "; ".join(f"gate {g} failed: {g.score} = {scores[g.score]:.6g}" for g in failed) or None
+
+
+def decide_entailment(rule: Gate, scores: dict, models: dict) -> tuple[bool | None, dict]:
+    """(``anchor_true_of_negative``, ``entailment``) of a pair under ``rule``: True where its score compares so, False
+    where it does not, None (unknown) where the pair has no such score; ``entailment`` records the rule, its score,
+    threshold and the model that made the score."""
+    value = scores.get(rule.score)
+    how = {"by": "score", "score": rule.score, "rule": str(rule), "threshold": rule.threshold,
+           "model": models.get(rule.score, "unknown")}
+    return (None if value is None else COMPARE[rule.op](value, rule.threshold)), how
+
+
+# a text-only negative's picture is its anchor's: the anchor's caption is true of it, whatever a score says
+SAME_PICTURE = {"by": "neg_image_is_anchor"}
 
 
 def declared_scores(scoring: ScoringConfig) -> dict[str, str]:
@@ -99,9 +123,11 @@ def check_scoring(scoring: ScoringConfig | None, gates: list[Gate], device: str 
     if scoring is None:  # and no gates: `PlantConfig` refuses gates without scores
         return []
     owner = declared_scores(scoring)
-    unknown = [g for g in gates if g.score not in owner]
+    rule = scoring.entailment_rule()
+    unknown = [(f"gate {g}", g) for g in gates if g.score not in owner] + (
+        [(f"scoring.entailment {rule}", rule)] if rule is not None and rule.score not in owner else [])
     if unknown:
-        raise ConfigError(f"gate {unknown[0]}: no scorer gives {unknown[0].score!r}; the scorers give "
+        raise ConfigError(f"{unknown[0][0]}: no scorer gives {unknown[0][1].score!r}; the scorers give "
                           f"{', '.join(owner)}")
     notes = [check("scorer", name, options | {"device": scoring.device or device})
              for name, options in scoring.scorers.items()]
@@ -162,16 +188,22 @@ def checked_value(scorer, score: str, value) -> float | None:
 
 
 def score_and_gate(entries: list[list], pairs: dict[int, ScorePair], scorers: PairScorers, gates: list[Gate],
-                   call) -> None:
+                   call, entailment: Gate | None = None) -> None:
     """Score the pairs of a batch (``pairs``: entry index -> its pair) and gate them: each entry's manifest row
     and record metadata get ``scores`` and ``score_models``; a row whose pair fails a gate becomes a reject of the
-    ``gate`` stage (its record is kept for the gated store)."""
+    ``gate`` stage (its record is kept for the gated store). With an ``entailment`` rule, each record's negative
+    gets its ``anchor_true_of_negative`` and ``entailment`` (in ``negatives``; a text-only negative's is true)."""
     if not pairs:
         return
     for at, scores in zip(pairs, scorers.score(list(pairs.values()), call)):
         row, record = entries[at]
         record[5].update(scores=scores, score_models=scorers.models)
         row.update(scores=scores, score_models=scorers.models)
+        if entailment is not None:
+            entailed, how = (True, SAME_PICTURE) if pairs[at].neg_image is None else \
+                decide_entailment(entailment, scores, scorers.models)
+            record[5]["negatives"] = [{"concreteness": record[5]["concreteness"], "anchor_true_of_negative": entailed,
+                                       "entailment": how}]
         reason = gate_reason(gates, scores)
         if reason is not None:
             row.update(status="rejected", reason=reason, stage="gate")

@@ -307,7 +307,7 @@ class Plant:
             pairs = {at: ScorePair(picture(r[1], f"the anchor of {r[5]['id']}"), r[2], None if r[5][
                 "neg_image_is_anchor"] else picture(r[3], f"the negative of {r[5]['id']}"), r[4])
                 for at, (_, r) in enumerate(out) if r is not None}
-            score_and_gate(out, pairs, scorers, c.parsed_gates, call_plugin)
+            score_and_gate(out, pairs, scorers, c.parsed_gates, call_plugin, c.scoring.entailment_rule())
         return [tuple(x) for x in out]
 
     def finish(self, shard_of: list[int], names: tuple[str, str], seconds: float, to_first_batch: float | None,

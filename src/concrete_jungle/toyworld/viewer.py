@@ -12,13 +12,18 @@ boxes as placed by `world.layout_positions`:
 - `next to`: sideways, at most `world.GAP` pixels apart (a thing 5 pixels to the left of another is next to it);
 - `on top of`: above and touching (at most 1 pixel apart);
 - `inside`: its box within the other's box.
+
+The light and the mood are not read by default (no test caption names them); with ``scene_words`` a caption's
+`; it is <light> and <mood>` clause must be the scene's too: the picture is rendered from the scene, so its
+brightness and noise are the scene's light and mood.
 """
 
 from __future__ import annotations
 
 import itertools
 
-from .world import COLOURS, GAP, SHAPES, SIZES, TEXTURES, WORD_VALUE, Scene, chain_pieces, layout_positions
+from .world import COLOURS, GAP, LIGHTS, MOODS, SHAPES, SIZES, TEXTURES, WORD_VALUE, Scene, chain_pieces, \
+    layout_positions
 
 
 def described(text: str) -> tuple[list[dict], list[str]]:
@@ -74,8 +79,23 @@ def relation_holds(rel: str, a: tuple, b: tuple, eps: float = 1e-6) -> bool:
     raise ValueError(f"unknown relation {rel!r}")
 
 
-def reads_true(text: str, scene: Scene) -> bool:
-    """Whether a viewer of the scene's picture would call the caption true (see the module's rules)."""
+def scene_words_hold(text: str, scene: Scene) -> bool:
+    """Whether the caption's light and mood words (`; it is <light> and <mood>`), where it has them, are the
+    scene's; a caption without the clause says nothing of them."""
+    clause = text.strip().rstrip(".").lower().partition("; it is ")[2]
+    if not clause:
+        return True
+    values = [WORD_VALUE.get(w) for w in clause.split() if w != "and"]
+    if not values or any(v not in LIGHTS and v not in MOODS for v in values):
+        raise ValueError(f"{clause!r} in {text!r} is not a toy-world light and mood ('<light> and <mood>')")
+    return all(v == (scene.light if v in LIGHTS else scene.mood) for v in values)
+
+
+def reads_true(text: str, scene: Scene, scene_words: bool = False) -> bool:
+    """Whether a viewer of the scene's picture would call the caption true (see the module's rules); with
+    ``scene_words``, its light and mood clause must hold too (`scene_words_hold`)."""
+    if scene_words and not scene_words_hold(text, scene):
+        return False
     things, relations = described(text)
     placed = boxes(scene)
     candidates = [[k for k, t in enumerate(scene.things)
