@@ -319,3 +319,14 @@ def test_with_viewer_negatives_every_test_negative_reads_false_and_relation_word
     for word in set(words["caption"]) | set(words["negative_caption"]):
         shares = [words[side][word] / total[side] for side in words]
         assert abs(shares[0] - shares[1]) < 0.05, (word, shares)
+
+
+def test_sample_world_rows_are_the_scenes_build_world_writes_without_their_pictures(tmp_path):
+    from concrete_jungle.records import read_jsonl
+    from concrete_jungle.toyworld.build import sample_world
+
+    config = WorldConfig(train=30, test=12, val=6, seed=3, held_out="named", image_format="jpeg")
+    build_world(tmp_path, config, progress=False)
+    written = read_jsonl(tmp_path / "scenes.jsonl")
+    assert [row for _, row in sample_world(config)] == [{k: v for k, v in r.items() if k != "pixel_hash"}
+                                                         for r in written]
