@@ -160,10 +160,10 @@ def test_the_report_says_whether_its_minutes_are_the_last_start_s_or_every_start
 # the data. The numbers that need the training data are in tests/test_study2.py (`-m slow -k errata`).
 
 
-def errata(page: str) -> str:
+def errata(page: str, date: str = "2026-12-02") -> str:
     """The errata section of docs/studies/``page``, its lines joined (a number may wrap)."""
     text = (DOCS / "studies" / page).read_text()
-    return " ".join(text[text.index("## Errata (2026-12-02)"):].split())
+    return " ".join(text[text.index(f"## Errata ({date})"):].split())
 
 
 @pytest.fixture(scope="module")
@@ -401,3 +401,186 @@ def test_answers_read_back_keep_a_series_that_had_no_items(tmp_path):
     outcomes = read_answers(path, recipes)[("row", 0)]["outcomes"]
     assert outcomes["series"]["swap_att/bow_differs"] == {"keys": [], "units": [], "values": []}
     assert metric_values(outcomes) == {"swap_att": 0.5, "swap_att/bow_differs": None, "all": 0.5}
+
+
+# ------------------------------------------------------------------------------------------- the gate's errata
+# Every number of docs/studies/gate.md's "Errata (2026-12-03)", recomputed from docs/studies/gate/ (and, marked
+# slow, from the world's scenes re-derived from its seed and from the repository's history), and found in the section.
+
+
+@pytest.fixture(scope="module")
+def gate_report(tmp_path_factory) -> dict:
+    """`study report docs/studies/gate`'s results.json, and the published files as `published.load` reads them."""
+    import json
+
+    from concrete_jungle.experiments.published import load, read_curves, run_record
+
+    folder = tmp_path_factory.mktemp("gate")
+    assert main(["study", "report", str(DOCS / "studies" / "gate"), "--out", str(folder)]) == 0
+    design, world, items, _ = load(DOCS / "studies" / "gate")
+    return {"result": json.loads((folder / "results.json").read_text()), "design": design, "world": world,
+            "items": items, "run": run_record(DOCS / "studies" / "gate"),
+            "curves": read_curves(DOCS / "studies" / "gate" / "curves.jsonl.gz", items)}
+
+
+def test_gate_errata_the_subset_differences_the_mean_without_add_att_and_the_rise_are_the_published_files(
+        gate_report):
+    from concrete_jungle.experiments import gate
+
+    text, rungs = errata("gate.md", "2026-12-03"), {r["rung"]: r for r in gate_report["result"]["rungs"]}
+    subsets = {name: r["subsets"] for name, r in rungs.items()}
+    # item 7: 14 uncorrected intervals; the four cited are those above 0, R1's larger swap estimates are not
+    intervals = [(rung, k, v) for rung, kinds in subsets.items() for k, v in kinds.items()]
+    assert len(intervals) == 14 and f"**{len(intervals)}** uncorrected" in text
+    above = sorted((rung, k) for rung, k, v in intervals if v["t95"][0] > 0)
+    assert above == [("R1", "replace_att"), ("R1", "replace_obj"), ("R2", "swap_att"), ("R2", "swap_obj")]
+    for kind in ("swap_att", "swap_obj"):
+        swap = subsets["R1"][kind]
+        assert swap["t95"][0] < 0 < swap["mean"] and swap["mean"] > subsets["R1"]["replace_obj"]["mean"]
+        assert f"**{points(swap['mean'])} {span(*swap['t95'])}** ({kind})" in text
+    t = gate.t_quantile(1 - 0.05 / (2 * len(intervals)), 2)
+    assert f"= **{t:.2f}** instead of {gate.t_quantile(0.975, 2):.2f}" in text
+    corrected = sorted((rung, k) for rung, k, v in intervals
+                       if abs(v["mean"]) > t * v["sd"] / 3 ** 0.5)  # the interval excludes 0
+    assert corrected == [("R1", "add_att"), ("R2", "add_att")] and all(subsets[r]["add_att"]["mean"] < 0
+                                                                         for r, _ in corrected)
+    # item 8: M.Avg's difference with add_att's taken as 0, and over the five kinds with true negatives
+    for name, kinds in subsets.items():
+        assert sum(v["mean"] for v in kinds.values()) / 7 == pytest.approx(rungs[name]["mean"])
+    without = [sum(v["mean"] for k, v in subsets[r].items() if k != "add_att") / 7 for r in ("R1", "R2")]
+    assert f"**{points(without[0])}** at R1 and **{points(without[1])}** at R2" in text
+    assert all(w < gate_report["design"]["margin"]["mean_at_least"] for w in without)
+    five = [sum(v["mean"] for k, v in subsets[r].items() if k not in ("add_att", "add_obj")) / 5 for r in ("R1", "R2")]
+    assert f"{points(five[0])} and {points(five[1])}" in text
+    # item 9: the positive arm picks add_att's longer, colour-naming negative more often than the control
+    table = gate_report["result"]["table"]
+    wrong = {(r, arm): 100 - table[f"{r}: {arm}"]["add_att"][0] for r in ("R1", "R2") for arm in ("positive control",
+                                                                                                   "control")}
+    assert all(wrong[(r, "positive control")] > wrong[(r, "control")] for r in ("R1", "R2"))
+    assert (f"**{wrong[('R1', 'positive control')]:.1f} %** of the items at R1 (the control "
+            f"{wrong[('R1', 'control')]:.1f} %) and **{wrong[('R2', 'positive control')]:.1f} %** at R2 "
+            f"({wrong[('R2', 'control')]:.1f} %)") in text
+    # item 10: the rise over each rung's baseline, both arms
+    rises = {(name, arm): r[arm] - r["baseline"] for name, r in rungs.items() for arm in ("control", "positive")}
+    assert f"**{min(rises.values()):.1f}–{max(rises.values()):.1f}** points" in text
+    assert (f"R1: control {points(rises[('R1', 'control')])}, positive control {points(rises[('R1', 'positive')])}; "
+            f"R2: {points(rises[('R2', 'control')])}, {points(rises[('R2', 'positive')])}") in text
+
+
+def test_gate_errata_the_hard_negative_share_the_false_negatives_counts_and_the_starts_are_the_published_files(
+        gate_report):
+    import statistics
+
+    from concrete_jungle.records import file_digest
+
+    text, curves = errata("gate.md", "2026-12-03"), gate_report["curves"]
+    # item 4: the share InfoNCE gave the hard negative at N = 64, at every step of each positive-control fine-tune
+    shares = {key: [r["hn_grad_share"] for r in log] for key, log in curves.items() if "positive" in key[0]}
+    assert len(shares) == 6 and all(len(v) == 200 and None not in v for v in shares.values())
+    means = [statistics.fmean(v) for v in shares.values()]
+    first = [v[0] for v in shares.values()]
+    assert max(means) < 0.485 and f"**{min(means):.3f}–{max(means):.3f}**" in text
+    assert f"({min(first):.2f}–{max(first):.2f} at the first step)" in text
+    # item 5: the records of the two kinds whose negative pictures the anchor's caption describes
+    kept = gate_report["world"]["positive_control"]["per_edit"]
+    entailed = kept["add_att"] + kept["add_obj"]
+    total = sum(kept.values())
+    assert total == gate_report["world"]["positive_control"]["ok"]
+    assert f"**{kept['add_att']:,}** add_att and **{kept['add_obj']:,}** add_obj" in text
+    assert f"other five kinds' {total - entailed:,} records" in text
+    assert f"**{entailed:,} of the {total:,}** negative pictures (**{100 * entailed / total:.1f} %**" in text
+    for page in ("README.md", "docs/toyworld.md"):
+        assert f"{entailed:,} of {'its ' if page == 'README.md' else ''}{total:,}" in " ".join(
+            (DOCS.parent / page).read_text().split()), page
+    assert f"{100 * entailed / total:.1f} % of its negative pictures" in " ".join((DOCS / "toyworld.md").read_text()
+                                                                                    .split())
+    # items 1 and 3: each start's times and code, as run.json records them
+    first_start, second = gate_report["run"]["starts"]
+    assert f"(**{first_start['started'][11:19]} UTC**, `run.json`)" in text
+    assert f"**{first_start['last_stage'][11:19]} UTC**" in text and f"(**{second['started'][11:19]} UTC**)" in text
+    code, at_last = first_start["code"], first_start["code_at_last_stage"]
+    assert code["dirty"] and at_last["dirty"] and not second["code_at_last_stage"]["dirty"]
+    assert f"commit {code['commit'][:12]} with {code['changed_count']} changed files" in text
+    assert (f"commit {at_last['commit'][:7]} with {at_last['changed_count']} changed files, changes sha256 "
+            f"`{at_last['changes_sha256'][:12]}…`") in text
+    assert f"`{code['changes_sha256'][:12]}…`" in text
+    assert f"sha256 `{second['code']['changes_sha256'][:12]}…`" in text
+    assert second["code"]["changed"] == ["src/concrete_jungle/experiments/published.py"]
+    design = file_digest(DOCS / "studies" / "gate" / "design.json")
+    assert f"sha256 `{design[:12]}…`" in text
+
+
+@pytest.mark.slow  # the 4,000 training scenes' 23,600 pairs re-derived and read by the viewer: about 10 seconds
+def test_gate_errata_every_add_att_and_add_obj_negative_picture_is_described_by_its_anchor_caption_and_no_other():
+    """Item 5: the gate's world re-derived from its settings (no picture rendered) gives the positive control's
+    pairs exactly as published (kept and dropped, per edit kind), and the anchor's caption reads true of the
+    negative picture of every add_att and add_obj record and of no other record."""
+    import json
+
+    from concrete_jungle.experiments import gate
+    from concrete_jungle.toyworld.build import WorldConfig, sample_world
+    from concrete_jungle.toyworld.viewer import reads_true
+
+    design = json.loads((DOCS / "studies" / "gate" / "design.json").read_text())
+    published = json.loads((DOCS / "studies" / "gate" / "world.json").read_text())["positive_control"]
+    rows = [row for _, row in sample_world(WorldConfig(**design["world"]))]
+    kept, dropped, described = {}, {}, {}
+    for record, reason in gate.positive_control_pairs(rows, design["positive_control"]["seed"], mirror_relations=True):
+        if reason:
+            dropped.setdefault(reason, {}).setdefault(record["edit"], 0)
+            dropped[reason][record["edit"]] += 1
+            continue
+        kept[record["edit"]] = kept.get(record["edit"], 0) + 1
+        described[record["edit"]] = described.get(record["edit"], 0) + reads_true(record["caption"],
+                                                                                   record["changed"])
+    assert kept == published["per_edit"] and dropped == published["dropped"]
+    assert {k: described[k] == kept[k] for k in kept} == {k: k in ("add_att", "add_obj") for k in kept}
+    assert all(described[k] == 0 for k in kept if k not in ("add_att", "add_obj"))
+
+
+@pytest.mark.slow  # two checkouts of the repository's history and `git log`: seconds, and it needs the history
+def test_gate_errata_commit_times_and_each_start_s_code_are_the_repository_s(tmp_path):
+    """Items 1 and 3: the commit times of the gate's files, and the first start's code at its last stage (and the
+    second start's) rebuilt from the commits: the changes sha256 `stages.code_version` gives a checkout of the
+    start's commit holding the later commit's package is the one run.json records."""
+    import json
+    import shutil
+    import subprocess
+    import tarfile
+
+    from concrete_jungle.experiments.stages import code_version
+
+    repo = DOCS.parent
+    text = errata("gate.md", "2026-12-03")
+
+    def git(*args: str, cwd=repo) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+    if subprocess.run(["git", "cat-file", "-e", "e993130^{commit}"], cwd=repo, capture_output=True).returncode:
+        pytest.skip("the repository's history (commit e993130) is not in this checkout: clone it whole")
+    added = {}
+    for line in git("log", "--diff-filter=A", "--format=%H %ci", "--", "src/concrete_jungle/experiments/gate.py",
+                    "docs/studies/gate.md", "docs/studies/gate/design.json").splitlines():
+        commit, day, time, _ = line.split()
+        added[commit[:7]] = f"{day} {time}"
+    assert added == {"e993130": "2026-12-02 13:22:26", "8f87189": "2026-12-02 12:47:21"}
+    assert f"8f87189 at **{added['8f87189']} UTC**" in text and f"e993130, **{added['e993130']} UTC**" in text
+    starts = json.loads((DOCS / "studies" / "gate" / "run.json").read_text())["starts"]
+    # the first start's code at its last stage against e993130's package; the second start's against 7ab831f's
+    for recorded, later in ((starts[0]["code_at_last_stage"], "e993130"), (starts[1]["code"], "7ab831f")):
+        tree = tmp_path / later
+        tree.mkdir()
+        for commit, paths in ((recorded["commit"], ()), (later, ("src/concrete_jungle",))):
+            archive = tmp_path / f"{commit}.tar"
+            archive.write_bytes(subprocess.run(["git", "archive", commit, *paths], cwd=repo, capture_output=True,
+                                               check=True).stdout)
+            if paths:  # the later commit's package in place of the start's
+                git("init", "-q", cwd=tree)
+                git("add", "-A", cwd=tree)
+                git("-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "start", cwd=tree)
+                shutil.rmtree(tree / "src" / "concrete_jungle")
+            with tarfile.open(archive) as f:
+                f.extractall(tree, filter="data")
+        code = code_version(tree / "src" / "concrete_jungle")
+        assert (code["changed_count"], code["changes_sha256"]) == (recorded["changed_count"],
+                                                                   recorded["changes_sha256"]), later

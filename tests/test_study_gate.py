@@ -65,7 +65,8 @@ def test_positive_control_negatives_come_from_training_scenes_read_false_and_pas
     # the refusal bites: the generator made pairs whose scene is a held-out scene's things and relations, and none
     # of them is in the data (counted by the reason, per edit kind)
     refused = summary["dropped"]["a held-out scene's named part"]
-    pairs = list(gate.positive_control_pairs(world, design["positive_control"]["seed"], mirror_relations=True))
+    pairs = list(gate.positive_control_pairs(list(rows.values()), design["positive_control"]["seed"],
+                                             mirror_relations=True))
     named_held_out = [p for p, _ in pairs if named_part(p["changed"].key()) in held_out
                       and not reads_true(p["negative"], parse_caption(rows[p["scene"]]["captions"][0],
                                                                  rows[p["scene"]]["layout"]))]

@@ -391,3 +391,14 @@ def test_a_toy_plant_with_the_viewer_records_each_negative_s_decision(world, tmp
         assert negative["anchor_true_of_negative"] is anchor_true_of(r["caption"], drawn) is False
         assert negative["entailment"]["rule"] == "viewer_anchor_true>=1.0"
         assert negative["entailment"]["model"] == "toyworld-viewer@viewer-1"
+
+
+def test_sample_world_rows_are_the_scenes_build_world_writes_without_their_pictures(tmp_path):
+    from concrete_jungle.records import read_jsonl
+    from concrete_jungle.toyworld.build import sample_world
+
+    config = WorldConfig(train=30, test=12, val=6, seed=3, held_out="named", image_format="jpeg")
+    build_world(tmp_path, config, progress=False)
+    written = read_jsonl(tmp_path / "scenes.jsonl")
+    assert [row for _, row in sample_world(config)] == [{k: v for k, v in r.items() if k != "pixel_hash"}
+                                                         for r in written]

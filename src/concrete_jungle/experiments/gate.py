@@ -90,11 +90,11 @@ def changed_scene(scene, subset: str, negative: str):
     return parse_caption(negative + scene_clause(scene), scene.layout)
 
 
-def positive_control_pairs(world: Path, seed: int, mirror_relations: bool):
-    """Every (record, reason) the test's generator gives on the world's training scenes: reason None for a kept
-    pair, else why it is dropped (its negative reads true of the anchor's picture; its scene has a held-out scene's
-    named part). Held-out scenes are read only for the refusal, never as anchors."""
-    rows = read_jsonl(world / "scenes.jsonl")
+def positive_control_pairs(rows: list[dict], seed: int, mirror_relations: bool):
+    """Every (record, reason) the test's generator gives on a world's training scenes (``rows``: its scenes.jsonl,
+    or `build.sample_world`'s rows): reason None for a kept pair, else why it is dropped (its negative reads true of
+    the anchor's picture; its scene has a held-out scene's named part). Held-out scenes are read only for the
+    refusal, never as anchors."""
     held_out = {named_part(r["key"]) for r in rows if r["split"] != "train"}
     for row in rows:
         if row["split"] != "train":
@@ -124,7 +124,8 @@ def build_positive_control(world: Path, out: Path, design: dict, per_shard: int 
     dropped: dict[str, dict[str, int]] = {}
     manifest, rows, writer, index = [], [], None, 0
     mirror = design["world"].get("test_negatives") == "viewer"
-    for record, reason in positive_control_pairs(world, design["positive_control"]["seed"], mirror):
+    for record, reason in positive_control_pairs(read_jsonl(world / "scenes.jsonl"), design["positive_control"]["seed"],
+                                                 mirror):
         if reason:
             dropped.setdefault(reason, {}).setdefault(record["edit"], 0)
             dropped[reason][record["edit"]] += 1

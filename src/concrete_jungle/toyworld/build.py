@@ -66,14 +66,10 @@ def named_part(key: str) -> str:
     return key.rsplit("|", 2)[0]
 
 
-def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> dict:
-    """Render the world into ``out`` (reused when it was already made with the same settings)."""
-    from tqdm import tqdm
-
-    out = Path(out)
-    done = out / "world.json"
-    if done.is_file() and json.loads(done.read_text()).get("config") == asdict(config):
-        return json.loads(done.read_text())
+def sample_world(config: WorldConfig) -> list[tuple[Scene, dict]]:
+    """Every scene of the world with its row of ``scenes.jsonl`` but for the pixel hash (id, split, content key,
+    layout seed, image path, captions), in the order `build_world` writes them; nothing is rendered, so a world's
+    scenes, captions and the negatives made from them can be re-derived from its settings in seconds."""
     rng = random.Random(config.seed)
     # train first, then held-out splits: a held-out scene's content is no earlier scene's (test, then val, so
     # a world with a val split has the same train and test scenes as one without)
@@ -90,26 +86,44 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
             if split == "train":
                 named.add(named_part(s.key()))
             scenes[split].append(s)
-
-    rows, samples = [], []
+    world = []
     for split, split_scenes in scenes.items():
-        if split_scenes:
-            (out / "images" / split).mkdir(parents=True, exist_ok=True)
-        for i, s in enumerate(tqdm(split_scenes, desc=f"render {split}", unit="scene", disable=not progress)):
+        for i, s in enumerate(split_scenes):
             sid = f"{split}-{i:06d}"
+            world.append((s, {"id": sid, "split": split, "key": s.key(), "layout": s.layout,
+                              "image": f"{split}/{sid}.{'jpg' if config.image_format == 'jpeg' else 'png'}",
+                              "captions": captions(s, random.Random(f"{config.seed}\x00captions\x00{sid}"))}))
+    return world
+
+
+def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> dict:
+    """Render the world into ``out`` (reused when it was already made with the same settings)."""
+    from tqdm import tqdm
+
+    out = Path(out)
+    done = out / "world.json"
+    if done.is_file() and json.loads(done.read_text()).get("config") == asdict(config):
+        return json.loads(done.read_text())
+    world = sample_world(config)
+    scenes = {split: [s for s, row in world if row["split"] == split] for split in ("train", "test", "val")}
+    rows, samples = [], []
+    for split in scenes:
+        split_rows = [(s, row) for s, row in world if row["split"] == split]
+        if split_rows:
+            (out / "images" / split).mkdir(parents=True, exist_ok=True)
+        for s, row in tqdm(split_rows, desc=f"render {split}", unit="scene", disable=not progress):
             image = render(s)
-            name = f"{split}/{sid}.{'jpg' if config.image_format == 'jpeg' else 'png'}"
+            name = row["image"]
             if config.image_format == "jpeg":  # the pixels a reader gets back are the ones the editor looks up
                 data = encode_jpeg(image, quality=95)
                 (out / "images" / name).write_bytes(data)
                 image = Image.open(io.BytesIO(data)).convert("RGB")
             else:
                 image.save(out / "images" / name)
-            caps = captions(s, random.Random(f"{config.seed}\x00captions\x00{sid}"))
-            rows.append({"id": sid, "split": split, "key": s.key(), "layout": s.layout, "pixel_hash": pixel_hash(image),
-                         "image": name, "captions": caps})
+            rows.append({"id": row["id"], "split": split, "key": row["key"], "layout": row["layout"],
+                         "pixel_hash": pixel_hash(image), "image": name, "captions": row["captions"]})
             if split == "train":
-                samples.append({"id": sid, "captions": caps, "image": name})
+                samples.append({"id": row["id"], "captions": row["captions"], "image": name})
     atomic_write_jsonl(out / "captions.jsonl", samples)
     atomic_write_jsonl(out / "scenes.jsonl", rows)
 
