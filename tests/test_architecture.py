@@ -4,6 +4,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "concrete_jungle"
 
@@ -13,15 +15,25 @@ def module_name(path: Path, package: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+def top_level_statements(tree: ast.Module):
+    """The nodes that run when the module is imported: everything outside a function's body."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def import_graph(package: Path = PACKAGE, lazy: bool = True) -> dict[str, set[str]]:
     """Module -> the package's modules it imports, at the top or inside a function (a lazy import is an edge too:
-    it runs whenever that function does)."""
+    it runs whenever that function does; ``lazy=False`` leaves those out)."""
     modules = {module_name(p, package): p for p in package.rglob("*.py")}
     graph = {}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree) if lazy else top_level_statements(tree):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -183,3 +195,148 @@ print(sorted(str(w.message) for w in caught if w.category is DeprecationWarning)
         f"concrete_jungle.{old} moved to concrete_jungle.{new}; the old name goes in 0.3"
         for old, new in [("captioners", "plant.captioners"), ("captioners.rules", "plant.captioners.rules"),
                          ("editors", "plant.editors"), ("train_config", "train.config")]))
+
+
+def test_the_architecture_doc_quotes_the_counts_of_the_package():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    quoted = doc.split("<!-- python tests/test_architecture.py -->\n```text\n", 1)[1].split("```", 1)[0]
+    assert quoted == counts() + "\n", "docs/architecture.md: paste what python tests/test_architecture.py prints"
+
+
+def test_the_counts_see_lazy_imports_and_import_module_dispatch_up_and_in_circles(tmp_path):
+    pkg = tmp_path / "concrete_jungle"
+    (pkg / "train").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "records.py").write_text("from importlib import import_module\n\n\ndef write():\n"
+                                    "    return import_module('.train.loop', __package__)\n")  # a helper calling up
+    (pkg / "train" / "__init__.py").write_text("")
+    (pkg / "train" / "loop.py").write_text("from ..records import write\n")
+    (pkg / "evaluation.py").write_text("def run():\n    from .records import write\n")
+    assert counts(pkg, dispatch={}).splitlines() == [
+        "units: 3 (2 modules at the package root, 1 packages), 11 layers",
+        "edges between units at import time: 1",
+        "edges between units with lazy imports: 2",
+        "edges between units with lazy imports and import_module dispatch: 3",
+        "upward or sideways, lazy imports included: 0 between units (0 between modules)",
+        "upward or sideways, import_module dispatch included: 1 between units (1 between modules)",
+        "    records -> train.loop",
+        "circles (modules that import each other), lazy imports included: 0",
+        "circles (modules that import each other), import_module dispatch included: 1",
+        "    2 modules of records, train"]
+    (pkg / "evaluation.py").write_text("import importlib\n\n\ndef run(name):\n"
+                                       "    return importlib.import_module(f'.{name}', __package__)\n")
+    with pytest.raises(AssertionError, match=r"concrete_jungle/evaluation.py, line 5: import_module of a computed"):
+        counts(pkg, dispatch={})
+
+
+# ------------------------------------------------------------------------------------------------------ the counts
+# `import_module` of a name computed at run time: where each such call of the package can lead. A new one must be
+# listed here (`dispatch_graph` refuses one that is not), so that no dispatch by name hides an edge from the counts.
+def benchmark_modules() -> set[str]:
+    from concrete_jungle.evaluation.names import BENCHMARKS, module_of
+
+    return {f"concrete_jungle.evaluation.{module_of(name)}" for name in BENCHMARKS}
+
+
+def builtin_plugin_modules() -> set[str]:
+    from concrete_jungle.plugins import BUILTIN
+
+    return {path.partition(":")[0] for paths in BUILTIN.values() for path in paths.values()}
+
+
+def moved_modules() -> set[str]:
+    from concrete_jungle import MOVED
+
+    return {f"concrete_jungle.{new}" for new in MOVED.values()}
+
+
+DISPATCH = {
+    "concrete_jungle": moved_modules,  # the names moved in 0.2
+    "concrete_jungle.evaluation": benchmark_modules,  # read_benchmark, evaluate_one
+    "concrete_jungle.evaluation.chance": benchmark_modules,  # item_chances
+    "concrete_jungle.plugins": builtin_plugin_modules,  # the built-in captioners, editors and scorers
+    "concrete_jungle.sources.peers.ceclip": set,  # NumPy's classes that a pickled array names, nothing of ours
+}
+
+
+def dispatch_graph(package: Path = PACKAGE, dispatch: dict = DISPATCH) -> dict[str, set[str]]:
+    """Module -> the package's modules it reaches through `import_module`: a literal name resolved as Python does, a
+    computed one by the module's entry in ``dispatch``."""
+    modules = {module_name(p, package): p for p in package.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and node.args and
+                    getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                target = first.value.lstrip(".")
+                level = len(first.value) - len(target)
+                if level:  # relative to the calling module's package, as `from .x import` is
+                    base = name.split(".")[: len(name.split(".")) - level + (path.name == "__init__.py")]
+                    target = ".".join(base + [target])
+                edges.add(target)
+            elif name in dispatch:
+                edges |= dispatch[name]()
+            else:
+                raise AssertionError(f"{path.relative_to(package.parent)}, line {node.lineno}: import_module of a "
+                                     f"computed name; list where it can lead in DISPATCH (tests/test_architecture.py)")
+        graph[name] = {t for t in edges if t in modules and t != name}
+    return graph
+
+
+def unit_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(unit_of(m), unit_of(t)) for m, targets in graph.items() for t in targets
+            if unit_of(m) and unit_of(t) and unit_of(m) != unit_of(t)}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more modules each of which reaches every other one by imports: the circles."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        reach[start] = seen
+    groups = {frozenset(m for m in reach[n] if n in reach[m]) | {n} for n in graph}
+    return sorted(sorted(g) for g in groups if len(g) > 1)
+
+
+def counts(package: Path = PACKAGE, dispatch: dict = DISPATCH) -> str:
+    """The package's shape in numbers, as docs/architecture.md quotes it (`python tests/test_architecture.py`)."""
+    at_import, lazy = import_graph(package, lazy=False), import_graph(package)
+    by_name = {m: lazy[m] | d for m, d in dispatch_graph(package, dispatch).items()}
+    root = {unit_of(m) for m in lazy if len(m.split(".")) == 2 and not (package / unit_of(m)).is_dir()}
+    units = {unit_of(m) for m in lazy} - {""}
+
+    def against_the_layers(graph):
+        found = layering_violations(graph)
+        pairs = {tuple(unit_of(m) for m in v.split(" -> ")) for v in found}
+        return f"{len(pairs)} between units ({len(found)} between modules)" + "".join(
+            "\n    " + v.replace("concrete_jungle.", "") for v in found)
+
+    def circles(graph):
+        found = strongly_connected(graph)
+        return f"{len(found)}" + "".join(
+            f"\n    {len(c)} modules of {', '.join(sorted({unit_of(m) or '(the package root)' for m in c}))}"
+            for c in found)
+
+    return "\n".join([
+        f"units: {len(units)} ({len(root)} modules at the package root, {len(units - root)} packages), "
+        f"{len(LAYERS)} layers",
+        f"edges between units at import time: {len(unit_edges(at_import))}",
+        f"edges between units with lazy imports: {len(unit_edges(lazy))}",
+        f"edges between units with lazy imports and import_module dispatch: {len(unit_edges(by_name))}",
+        f"upward or sideways, lazy imports included: {against_the_layers(lazy)}",
+        f"upward or sideways, import_module dispatch included: {against_the_layers(by_name)}",
+        f"circles (modules that import each other), lazy imports included: {circles(lazy)}",
+        f"circles (modules that import each other), import_module dispatch included: {circles(by_name)}",
+    ])
+
+
+if __name__ == "__main__":
+    print(counts())
