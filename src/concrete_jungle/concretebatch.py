@@ -157,6 +157,7 @@ def negatives_of(meta: dict, members, read_text, read_picture) -> list[dict]:
     if len(entries) != k:
         raise DatasetError(f"record {meta.get('id')!r} has {k} negative captions but {len(entries)} ratings in its "
                            "json; re-make the dataset")
+    ratings = [entry.get("concreteness") for entry in entries]
     bad = [r for r in ratings if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
                                                      or not math.isfinite(r))]
     if bad:  # a margin from an infinite rating is one end of the schedule, without a word
@@ -165,7 +166,7 @@ def negatives_of(meta: dict, members, read_text, read_picture) -> list[dict]:
     out = []
     for i, entry in enumerate(entries):
         jpg, txt = negative_members(i)
-        rating = entry.get("concreteness")
+        rating = ratings[i]
         entailed, how = anchor_truth(entry, meta.get("id"), i)
         out.append({"caption": read_text(txt), "image": read_picture(jpg, i) if jpg in members else None,
                     "concreteness": float(rating) if rating is not None else float("nan"),
