@@ -21,7 +21,7 @@ from concrete_jungle.concretebatch import (IndexedConcreteBatch, encode_jpeg, in
 from concrete_jungle.errors import DatasetError
 from concrete_jungle.records import read_jsonl
 from concrete_jungle.sources import SourceError
-from concrete_jungle.sources.peers.ceclip import load_object_array
+from concrete_jungle.sources.peers.object_npy import load_object_array
 
 sys.path.insert(0, str(Path(__file__).parent))
 import benchmark_fixtures  # noqa: E402
