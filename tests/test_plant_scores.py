@@ -185,14 +185,20 @@ def test_analyze_summarises_and_the_gallery_shows_the_planted_scores(scored, tmp
     assert "plant agreement (the smaller margin)" in page and "plant image_sim: DINO cosine" in page
 
 
-def test_a_text_only_negative_has_no_image_scores_and_a_gate_on_one_lets_it_pass(tmp_path):
+def test_a_text_only_negative_has_no_image_scores_and_a_gate_on_one_lets_it_pass_counted_undecided(tmp_path,
+                                                                                                  capsys):
+    """A gate whose score was None for every pair passed every pair and counted nothing undecided."""
     captions, images = make_dataset(tmp_path, 12)
     out = tmp_path / "cb"
     assert main(plant_args(captions, images, out, "--scorer", "plugin_example:PixelChangeScorer",
                            "--gate", "pixel_change>=0.5")) == 0
     rows = read_manifest(out)
     assert all(r["scores"] == {"pixel_change": None} and r["status"] == "ok" for r in rows if "scores" in r)
-    assert any("scores" in r for r in rows)
+    scored = sum("scores" in r for r in rows)
+    assert scored and json.loads((out / "summary.json").read_text())["gates_undecided"] == {
+        "pixel_change>=0.5": scored}
+    assert f"note: gate pixel_change>=0.5 decided none of the {scored} scored pairs" in " ".join(
+        capsys.readouterr().err.split())
 
 
 def test_a_scored_dataset_is_not_resumed_without_its_scores(scored, capsys):

@@ -298,10 +298,8 @@ def load_hub(repo: str, device: str, precision: str, peer: registry.Peer | None 
 def non_finite(tensors: dict[str, torch.Tensor]) -> str | None:
     """The first floating tensor holding NaN or inf, with how many of its values do, in words; None if none."""
     for name, tensor in tensors.items():
-        if tensor.is_floating_point():
-            bad = int((~torch.isfinite(tensor)).sum())
-            if bad:
-                return f"tensor {name} holds {bad} NaN or infinite value(s) of {tensor.numel()}"
+        if tensor.is_floating_point() and (bad := int((~torch.isfinite(tensor)).sum())):
+            return f"tensor {name} holds {bad} NaN or infinite value(s) of {tensor.numel()}"
     return None
 
 

@@ -319,6 +319,8 @@ class Plant:
         c = self.config
         name = "" if c.num_shards == 1 else f"-{c.part}"
         tally = ManifestTally()
+        # a gate passes a pair without its score (an image score of a text-only negative): counted, not hidden
+        scored, undecided = 0, {str(g): 0 for g in c.parsed_gates}
         with AtomicJsonl(self.out / f"manifest{name}.jsonl") as manifest, \
                 AtomicJsonl(self.out / f"rejects{name}.jsonl") as rejects:
             for row in self.manifest_rows(shard_of):
@@ -326,11 +328,20 @@ class Plant:
                 if row["status"] != "ok":
                     rejects.write(row)
                 tally.add(row)
+                if "scores" in row:
+                    scored += 1
+                    for g in c.parsed_gates:
+                        undecided[str(g)] += row["scores"].get(g.score) is None
+        for gate, n in undecided.items():
+            if scored and n == scored:
+                print(f"note: gate {gate} decided none of the {scored} scored pairs (its score is None for every "
+                      "one: text-only negatives have no image score), so it passed them all; drop it, or score "
+                      "negatives that have pictures", file=sys.stderr)
         startup = None if to_first_batch is None else round(to_first_batch, 2)
         summary = tally.summary() | {"seconds": round(seconds, 2), "seconds_to_first_batch": startup,
                                      "captioner": names[0], "editor": names[1], "part": c.part,
                                      "engine": c.engine.name, "shards_reused": reused} | (
-            {"gates": list(c.gates)} if c.scoring is not None else {})
+            {"gates": list(c.gates), "gates_undecided": undecided} if c.scoring is not None else {})
         atomic_write_json(self.out / f"summary{name}.json", summary)
         return summary
 

@@ -176,7 +176,7 @@ class OptimConfig:
             problems.append(f"optim.warmup must be >= 0, got {self.warmup}")
         if not self.weight_decay >= 0:
             problems.append(f"optim.weight_decay must be >= 0, got {self.weight_decay}")
-        elif 1 <= self.lr * self.weight_decay < float("inf"):  # AdamW: each weight times 1 - lr * weight_decay
+        elif self.weight_decay > 1 and 1 <= self.lr * self.weight_decay < float("inf"):  # AdamW: w *= 1 - lr * wd
             problems.append(f"optim.weight_decay {self.weight_decay:g} with optim.lr {self.lr:g} multiplies every "
                             f"weight by {1 - self.lr * self.weight_decay:.3g} each step (AdamW: 1 - lr x "
                             "weight_decay), which zeroes or flips it: lower optim.weight_decay (0.1 is usual)")
