@@ -85,11 +85,10 @@ def markdown(result: dict) -> str:
     head = ["| dataset | edit kind | negatives | true | false | unknown | share true |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     w = result["planted"]["world"]
-    lines = [f"Demo world ({w['train']} training scenes, seed {w['seed']}), by the keyword's category and by the toy "
-             "word it edited:", "", *head]
+    lines = [f"Demo world ({w['train']} training scenes, seed {w['seed']}), by the toy word the keyword edited (the "
+             "keyword's categories: entailed.json):", "", *head]
     for name, d in result["planted"]["datasets"].items():
         lines += [row(name, "all", d["by_category"]["all"])]
-        lines += [row(name, kind, r) for kind, r in d["by_category"]["by_kind"].items()]
         lines += [row(name, kind, r) for kind, r in d["by_word"].items()]
     lines += ["", "Read without the light and mood (`reads_true` alone), true of the negative picture / negatives:", "",
               "| dataset | " + " | ".join(kinds := sorted({k for d in result["planted"]["datasets"].values()
@@ -103,6 +102,9 @@ def markdown(result: dict) -> str:
     lines += ["", f"The gate's positive control (its world settings, {g['world']['train']} training scenes, seed "
               f"{g['world']['seed']}):", "", *head, row("D_gate", "all", g["shares"]["all"])]
     lines += [row("D_gate", kind, r) for kind, r in g["shares"]["by_kind"].items()]
+    lines += ["", "Pairs the generator made and the gate's builder dropped: " + ("; ".join(
+        f"{reason}: " + ", ".join(f"{k} {n}" for k, n in kinds.items()) for reason, kinds in g["dropped"].items())
+        or "none")]
     return "\n".join(lines) + "\n"
 
 
