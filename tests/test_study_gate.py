@@ -98,7 +98,8 @@ def test_a_design_that_is_not_the_gate_s_is_refused_with_its_fix(tmp_path):
 def test_a_tiny_gate_publishes_files_from_which_study_report_rebuilds_its_result(tmp_path, capsys):
     design = tiny_design(tmp_path, train=120, test=40)
     out = tmp_path / "gate"
-    assert main(["study", "run", "gate", "--design", str(design), "--out", str(out), "--no-progress"]) == 0
+    assert main(["study", "run", "gate", "--design", str(design), "--out", str(out), "--no-progress",
+                 "--not-preregistered"]) == 0  # a design in a temporary folder: not committed
     result = json.loads((out / "results.json").read_text())
     published = tmp_path / "published"
     shutil.copytree(out / "published", published)
@@ -112,6 +113,8 @@ def test_a_tiny_gate_publishes_files_from_which_study_report_rebuilds_its_result
     assert rung["passes"] == (rung["mean"] >= 3.0 and rung["t95"][0] > 0)
     report = (tmp_path / "again" / "study.md").read_text()
     assert f"{rung['mean']:+.2f}" in report and "The positive control's data" in report
+    assert "**Not pre-registered**: start 1 ran with --not-preregistered" in " ".join(report.split())
+    assert json.loads((published / "run.json").read_text())["preregistration"] == "not pre-registered"
     _, world, items, _ = load(published)
     assert world["positive_control"]["anchors_from"] == "train"
     assert {row for row, _ in items} == {f"R1: {x}" for x in (gate.BASELINE, gate.POSITIVE, gate.CONTROL)}
