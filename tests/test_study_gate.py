@@ -119,3 +119,31 @@ def test_a_tiny_gate_publishes_files_from_which_study_report_rebuilds_its_result
     assert world["positive_control"]["anchors_from"] == "train"
     assert {row for row, _ in items} == {f"R1: {x}" for x in (gate.BASELINE, gate.POSITIVE, gate.CONTROL)}
     capsys.readouterr()
+
+
+def test_gate2_s_threshold_and_budget_in_its_page_follow_from_its_design_and_the_pilot():
+    """docs/studies/gate2.md's justification of its margin: each number computed from gate2/design.json and the
+    pilot's +5.15, sd 0.74 over two seeds."""
+    import re
+
+    design = json.loads((DESIGN.parents[1] / "gate2" / "design.json").read_text())
+    text = " ".join((DESIGN.parents[1] / "gate2.md").read_text().split())
+    assert design["study"] == "gate2" and design["world"]["seed"] not in (1, 2, 3)  # no earlier study's world
+    seeds, margin = len(design["seeds"]), design["margin"]
+    assert seeds == 5 and margin["confidence"] == pytest.approx(1 - 0.05 / len(margin["family"]))  # Bonferroni over two
+    t = gate.t_quantile(0.5 + margin["confidence"] / 2, seeds - 1)
+    power = gate.t_quantile(0.80, seeds - 1)
+    pilot, sd = 5.15, 0.74
+    se = sd / math.sqrt(seeds)
+    assert f"t(0.9875, 4) × sd / √5, t = {t:.3f}" in text and f"({t:.3f} + {power:.3f}) × {se:.2f}" in text
+    resolvable = (t + power) * se
+    assert f"= **{resolvable:.2f} points**" in text
+    assert margin["mean_at_least"] == 2.5 <= pilot / 2 and margin["mean_at_least"] > resolvable
+    largest = pilot * math.sqrt(seeds) / t  # the sd at which the pilot's mean still clears the t bound
+    assert f"sd < {largest:.2f}" in text and f"up to {largest / sd:.1f} times the pilot's" in text
+    steps, warm = design["finetune"]["steps"], design["model"]["pretrain_steps"]
+    finetunes = seeds * steps * (0.46 + 0.23) * len(design["controls"])
+    assert f"{warm:,} × 0.23 = {warm * 0.23:.0f} s" in text and f"= {finetunes:,.0f} s" in text
+    total = warm * 0.23 + finetunes + 700
+    assert f"about **{round(total, -2):,.0f} CPU seconds, {total / 60:.0f} minutes**" in text
+    assert total / 60 <= design["budget"]["minutes"] and re.search(r"\*\*Status: not run\.\*\*", text)
