@@ -51,7 +51,7 @@ def test_a_tiny_study_runs_end_to_end_and_records_its_design(tmp_path, capsys, m
                 batch_sizes=(8, 16), share_pairs=64, max_steps=10, curve_every=5, seeds=(0, 1), bootstrap=50)
     monkeypatch.setitem(study.PROFILES, "cpu", tiny)  # the cpu profile at toy size: the command's own path
     out = tmp_path / "study"
-    assert main(["demo", "--study", "--out", str(out), "--no-progress"]) == 0
+    assert main(["demo", "--study", "--out", str(out), "--no-progress", "--not-preregistered"]) == 0
     printed = capsys.readouterr().out
     design = json.loads((out / "design.json").read_text())
     assert design["n"] in (8, 16) and design["steps"] in (5, 10)

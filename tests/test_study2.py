@@ -143,7 +143,8 @@ def test_a_tiny_study2_stopped_midway_resumes_row_by_row_and_its_published_files
                 curve_every=5, seeds=(0, 1), bootstrap=50)
     monkeypatch.setitem(study2.PROFILES, "cpu", tiny)  # the cpu profile at toy size: the command's own path
     out = tmp_path / "study2"
-    command = ["study", "run", "study2", "--out", str(out), "--no-progress"]
+    # the profile is not the committed design's: started as not pre-registered, and recorded so
+    command = ["study", "run", "study2", "--out", str(out), "--no-progress", "--not-preregistered"]
     finetune, calls = Stages.finetune, []
 
     def stopped_after_three_rows(self, *args, **kwargs):  # the fourth compared fine-tune is killed
@@ -195,6 +196,9 @@ def test_a_tiny_study2_stopped_midway_resumes_row_by_row_and_its_published_files
     report = (out / "study.md").read_text()
     assert "Holm" in report and f"**N = {design['n']}**" in report
     assert "2 start(s): start 1 (" in " ".join(report.split()) and "curves.jsonl.gz" in report
+    assert run["preregistration"] == "not pre-registered" and all(not s["preregistration"]["preregistered"]
+                                                                  for s in run["starts"])
+    assert "**Not pre-registered**: start 1 ran with --not-preregistered" in " ".join(report.split())
     # the training curve of every row and seed, each step of its run: the baseline's pretraining, the fine-tunes'
     curves = read_curves(out / "published" / "curves.jsonl.gz", load(out / "published")[2])
     assert set(curves) == {(BASELINE, None)} | {(r.label, s) for r in ROWS for s in (0, 1)}

@@ -120,7 +120,8 @@ def test_a_design_that_is_not_the_gate_s_is_refused_with_its_fix(tmp_path):
 def test_a_tiny_gate_publishes_files_from_which_study_report_rebuilds_its_result(tmp_path, capsys):
     design = tiny_design(tmp_path, train=120, test=40)
     out = tmp_path / "gate"
-    assert main(["study", "run", "gate", "--design", str(design), "--out", str(out), "--no-progress"]) == 0
+    assert main(["study", "run", "gate", "--design", str(design), "--out", str(out), "--no-progress",
+                 "--not-preregistered"]) == 0  # a design in a temporary folder: not committed
     result = json.loads((out / "results.json").read_text())
     published = tmp_path / "published"
     shutil.copytree(out / "published", published)
@@ -134,7 +135,37 @@ def test_a_tiny_gate_publishes_files_from_which_study_report_rebuilds_its_result
     assert rung["passes"] == (rung["mean"] >= 3.0 and rung["t95"][0] > 0)
     report = (tmp_path / "again" / "study.md").read_text()
     assert f"{rung['mean']:+.2f}" in report and "The positive control's data" in report
+    assert "**Not pre-registered**: start 1 ran with --not-preregistered" in " ".join(report.split())
+    assert json.loads((published / "run.json").read_text())["preregistration"] == "not pre-registered"
     _, world, items, _ = load(published)
     assert world["positive_control"]["anchors_from"] == "train"
     assert {row for row, _ in items} == {f"R1: {x}" for x in (gate.BASELINE, gate.POSITIVE, gate.CONTROL)}
     capsys.readouterr()
+
+
+def test_gate2_s_threshold_and_budget_in_its_page_follow_from_its_design_and_the_pilot():
+    """docs/studies/gate2.md's justification of its margin: each number computed from gate2/design.json and the
+    pilot's +5.15, sd 0.74 over two seeds."""
+    import re
+
+    design = json.loads((DESIGN.parents[1] / "gate2" / "design.json").read_text())
+    text = " ".join((DESIGN.parents[1] / "gate2.md").read_text().split())
+    assert design["study"] == "gate2" and design["world"]["seed"] not in (1, 2, 3)  # no earlier study's world
+    seeds, margin = len(design["seeds"]), design["margin"]
+    assert seeds == 5 and margin["confidence"] == pytest.approx(1 - 0.05 / len(margin["family"]))  # Bonferroni over two
+    t = gate.t_quantile(0.5 + margin["confidence"] / 2, seeds - 1)
+    power = gate.t_quantile(0.80, seeds - 1)
+    pilot, sd = 5.15, 0.74
+    se = sd / math.sqrt(seeds)
+    assert f"t(0.9875, 4) × sd / √5, t = {t:.3f}" in text and f"({t:.3f} + {power:.3f}) × {se:.2f}" in text
+    resolvable = (t + power) * se
+    assert f"= **{resolvable:.2f} points**" in text
+    assert margin["mean_at_least"] == 2.5 <= pilot / 2 and margin["mean_at_least"] > resolvable
+    largest = pilot * math.sqrt(seeds) / t  # the sd at which the pilot's mean still clears the t bound
+    assert f"sd < {largest:.2f}" in text and f"up to {largest / sd:.1f} times the pilot's" in text
+    steps, warm = design["finetune"]["steps"], design["model"]["pretrain_steps"]
+    finetunes = seeds * steps * (0.46 + 0.23) * len(design["controls"])
+    assert f"{warm:,} × 0.23 = {warm * 0.23:.0f} s" in text and f"= {finetunes:,.0f} s" in text
+    total = warm * 0.23 + finetunes + 700
+    assert f"about **{round(total, -2):,.0f} CPU seconds, {total / 60:.0f} minutes**" in text
+    assert total / 60 <= design["budget"]["minutes"] and re.search(r"\*\*Status: not run\.\*\*", text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from .args import int_list, positive_int
+from .study import add_preregistration_flag
 
 
 def add_parser(sub) -> None:
@@ -20,6 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("--study", action="store_true",
                    help="the pre-registered, powered experiment instead (docs/studies/study1.md); "
                         "writes <out>/study.md")
+    add_preregistration_flag(p)  # --study: the study's check of its design, as `study run study1`
     p.add_argument("--profile", choices=["cpu", "gpu"], default="cpu",
                    help="--study's size: cpu (default) or gpu (a larger world and model, N up to 1024, one GPU)")
     p.add_argument("--out", help="output directory (default runs/demo, or runs/study with --study)")
@@ -33,6 +35,8 @@ def add_parser(sub) -> None:
 def run(args, console: Console) -> int:
     if args.study:
         return run_study(args, console)
+    if args.not_preregistered:
+        raise ValueError("--not-preregistered applies to --study only (the demo is no pre-registered study); drop it")
     from ..experiments.demo import QUICK, Demo, DemoConfig
     from ..experiments.report import rich_table
 

@@ -19,7 +19,9 @@ def add_parser(sub) -> None:
         "`study report DIR`: rebuild every table, interval and verdict of a study from the files it published "
         "(DIR: <study out>/published, or docs/studies/<name>): design.json, world.json, recipes.json, "
         "answers.jsonl.gz, run.json (each start's code) and curves.jsonl.gz (the training curves; absent from older "
-        "folders), checked against the sha256 each has in digests.json; no model, no world.",
+        "folders), checked against the sha256 each has in digests.json; no model, no world. `study run` refuses to "
+        "start unless the study's design (its design file, and its section of docs/studies/<name>.md) is committed and "
+        "the package's source is clean; --not-preregistered starts it anyway, recorded as not pre-registered.",
     )
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
     r = tasks.add_parser("run", help="run a study (its settings are its design's)")
@@ -30,10 +32,32 @@ def add_parser(sub) -> None:
     r.add_argument("--seeds", type=int_list, help="fine-tuning seeds, comma-separated (default 0,1,2)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument("--design", help="gate only: its pre-registered design file (default docs/studies/gate/design.json)")
+    add_preregistration_flag(r)
     r = tasks.add_parser("report", help="recompute a study's report from its published files")
     r.add_argument("folder", metavar="DIR", help="a study's published folder")
     r.add_argument("--out", help="also write study.md and results.json here")
     p.set_defaults(run=run)
+
+
+def add_preregistration_flag(parser) -> None:
+    parser.add_argument("--not-preregistered", action="store_true",
+                        help="start even though the design file, its docs section or the package's source is not "
+                             "committed; the run, run.json and every report then say \"not pre-registered\"")
+
+
+def preregistration(args, module, design_files: list[Path], settings) -> dict:
+    """This start's check of the study's design (`experiments.preregistration`): refused unless the design and its
+    docs section are committed and the package's source is clean; with --not-preregistered, what it found.
+    ``settings``: the run's configuration, resolved from the design (a profile, the seeds), in its digest."""
+    from dataclasses import asdict
+
+    from ..experiments import preregistration as prereg
+    from ..experiments.stages import PACKAGE
+
+    page, heading = module.DESIGN_SECTION
+    check = prereg.waive if getattr(args, "not_preregistered", False) else prereg.check
+    return check(design_files, PACKAGE.parents[1] / page, heading,
+                 settings={k: v for k, v in asdict(settings).items() if k != "out"})
 
 
 def run(args, console: Console) -> int:
@@ -49,7 +73,9 @@ def run_study(args, console: Console) -> int:
         (study2, study2.Study2Config, study2.Study2)
     options = dict(module.PROFILES[args.profile]) | ({"seeds": args.seeds} if args.seeds else {})
     out = args.out or f"runs/{args.name}"
-    result = runner(config(out=out, **options), progress=not args.no_progress, console=console).run()
+    settings = config(out=out, **options)
+    checked = preregistration(args, module, [Path(module.__file__)], settings)  # the design: the module's settings
+    result = runner(settings, progress=not args.no_progress, console=console, preregistration=checked).run()
     for h in result.get("primary", result.get("hypotheses", [])):
         console.print(f"{h['name']}: {h['claim']}: {h['estimate']:+.2f} points, 95 % interval "
                       f"[{h['ci95'][0]:+.2f}, {h['ci95'][1]:+.2f}] -> {h['verdict']}", highlight=False)
@@ -66,7 +92,8 @@ def run_gate(args, console: Console) -> int:
         return 2
     out = args.out or "runs/gate"
     config = gate.GateConfig(out=out, **({"design": args.design} if args.design else {}))
-    result = gate.Gate(config, progress=not args.no_progress, console=console).run()
+    checked = preregistration(args, gate, [Path(config.design)], config)
+    result = gate.Gate(config, progress=not args.no_progress, console=console, preregistration=checked).run()
     for r in result["rungs"]:
         console.print(f"{r['rung']} ({r['model']}, {r['pretrain_steps']} pretraining steps): positive control - "
                       f"control {r['mean']:+.2f} points, seed-level 95 % interval [{r['t95'][0]:+.2f}, "

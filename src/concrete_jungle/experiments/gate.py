@@ -31,6 +31,7 @@ from .stages import Finetune, StageConfig, Stages, log, stage_dir
 from .study import Study
 
 DESIGN = "docs/studies/gate/design.json"
+DESIGN_SECTION = ("docs/studies/gate.md", "## Pre-registration")  # committed with the design file (`preregistration`)
 POSITIVE = "positive control"
 CONTROL = "control"
 BASELINE = "CLIP baseline"
@@ -158,10 +159,11 @@ def build_positive_control(world: Path, out: Path, design: dict, per_shard: int 
 
 
 class Gate(Study):
-    def __init__(self, config: GateConfig, progress: bool = True, console=None):
+    def __init__(self, config: GateConfig, progress: bool = True, console=None, preregistration: dict | None = None):
         self.c = config
         self.out = Path(config.out)
         self.console = console
+        self.preregistration = preregistration
         self.progress = progress
         self.design = read_design(config.design)
 

@@ -3,9 +3,10 @@
 ``<study>/published/`` holds ``design.json`` (the rules' inputs and choices, the validation curve), ``world.json``
 (the world's settings and test counts), ``recipes.json`` (how each metric is made from the answers, `stats`),
 ``answers.jsonl.gz`` (one line per model, seed and answer: row, seed, series, item key, its test scene, value),
-``run.json`` (the wall time over every start, and each start's time and code: `stages.StartRecord`),
-``curves.jsonl.gz`` (one line per training step of every row and seed, its metrics.jsonl row: the training curves;
-absent from folders published before it existed) and ``digests.json`` (the sha256 of each, written last).
+``run.json`` (the wall time over every start, and each start's time, code and check of its design:
+`stages.StartRecord`, `preregistration`), ``curves.jsonl.gz`` (one line per training step of every row and seed, its
+metrics.jsonl row: the training curves; absent from folders published before it existed) and ``digests.json`` (the
+sha256 of each, written last).
 `concrete-jungle study report DIR` rebuilds every table, interval and verdict from these files: no model, no world,
 seconds. It refuses a file whose digest differs from the recorded one (an edit, however consistent, would make its
 report print other verdicts as the study's), and the counts it prints come from the answers, checked against
@@ -25,6 +26,7 @@ FILES = ("design.json", "world.json", "recipes.json", "answers.jsonl.gz", "run.j
 CURVES = "curves.jsonl.gz"  # published since the record of every start; older folders lack it
 DIGESTS = "digests.json"
 RESTORE = "restore the files as the study published them"
+OVERRIDE = "--not-preregistered"  # `study run`'s flag for a start made without a pre-registration
 
 
 class PublishedError(ValueError):
@@ -40,9 +42,7 @@ def publish(folder: Path, design: dict, world_info: dict, items: dict, seconds: 
     atomic_write_json(folder / "design.json", design)
     atomic_write_json(folder / "world.json", world_info)
     atomic_write_json(folder / "recipes.json", next(iter(items.values()))["outcomes"]["metrics"])
-    # "starts": the seconds are the sum over every start of the study (`stages.WallClock`), and each start's code;
-    # files published before it lack the key (their seconds are the last start's), or hold "all" (no code recorded)
-    atomic_write_json(folder / "run.json", {"seconds": seconds, "starts": starts})
+    atomic_write_json(folder / "run.json", run_json(seconds, starts))
     write_gzip_lines(folder / "answers.jsonl.gz", (
         [row, seed, name, key, unit, value] for (row, seed), result in items.items()
         for name, data in result["outcomes"]["series"].items()
@@ -165,7 +165,41 @@ def starts_words(run: dict) -> str:
         if start.get("code") and start.get("code_at_last_stage") not in (None, start["code"]):
             words += f"; by its last finished stage ({start['last_stage']}): {code_words(start['code_at_last_stage'])}"
         parts.append(words)
-    return f"{len(starts)} start(s): " + "; ".join(parts) + f". Training curves of every row: {CURVES}."
+    return (f"{len(starts)} start(s): " + "; ".join(parts) + f". Training curves of every row: {CURVES}. "
+            + preregistration_words(starts))
+
+
+def run_json(seconds: float, starts: list[dict]) -> dict:
+    """``run.json``: the wall time, every start (its time, code and check of the design) and the run's
+    pre-registration in words."""
+    # "starts": the seconds are the sum over every start of the study (`stages.WallClock`), and each start's code;
+    # files published before it lack the key (their seconds are the last start's), or hold "all" (no code recorded)
+    return {"seconds": seconds, "starts": starts} | preregistration_state(starts)
+
+
+def preregistration_state(starts: list[dict]) -> dict:
+    """run.json's ``preregistration``: "not pre-registered" when a start waived its check, "pre-registered" when every
+    start passed it; nothing for starts made before the check (`preregistration`)."""
+    records = [s.get("preregistration") for s in starts]
+    if not any(records):
+        return {}
+    if any(r and not r["preregistered"] for r in records):
+        return {"preregistration": "not pre-registered"}
+    return {"preregistration": "pre-registered" if all(records) else
+            f"pre-registration checked at {sum(map(bool, records))} of {len(records)} starts"}
+
+
+def preregistration_words(starts: list[dict]) -> str:
+    """The pre-registration of a run's starts, in a report's words."""
+    records = [(k, s["preregistration"]) for k, s in enumerate(starts, 1) if s.get("preregistration")]
+    if not records:
+        return "Pre-registration: not checked by the runner (its starts predate the check)."
+    waived = [(k, r) for k, r in records if not r["preregistered"]]
+    if waived:
+        return ("**Not pre-registered**: " + "; ".join(f"start {k} ran with {OVERRIDE} ({'; '.join(r['reasons'])})"
+                                                         for k, r in waived) + ".")
+    return (f"Pre-registered: the design committed and the package's source clean at {len(records)} of "
+            f"{len(starts)} start(s) (design sha256 {records[0][1]['design_sha256'][:12]}).")
 
 
 def check_digests(folder: Path) -> None:

@@ -162,10 +162,11 @@ def utc_now() -> str:
 class StartRecord:
     """Each start of an experiment (each time it is run or resumed), kept in ``path``: when it began, the code it
     ran (`code_version`) and, read again at every `lap`, the code at its last finished stage, so that code changed
-    while a start ran shows as well as code changed between starts. A run begun before this record existed has its
-    earlier starts counted, unknown."""
+    while a start ran shows as well as code changed between starts; ``preregistration``, the start's check of its
+    design (`preregistration.check` or `waive`). A run begun before this record existed has its earlier starts
+    counted, unknown."""
 
-    def __init__(self, path: Path, earlier_seconds: float = 0.0):
+    def __init__(self, path: Path, earlier_seconds: float = 0.0, preregistration: dict | None = None):
         self.path = path
         if path.is_file():
             self.starts = json.loads(path.read_text())["starts"]
@@ -173,7 +174,8 @@ class StartRecord:
             self.starts = [{"started": None, "code": None, "reason": "a start made before the code of each start "
                             "was recorded"}] if earlier_seconds else []
         code = code_version()
-        self.starts.append({"started": utc_now(), "code": code, "last_stage": utc_now(), "code_at_last_stage": code})
+        self.starts.append({"started": utc_now(), "code": code, "last_stage": utc_now(), "code_at_last_stage": code}
+                           | ({"preregistration": preregistration} if preregistration else {}))
         atomic_write_json(path, {"starts": self.starts})
 
     def lap(self) -> list[dict]:

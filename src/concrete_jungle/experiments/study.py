@@ -82,11 +82,17 @@ PROFILES = {
 }
 
 
+# the design a start checks is committed (`preregistration`): this module's settings and the docs page's section
+DESIGN_SECTION = ("docs/studies/study1.md",
+                  "## The study: a pre-registered experiment (`concrete-jungle demo --study`)")
+
+
 class Study:
-    def __init__(self, config: StudyConfig, progress: bool = True, console=None):
+    def __init__(self, config: StudyConfig, progress: bool = True, console=None, preregistration: dict | None = None):
         self.c = config
         self.out = Path(config.out)
         self.console = console
+        self.preregistration = preregistration  # this start's check of the design (`preregistration.check`)
         # the shared stages (world, baseline, plant, fine-tune, evaluate), with the study's settings
         self.stages = Stages(StageConfig(out=config.out, world=config.world, model=config.model,
                                     batch_size=config.pretrain_batch_size, pretrain_steps=config.pretrain_steps,
@@ -167,10 +173,16 @@ class Study:
 
     def start_clock(self) -> None:
         """The study's wall time, over this start and the earlier ones (`WallClock`, ``<out>/wall_time.json``), and
-        the record of every start with the code it ran (`StartRecord`, ``<out>/starts.json``)."""
+        the record of every start with the code it ran and its check of the design (`StartRecord`,
+        ``<out>/starts.json``); a start whose design differs from the first start's is refused."""
+        from .preregistration import same_design
+
         self.out.mkdir(parents=True, exist_ok=True)
+        if self.preregistration:
+            same_design(self.out / "starts.json", self.preregistration)
         self.clock = WallClock(self.out / "wall_time.json")
-        self.starts = StartRecord(self.out / "starts.json", earlier_seconds=self.clock.before)
+        self.starts = StartRecord(self.out / "starts.json", earlier_seconds=self.clock.before,
+                                  preregistration=self.preregistration)
 
     def lap(self) -> float:
         """Record the wall time so far and the code this start runs now; the seconds over every start."""

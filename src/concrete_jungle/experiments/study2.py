@@ -99,11 +99,16 @@ PROFILES = {
 }
 
 
+DESIGN_SECTION = ("docs/studies/study2.md",
+                  "## Study 2: a pre-registered experiment (`concrete-jungle study run study2`)")
+
+
 class Study2(Study):
-    def __init__(self, config: Study2Config, progress: bool = True, console=None):
+    def __init__(self, config: Study2Config, progress: bool = True, console=None, preregistration: dict | None = None):
         self.c = config
         self.out = Path(config.out)
         self.console = console
+        self.preregistration = preregistration
         stages = StageConfig(out=config.out, world=config.world, model=config.model,
                              batch_size=config.pretrain_batch_size, pretrain_steps=config.pretrain_max_steps,
                              pretrain_lr=config.pretrain_lr, finetune_lr=config.finetune_lr, seeds=config.seeds,
