@@ -170,6 +170,7 @@ def test_the_layering_rule_finds_a_planted_upward_import(tmp_path):
                                                       "concrete_jungle.records -> concrete_jungle.train.loop"]
 
 
+@pytest.mark.processes
 def test_modules_moved_in_0_2_still_import_by_their_old_names_with_a_warning():
     code = """
 import warnings

@@ -235,6 +235,7 @@ class KeyEchoServer(BaseHTTPRequestHandler):
         self._send(200, {"choices": [{"message": {"content": caption.replace(keyword, "purple", 1)}}]})
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("mode", ["ok", "401", "500"])
 def test_the_api_key_reaches_the_server_and_nothing_else(tmp_path, mode):
     from test_plant import make_dataset

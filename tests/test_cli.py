@@ -39,6 +39,7 @@ def tree(folder):
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("args, message", [
     (["keywords", "--captions", "does/not/exist.jsonl", "--mode", "hc", "--out", "kw.jsonl"],
      "captions file not found: does/not/exist.jsonl"),
@@ -160,6 +161,7 @@ def test_written_files_honour_the_umask(tmp_path, umask, mode):
         {str(p.relative_to(tmp_path)): oct(mode) for p in files}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("args, meant", [(["plant", "--captoins", "x.jsonl"], "--captions"),
                                          (["train", "--stpes", "3"], "--steps"),
                                          (["analyze", "gradient-share", "--data", "x", "--batchs", "3"], "--batches"),

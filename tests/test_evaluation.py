@@ -232,6 +232,7 @@ def test_eval_command_writes_json_markdown_and_compares(data_root, tmp_path, cap
     assert "pretrained tag 'nope' does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.processes
 def test_eval_compare_through_a_pipe_prints_every_metric_whole_on_a_line_and_writes_the_table(data_root, tmp_path):
     """``eval --compare a.json b.json | cat``: not a terminal, so the table is printed as Markdown, each metric's row
     whole on one line with the files' names whole (rich laid it out at 80 columns: ``r0/sugar…``, ``replace_…``,

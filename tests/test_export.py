@@ -90,6 +90,7 @@ def test_hf_export_keeps_a_hand_written_card_and_never_mixes_two_datasets(plante
     assert sorted(p.name for p in repo.iterdir()) == [".gitattributes", "README.md", "data"]
 
 
+@pytest.mark.processes
 def test_a_replacement_stopped_half_way_leaves_the_earlier_export_whole_and_the_next_run_finishes(planted, tmp_path):
     small = make_concretebatch(tmp_path, "A")
     out = tmp_path / "export"

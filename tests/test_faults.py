@@ -28,6 +28,7 @@ def cli(args, limit_bytes=None, timeout=300):
                           text=True, timeout=timeout, preexec_fn=cap if limit_bytes else None)
 
 
+@pytest.mark.processes
 def test_a_full_disk_stops_plant_with_the_file_named_and_the_rerun_finishes_identically(tmp_path):
     captions, images = make_dataset(tmp_path, 300, image_size=48)
     extra = ["--samples-per-shard", 100, "--batch-size", 20]
@@ -58,6 +59,7 @@ def planted(tmp_path):
     return tmp_path / "cb", args
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("damage", ["truncate", "flip a byte", "delete"])
 def test_a_damaged_shard_is_refused_by_train_and_gallery_and_redone_by_plant(planted, damage, capsys, tmp_path):
     out, args = planted

@@ -185,6 +185,7 @@ def test_karpathy_coco_and_csv_formats(tmp_path):
     assert lines(out)[0]["caption"] == "A black dog next to a white cat"
 
 
+@pytest.mark.processes
 def test_cli_entry_point_and_help():
     for args in (["--help"], ["keywords", "--help"]):
         done = subprocess.run([sys.executable, "-m", "concrete_jungle.cli", *args], capture_output=True, text=True)

@@ -84,6 +84,7 @@ def test_the_cells_are_each_model_s_own_results_and_the_intervals_those_of_eval_
     assert (out / "leaderboard.png").stat().st_size > 10_000
 
 
+@pytest.mark.processes
 def test_the_leaderboard_printed_through_a_pipe_is_whole_and_a_rerun_evaluates_nothing(board):
     out, _, command = board
     before = {p: p.stat().st_mtime_ns for p in out.glob("*/*.json")}

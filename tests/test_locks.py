@@ -30,6 +30,7 @@ def hold(lock: Path, pid: int, command: str = "concrete-jungle other") -> None:
     lock.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "command": command, "started": 0}))
 
 
+@pytest.mark.processes
 def test_two_plant_processes_on_one_folder_one_is_refused_and_nothing_is_mixed(tmp_path):
     captions, images = make_dataset(tmp_path, 1200, image_size=16)
     reference = tmp_path / "reference"
@@ -97,6 +98,7 @@ def test_every_command_refuses_an_output_a_live_job_holds_and_takes_over_a_dead_
         shutil.rmtree(planted / "cache")
 
 
+@pytest.mark.processes
 def test_sigterm_on_a_held_lock_leaves_it_to_be_taken_over(planted, tmp_path):
     out = tmp_path / "run"
     args = ["train", "--data", planted, "--out", out, "--steps", "5000", *TINY_TRAIN]

@@ -359,6 +359,7 @@ def two_process_results(tmp_path_factory):
     return out
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("k", [1, 2])
 @pytest.mark.parametrize("local_loss, gather_with_grad", CONFIGS)
 def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, local_loss, gather_with_grad, k):

@@ -26,6 +26,7 @@ def test_the_embedding_cache_follows_the_weights_file_s_content_and_the_precisio
     assert load_model("cj-tiny", "none", precision="bf16").hash != load_model("cj-tiny", "none").hash
 
 
+@pytest.mark.processes
 def test_pretrained_weights_that_cannot_be_had_offline_are_one_clear_line_at_once(data_root, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {
         "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HOME": str(tmp_path)}  # an empty cache
@@ -229,6 +230,7 @@ def test_every_published_checkpoint_names_an_architecture_open_clip_builds_with_
         assert peer.file or peer.hf_hub or "put" in peer.note, peer.name  # where no file is named, what to do
 
 
+@pytest.mark.processes
 def test_a_published_checkpoint_not_on_disk_or_not_loadable_is_one_line_at_once(data_root, tmp_path, monkeypatch,
                                                                                 capsys):
     from concrete_jungle.cli import main

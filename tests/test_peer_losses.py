@@ -829,6 +829,7 @@ def two_process_results(tmp_path_factory):
     return out
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("local_loss, gather_with_grad", CONFIGS)
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, name, local_loss,

@@ -120,6 +120,7 @@ def run_until(args, condition, timeout=120):
     return False
 
 
+@pytest.mark.processes
 def test_kill_9_and_restart_give_the_uninterrupted_dataset(tmp_path):
     captions, images = make_dataset(tmp_path, 1500, image_size=16)
     extra = ["--samples-per-shard", 25, "--batch-size", 8]
@@ -371,6 +372,7 @@ def test_benchmark_and_training_files_may_not_name_images_outside_their_folder(t
             load_data(kind, root, skip_missing=True)
 
 
+@pytest.mark.processes
 def test_ctrl_c_in_plant_prints_how_to_resume_and_no_traceback(tmp_path):
     captions, images = make_dataset(tmp_path, 3000, image_size=16)
     out = tmp_path / "cb"
@@ -481,6 +483,7 @@ def test_the_rules_captioner_without_wordnet_says_what_it_costs_once_at_the_star
     assert "WordNet" not in capsys.readouterr().err  # asked for no WordNet: nothing to say
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("flags, message, local", [
     (["--editor", "diffusers", "--editor-model", "nobody/no-such-img2img-model"],
      "--editor-model nobody/no-such-img2img-model is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",

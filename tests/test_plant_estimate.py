@@ -35,6 +35,7 @@ def example_input(root):
     return captions, images
 
 
+@pytest.mark.processes
 def test_estimate_loads_no_model_calls_no_server_and_writes_nothing(tmp_path):
     captions, images = example_input(tmp_path)
     bill, out = tmp_path / "bill.json", tmp_path / "cb"

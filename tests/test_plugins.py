@@ -17,6 +17,7 @@ from test_plant import make_dataset, plant_args
 TESTS = Path(__file__).parent
 
 
+@pytest.mark.processes
 def test_importing_captioners_and_editors_imports_no_toy_world():
     code = ("import sys, concrete_jungle.plant.captioners, concrete_jungle.plant.editors; "
             "print(sorted(m for m in sys.modules if m.startswith('concrete_jungle.toyworld')))")
@@ -38,6 +39,7 @@ def test_a_captioner_and_an_editor_of_a_user_s_module_work_with_plant(tmp_path):
         assert np.abs(neg - np.asarray(r["image"], np.float32)).mean() > 40
 
 
+@pytest.mark.processes
 def test_a_name_registered_by_another_package_s_entry_points_works(tmp_path):
     """Registered the way an installed package registers it (a dist-info with entry_points.txt on the path),
     installing nothing."""
@@ -133,6 +135,7 @@ def test_a_plugin_that_does_not_import_or_is_no_class_is_one_line_before_any_fil
         assert not out.exists()  # checked before anything is written
 
 
+@pytest.mark.processes
 def test_two_packages_registering_one_name_is_an_error_naming_both(tmp_path, small):
     site = tmp_path / "site"
     for package, target in (("one", "PurpleCaptioner"), ("two", "NoCloseCaptioner")):

@@ -77,6 +77,7 @@ def test_resume_is_bitwise_identical(tmp_path, concretebatch):
     assert [r["loss"] for r in metrics(tmp_path / "a" / "run")] == [r["loss"] for r in metrics(tmp_path / "b" / "run")]
 
 
+@pytest.mark.processes
 def test_two_process_torchrun_equals_one_process(tmp_path, concretebatch):
     args = ["train", "--no-progress", "--set", "model.name=cj-tiny", "--set", "model.pretrained=none",
             "--set", "model.precision=fp32", "--set", "data.workers=0", "--set", "optim.lr=0.002",
@@ -375,6 +376,7 @@ def test_train_into_a_used_folder_needs_resume_or_overwrite(planted, tmp_path, c
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
+@pytest.mark.processes
 def test_ctrl_c_in_training_saves_a_checkpoint_of_the_last_step_and_resume_continues(planted, tmp_path):
     out = tmp_path / "run"
     args = ["train", "--data", planted, "--out", out, "--steps", "2000", "--set", "log_every=1", *TINY_TRAIN]
@@ -395,6 +397,7 @@ def test_ctrl_c_in_training_saves_a_checkpoint_of_the_last_step_and_resume_conti
     assert json.loads((out / "checkpoints" / "latest.json").read_text())["step"] == latest["step"] + 2
 
 
+@pytest.mark.processes
 def test_ctrl_c_before_the_first_step_says_to_run_the_same_command_again(planted, tmp_path):
     """`train` interrupted while it set up (the lock is taken, the model and data not yet loaded) told its user to
     `--resume latest`, which then failed: no checkpoint was there to resume."""
@@ -515,6 +518,7 @@ def test_training_pairs_from_stores_print_count_and_log_every_sample_skipped_whe
     assert "data.pairs: 5 of 22 samples skipped when read" in err  # 20 keys, a failed download, the damage report
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("flags, hidden, message", [
     (["--wandb", "cj-runs"], "wandb",
      "wandb.project cj-runs needs the wandb package: pip install 'concrete-jungle[wandb]' (or turn it off)"),
