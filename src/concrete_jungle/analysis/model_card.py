@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..stats import RESAMPLES
+
 CARD = "README.md"
 MARK = "<!-- written by concrete-jungle model-card -->"
 OPENAI = ("MIT (OpenAI's CLIP weights: github.com/openai/CLIP); OpenAI's model card restricts deployed uses", "mit")
@@ -144,7 +146,7 @@ def evaluation_lines(folder: Path, results: list[str], resamples: int) -> list[s
 
 
 def card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/NAME",
-         resamples: int = 1000) -> str:
+         resamples: int = RESAMPLES) -> str:
     from ..checkpoints import CONFIG_FILE, resolve_checkpoint
 
     folder = resolve_checkpoint(folder)
@@ -175,7 +177,7 @@ def card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/
 
 
 def write_card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/NAME",
-               resamples: int = 1000) -> Path:
+               resamples: int = RESAMPLES) -> Path:
     """Write the card into the checkpoint folder (replacing only a card written here); its path."""
     from ..checkpoints import resolve_checkpoint
     from ..records import atomic_write_text

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..stats import RESAMPLES
+
 KINDS = ("compositional", "recognition")
 
 
@@ -72,7 +74,7 @@ def headline_draws(name: str, result: dict, resamples: int, rng: np.random.Gener
     return draws
 
 
-def place(results: dict[str, dict], resamples: int = 2000, seed: int = 0, normalised: bool = False) -> dict:
+def place(results: dict[str, dict], resamples: int = RESAMPLES, seed: int = 0, normalised: bool = False) -> dict:
     """Per kind: the mean (percent), its 95 % interval, and each benchmark's headline number with its own;
     ``normalised``: the chance-normalised means (0 at chance, 100 perfect) instead of the raw ones."""
     from ..evaluation.chance import normalised as to_normalised
@@ -142,7 +144,7 @@ def labels_and_paths(items: list[str]) -> list[tuple[str, str]]:
     return [(label or name, path) for (label, path), name in zip(pairs, names)]
 
 
-def tradeoff(items: list[str], out: str | Path, resamples: int = 2000, seed: int = 0,
+def tradeoff(items: list[str], out: str | Path, resamples: int = RESAMPLES, seed: int = 0,
              normalised: bool = False) -> dict:
     """Place every model, find the front, write ``tradeoff.png``, ``tradeoff.md`` and ``tradeoff.json`` to
     ``out``; the placed points."""

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..stats import RESAMPLES
 from .names import BENCHMARKS
 from .report import column_names, counts, percent, summary
 
@@ -161,7 +162,7 @@ def headline_difference(first: dict, second: dict, keys: list[str], labels: tupl
     return diff | {"verdict": verdict(diff["ci95"])}
 
 
-def table(models: list[Entry], results: dict[str, dict[str, dict]], resamples: int = 2000, seed: int = 0) -> dict:
+def table(models: list[Entry], results: dict[str, dict[str, dict]], resamples: int = RESAMPLES, seed: int = 0) -> dict:
     """The leaderboard as data: per model its cells (value, chance level, chance-normalised score, difference from
     the first model) and its summary means; per benchmark its kind, headline metrics, rule and files' digest."""
     first = models[0].label
