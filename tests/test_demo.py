@@ -93,3 +93,12 @@ def test_a_finding_s_difference_is_that_of_the_values_it_prints():
              for label in labels}
     first = findings(table, {s: 1000 for s in TEST_COLUMNS[:-1]})[0]
     assert "M.Avg 62.1 vs 61.4, +0.7 points" in first, first
+
+
+def test_demo_threads_takes_a_positive_count(capsys):
+    from concrete_jungle.cli import build_parser
+
+    assert build_parser().parse_args(["demo", "--threads", "1"]).threads == 1
+    with pytest.raises(SystemExit):
+        main(["demo", "--threads", "0"])
+    assert "--threads" in capsys.readouterr().err

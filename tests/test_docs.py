@@ -42,3 +42,15 @@ def test_every_long_page_has_contents_linking_each_section():
         links = set(re.findall(r"^ *- \[.*?\]\(#([^)]+)\)", text, re.M))
         missing = [h for h in re.findall(r"^## (.+)$", text, re.M) if github_anchor(h) not in links]
         assert not missing, (path.name, missing)
+
+
+def test_the_demo_s_times_are_quoted_from_their_one_source():
+    source = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    default, quick = (re.search(rf"time concrete-jungle demo {flag}--out \S+ --no-progress +# (.+)$", source,
+                                re.M).group(1) for flag in ("", "--quick "))
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"({default} on 2 idle cores; `--quick`, {quick};" in readme
+    assert "docs/benchmarks.md#the-demos-wall-time-concrete-jungle-demo" in readme
+    commands = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert re.search(rf"^concrete-jungle demo +# {default} on 2 idle cores", commands, re.M)
+    assert re.search(rf"^concrete-jungle demo --quick +# {quick} on 2 idle cores", commands, re.M)
