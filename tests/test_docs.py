@@ -54,3 +54,33 @@ def test_the_demo_s_times_are_quoted_from_their_one_source():
     commands = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
     assert re.search(rf"^concrete-jungle demo +# {default} on 2 idle cores", commands, re.M)
     assert re.search(rf"^concrete-jungle demo --quick +# {quick} on 2 idle cores", commands, re.M)
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """Every `concrete-jungle` command line of the README's and the docs' bash blocks, by page, comments cut."""
+    out = []
+    for path in DOCS:
+        for block in bash_blocks(path):
+            for line in block.splitlines():
+                line = re.sub(r"\s+#.*$", "", line.strip())
+                for part in re.split(r"\s*(?:&&|\|)\s*", line):
+                    if part.startswith("concrete-jungle "):
+                        out.append((path.relative_to(REPO).as_posix(), part))
+    return out
+
+
+def test_every_documented_command_line_parses(capsys):
+    import shlex
+
+    from concrete_jungle.cli import build_parser
+
+    commands = documented_commands()
+    assert len(commands) > 50
+    refused = []
+    for page, line in commands:
+        try:
+            # a shell substitution, $(...), is one word of the command
+            build_parser().parse_args(shlex.split(re.sub(r"\$\([^)]*\)", "SUBSTITUTED", line))[1:])
+        except SystemExit:
+            refused.append(f"{page}: {line}: {capsys.readouterr().err.strip().splitlines()[-1]}")
+    assert not refused, "\n".join(refused)
