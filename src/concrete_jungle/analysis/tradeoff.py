@@ -240,10 +240,12 @@ def plot(table: dict, path: Path) -> None:
         ax.errorbar(*xy(row), xerr=err(row["recognition"]), yerr=err(row["compositional"]), fmt="none",
                     ecolor="#bdc3c7", elinewidth=0.9, capsize=2, zorder=1)
         ax.plot(*xy(row), "o", markersize=6, color="#c0392b" if row["front"] else "#34495e", zorder=4)
-    for i, sweep in enumerate(table.get("sweeps", [])):
-        ax.plot([xy(rows[j])[0] for j in sweep], [xy(rows[j])[1] for j in sweep], ":", color="#2980b9",
-                linewidth=1.4, zorder=2, label="WiSE-FT: start → alphas → fine-tune" if i == 0 else None)
+    lines = [[xy(rows[j]) for j in sweep] for sweep in table.get("sweeps", [])]
+    for i, line in enumerate(lines):
+        ax.plot(*zip(*line), ":", color="#2980b9", linewidth=1.4, zorder=2,
+                label="WiSE-FT: start → alphas → fine-tune" if i == 0 else None)
     front = sorted(xy(row) for row in rows if row["front"])
+    lines.append(front)
     ax.plot([x for x, _ in front], [y for _, y in front], "--", color="#c0392b", linewidth=1.2,
             label="Pareto front", zorder=3)
     unit = "chance-normalised" if table["normalised"] else "%"
@@ -253,7 +255,8 @@ def plot(table: dict, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    label_points(fig, ax, [(row["label"], *xy(row)) for row in rows])  # in the laid-out axes: labels stay inside
+    # in the laid-out axes: labels stay inside, off the markers and the lines
+    label_points(fig, ax, [(row["label"], *xy(row)) for row in rows], lines)
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp)
     plt.close(fig)
@@ -265,18 +268,27 @@ OFFSETS = [(7, 5), (7, -11), (-7, 5), (-7, -11), (0, 12), (0, -18), (18, 18), (1
            (30, 4), (-30, 4), (30, 34), (30, -42), (-30, 34), (-30, -42), (0, 40), (0, -48)]
 
 
-def label_points(fig, ax, points: list[tuple[str, float, float]]) -> None:
-    """Each label at the first offset where it overlaps no marker and no label placed before (the highest point
-    first); where none is free, at the first."""
+def label_points(fig, ax, points: list[tuple[str, float, float]], lines: list[list[tuple[float, float]]] = ()) -> None:
+    """Each label at the first offset where it overlaps no marker, no line of ``lines`` (each a list of points in
+    data coordinates) and no label placed before (the highest point first); where none is free, at the first."""
     from matplotlib.transforms import Bbox
 
     renderer = fig.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
     radius = 4 * fig.dpi / 72
     taken = []
+
+    def block(cx: float, cy: float, r: float) -> None:
+        taken.append(Bbox.from_extents(cx - r, cy - r, cx + r, cy + r))
+
     for _, x, y in points:
-        cx, cy = ax.transData.transform((x, y))
-        taken.append(Bbox.from_extents(cx - radius, cy - radius, cx + radius, cy + radius))
+        block(*ax.transData.transform((x, y)), radius)
+    for line in lines:  # each segment as a row of small boxes, one every pixel or two along it
+        for a, b in zip(line, line[1:]):
+            (ax_, ay), (bx, by) = ax.transData.transform(a), ax.transData.transform(b)
+            steps = max(1, int(max(abs(bx - ax_), abs(by - ay)) / 2))
+            for k in range(steps + 1):
+                block(ax_ + (bx - ax_) * k / steps, ay + (by - ay) * k / steps, 1.0)
     for label, x, y in sorted(points, key=lambda p: -p[2]):
         for n, (dx, dy) in enumerate(OFFSETS + [OFFSETS[0]]):
             far = abs(dx) + abs(dy) > 20
