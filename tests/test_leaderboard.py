@@ -191,3 +191,15 @@ def test_the_models_are_checked_before_anything_loads(root, checkpoints, tmp_pat
         ("ViT-B-32,openai", "ViT-B-32", "openai", None, "ViT-B-32_openai"), ("cj-tiny", "cj-tiny", "none", None,
                                                                              "cj-tiny"),
         ("peer:negclip", "peer:negclip", None, None, "peer_negclip"), ("mine", "cj-tiny", "none", None, "mine")]
+
+
+def test_the_footnote_names_the_headlines_the_data_held_and_where_it_was_read(board, root):
+    out, _, _ = board
+    table = json.loads((out / "leaderboard.json").read_text())
+    text = (out / "leaderboard.md").read_text()
+    for b in table["benchmarks"]:
+        reference = json.loads((out / table["models"][0]["folder"] / f"{b['name']}.json").read_text())
+        assert b["headlines"] == [k for k in b["headlines"] if reference["metrics"].get(k) is not None]
+        assert b["data_root"] == str(root.resolve())
+        assert f"- {b['name']} ({b['kind']}, rule {b['rule']}): {' and '.join(b['headlines'])}" in text
+        assert f"{b['items']} items read from `{root.resolve()}`" in text
