@@ -224,6 +224,9 @@ def test_text_shift_plot_keeps_every_dataset_visible_on_integer_ticks(tmp_path):
     assert all(float(t).is_integer() for t in ax.get_yticks())
     xs = [c.lines[0].get_xdata() for c in ax.containers]
     assert not set(xs[0]) & set(xs[1])  # offset: no dataset's means drawn on top of another's
+    # where two lines coincide, the one beneath still shows: each dataset its own marker and dash
+    styles = {(c.lines[0].get_marker(), c.lines[0].get_linestyle()) for c in ax.containers}
+    assert len(styles) == 3 and len({m for m, _ in styles}) == 3 and len({d for _, d in styles}) == 3
 
 
 def test_the_gradient_share_plot_names_data_and_model_and_has_error_bars(planted, tmp_path, capsys):

@@ -63,6 +63,8 @@ def test_a_published_checkpoint_folder_has_a_model_card_from_its_run_and_loads_i
                  f"hf upload me/cement-tiny {folder} . --exclude 'trainer_state.*'"):
         assert part in card, part
     assert re.search(r"\| \*\*compositional mean\*\* \| \*\*\d+\.\d\d\*\* \| \[\d+\.\d\d, \d+\.\d\d\] \|", card)
+    # each number names its data: the folder and its files' digest (the fixture root is no toy world)
+    assert f"- sugarcrepe: `{data_root.resolve()}`, files sha256 `" in card and "toy world" not in card
     assert main(["eval", "--data-root", str(data_root), "--model", "cj-tiny", "--pretrained", "none",
                  "--out", str(tmp_path / "other"), "--no-progress"]) == 0
     capsys.readouterr()
@@ -98,3 +100,18 @@ def test_a_model_card_s_repo_is_a_hub_id_and_its_upload_line_is_quoted_for_the_s
     assert main(["model-card", str(folder), "--repo", "me/cement-tiny"]) == 0
     line = f"hf upload me/cement-tiny {shlex.quote(str(folder))} . --exclude 'trainer_state.*'"
     assert line in " ".join(capsys.readouterr().out.split()) and line in (folder / "README.md").read_text()
+
+
+def test_a_card_says_when_its_data_is_a_toy_world_behind_the_links_of_a_data_root(tmp_path):
+    from concrete_jungle.analysis.model_card import data_source
+
+    world = tmp_path / "runs" / "world-abc"
+    (world / "test" / "sugarcrepe").mkdir(parents=True)
+    (world / "world.json").write_text("{}")
+    root = tmp_path / "toy"
+    root.mkdir()
+    (root / "sugarcrepe").symlink_to(world / "test" / "sugarcrepe")  # the trade-off recipe's data root
+    said = data_source({"benchmark_files_sha256": "f" * 64, "data_root": str(root)})
+    assert said == f"`{root}`, files sha256 `ffffffffffff`: **the toy world** (rendered scenes in the benchmark's " \
+                   "format, not the benchmark's own data)"
+    assert "data root not recorded" in data_source({"benchmark_files_sha256": "f" * 64})

@@ -79,3 +79,26 @@ def test_demo_refuses_malformed_seeds_before_any_work(tmp_path, capsys):
         main(["demo", "--quick", "--seeds", "0,one", "--out", str(tmp_path / "demo")])
     assert exit_.value.code == 2 and "comma-separated list of integers" in capsys.readouterr().err
     assert not (tmp_path / "demo").exists()
+
+
+def test_a_finding_s_difference_is_that_of_the_values_it_prints():
+    from concrete_jungle.experiments.demo import findings
+    from concrete_jungle.experiments.report import TEST_COLUMNS
+    from concrete_jungle.experiments.stages import BASELINE, CONTROL
+
+    labels = ["D_hc + InfoNCE", "D_hc + Cement", "D_hc + static margin", "D_lc + Cement", "D_wo + Cement",
+              CONTROL.label, BASELINE]
+    m_avg = {label: 61.37 for label in labels} | {"D_hc + InfoNCE": 62.14}  # unrounded difference 0.77
+    table = {label: {s: (60.0, 0.0, 1) for s in TEST_COLUMNS[:-1]} | {"M.Avg": (m_avg[label], 0.0, 1)}
+             for label in labels}
+    first = findings(table, {s: 1000 for s in TEST_COLUMNS[:-1]})[0]
+    assert "M.Avg 62.1 vs 61.4, +0.7 points" in first, first
+
+
+def test_demo_threads_takes_a_positive_count(capsys):
+    from concrete_jungle.cli import build_parser
+
+    assert build_parser().parse_args(["demo", "--threads", "1"]).threads == 1
+    with pytest.raises(SystemExit):
+        main(["demo", "--threads", "0"])
+    assert "--threads" in capsys.readouterr().err

@@ -42,3 +42,45 @@ def test_every_long_page_has_contents_linking_each_section():
         links = set(re.findall(r"^ *- \[.*?\]\(#([^)]+)\)", text, re.M))
         missing = [h for h in re.findall(r"^## (.+)$", text, re.M) if github_anchor(h) not in links]
         assert not missing, (path.name, missing)
+
+
+def test_the_demo_s_times_are_quoted_from_their_one_source():
+    source = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    default, quick = (re.search(rf"time concrete-jungle demo {flag}--out \S+ --no-progress +# (.+)$", source,
+                                re.M).group(1) for flag in ("", "--quick "))
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"({default} on 2 idle cores; `--quick`, {quick};" in readme
+    assert "docs/benchmarks.md#the-demos-wall-time-concrete-jungle-demo" in readme
+    commands = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert re.search(rf"^concrete-jungle demo +# {default} on 2 idle cores", commands, re.M)
+    assert re.search(rf"^concrete-jungle demo --quick +# {quick} on 2 idle cores", commands, re.M)
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """Every `concrete-jungle` command line of the README's and the docs' bash blocks, by page, comments cut."""
+    out = []
+    for path in DOCS:
+        for block in bash_blocks(path):
+            for line in block.splitlines():
+                line = re.sub(r"\s+#.*$", "", line.strip())
+                for part in re.split(r"\s*(?:&&|\|)\s*", line):
+                    if part.startswith("concrete-jungle "):
+                        out.append((path.relative_to(REPO).as_posix(), part))
+    return out
+
+
+def test_every_documented_command_line_parses(capsys):
+    import shlex
+
+    from concrete_jungle.cli import build_parser
+
+    commands = documented_commands()
+    assert len(commands) > 50
+    refused = []
+    for page, line in commands:
+        try:
+            # a shell substitution, $(...), is one word of the command
+            build_parser().parse_args(shlex.split(re.sub(r"\$\([^)]*\)", "SUBSTITUTED", line))[1:])
+        except SystemExit:
+            refused.append(f"{page}: {line}: {capsys.readouterr().err.strip().splitlines()[-1]}")
+    assert not refused, "\n".join(refused)

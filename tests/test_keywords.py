@@ -141,3 +141,13 @@ def test_choice_depends_on_seed_and_id_not_on_order_or_shard():
 def test_sampler_config_is_validated(bad, match):
     with pytest.raises(ValueError, match=match):
         SamplerConfig(**bad)
+
+
+def test_a_word_is_rated_by_its_surface_form_first_then_its_lemma_and_records_which(nlp, ratings):
+    """The parser's lemma of `riding` is `rid` (2.13): the word itself is rated (4.14); a plural the norms do not
+    rate falls back to its lemma."""
+    found = {c.text: (c.rated, c.concreteness) for c in extract_candidates(
+        nlp("A man riding a horse past three horses and sliced bread"), ratings)}
+    assert found["riding"] == ("riding", ratings.get("riding")) == ("riding", 4.14)
+    assert found["horses"] == ("horse", ratings.get("horse"))
+    assert found["sliced"] == ("sliced", ratings.get("sliced"))

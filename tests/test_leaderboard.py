@@ -212,3 +212,15 @@ def test_a_leaderboard_file_in_out_that_eval_models_did_not_write_is_kept_unless
     assert main([*args[:-4], str(own), *args[-3:]]) == 0  # the files it wrote itself: replaced without a word
     assert main([*args[:-4], str(own / "leaderboard.md"), *args[-3:]]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_the_footnote_names_the_headlines_the_data_held_and_where_it_was_read(board, root):
+    out, _, _ = board
+    table = json.loads((out / "leaderboard.json").read_text())
+    text = (out / "leaderboard.md").read_text()
+    for b in table["benchmarks"]:
+        reference = json.loads((out / table["models"][0]["folder"] / f"{b['name']}.json").read_text())
+        assert b["headlines"] == [k for k in b["headlines"] if reference["metrics"].get(k) is not None]
+        assert b["data_root"] == str(root.resolve())
+        assert f"- {b['name']} ({b['kind']}, rule {b['rule']}): {' and '.join(b['headlines'])}" in text
+        assert f"{b['items']} items read from `{root.resolve()}`" in text

@@ -207,3 +207,22 @@ def test_compare_refuses_other_items_and_other_benchmarks(results, tmp_path, cap
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert main(["eval", "--compare", str(tmp_path / "old.json"), str(results / "s1" / "sugarcrepe.json")]) == 0
     assert "hold(s) no per-item outcomes" in " ".join(capsys.readouterr().out.split())
+
+
+def test_every_interval_has_one_default_number_of_resamples():
+    """A model card bootstrapped 1,000 resamples and `tradeoff` 2,000: one model had two intervals."""
+    import inspect
+
+    from concrete_jungle.analysis import model_card, tradeoff
+    from concrete_jungle.cli import build_parser
+    from concrete_jungle.evaluation import leaderboard, report
+    from concrete_jungle.experiments.grid import GridEval
+    from concrete_jungle.stats import RESAMPLES
+
+    parser = build_parser()
+    for command in (["eval"], ["tradeoff", "a", "b", "--out", "t"], ["model-card", "ckpt"]):
+        assert parser.parse_args(command).resamples == RESAMPLES, command
+    for function in (model_card.card, model_card.write_card, tradeoff.tradeoff, tradeoff.place, leaderboard.table,
+                     report.compare, bootstrap_contrast):
+        assert inspect.signature(function).parameters["resamples"].default == RESAMPLES, function
+    assert GridEval(data_root="d").resamples == RESAMPLES

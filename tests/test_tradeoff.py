@@ -137,3 +137,27 @@ def test_a_result_whose_headline_disagrees_with_its_outcomes_is_refused_naming_i
     assert f"{other}: its sugarcrepe result disagrees with its own per-item outcomes (M.Avg 0.01 where they give" \
         in err
     assert "evaluate the model again" in err
+
+
+def test_a_point_s_label_keeps_off_the_lines_drawn_through_it():
+    """The WiSE-FT line ran through the label of the fine-tune it ends at."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import Bbox
+
+    from concrete_jungle.analysis.tradeoff import label_points
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    ax.set(xlim=(0, 10), ylim=(0, 10))
+    line = [(5.0, 5.0), (9.0, 5.6)]  # from the point out to the right, through the first place a label may go
+    ax.plot(*zip(*line))
+    fig.canvas.draw()
+    label_points(fig, ax, [("D_hc + Cement", 5.0, 5.0)], [line])
+    box = ax.texts[0].get_window_extent(fig.canvas.get_renderer())
+    (x0, y0), (x1, y1) = ax.transData.transform(line[0]), ax.transData.transform(line[1])
+    crossings = [Bbox.from_extents(x - 1, y - 1, x + 1, y + 1) for x, y in
+                 ((x0 + (x1 - x0) * k / 100, y0 + (y1 - y0) * k / 100) for k in range(101))]
+    assert not any(box.overlaps(c) for c in crossings)
+    plt.close(fig)

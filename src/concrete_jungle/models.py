@@ -181,18 +181,16 @@ def load_model(
                   weights or f"the {tag or 'random-init'} weights of {name}")
 
 
-def check_model(name: str | None = None, pretrained: str | None = None,
-                checkpoint: str | Path | None = None) -> None:
-    """What `load_model` would refuse before it reads any weights (a checkpoint whose config does not describe
-    its weights, a peer whose file is missing, an unknown name or tag, weights that cannot be had), found without
-    building the model: several models are checked before the first is loaded."""
+def check_model(name: str | None = None, pretrained: str | None = None, checkpoint: str | Path | None = None) -> None:
+    """What `load_model` would refuse before reading weights, found without building the model (`eval --models`
+    checks every model before the first loads)."""
     if checkpoint is not None:
         check_architecture(resolve_checkpoint(checkpoint))
     elif name is None:
         raise ModelError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
     elif name.startswith(registry.PREFIX):
         peer = registry.find(name)
-        if peer_weights(peer) is None:
+        if registry.loadable_weights(peer) is None:
             hub_files(peer.hf_hub, peer)
     elif name.startswith(HF_HUB):
         hub_files(name.removeprefix(HF_HUB))
@@ -203,8 +201,7 @@ def check_model(name: str | None = None, pretrained: str | None = None,
 
 
 def open_clip_weights(name: str, pretrained: str | None) -> tuple[str | None, Path | None]:
-    """The pretrained tag of an open_clip model (None: random init) and the local weights file it names, if it
-    names one; an unknown model or tag is an error."""
+    """An open_clip model's pretrained tag (None: random init) and the local weights file it names, if any."""
     if open_clip.get_model_config(name) is None:
         raise ModelError(f"unknown open_clip model {name!r}; see open_clip.list_models(), or peer:NAME for a "
                          "published checkpoint")
@@ -216,39 +213,24 @@ def open_clip_weights(name: str, pretrained: str | None) -> tuple[str | None, Pa
     return tag, weights
 
 
-def peer_weights(peer: registry.Peer) -> Path | None:
-    """A published checkpoint's local weights file; None for one published on the Hub (`hub_files`); an error
-    where it cannot be loaded or its file is not there."""
-    if peer.architecture is None:
-        raise ModelError(f"--model {registry.PREFIX}{peer.name} ({peer.method}) cannot be loaded: {peer.note}")
-    if peer.hf_hub:
-        return None
-    weights = registry.weights_file(peer)
-    if weights is None:
-        raise ModelError(registry.missing_message(peer))
-    return weights
-
-
 def hub_files(repo: str, peer: registry.Peer | None = None) -> tuple[str | None, str | None]:
-    """A Hub model's config and weights files in the local cache (None where not cached), once the Hub can be
-    reached to download what is not (else the one line saying why not)."""
+    """A Hub model's cached config and weights (None: not cached); an error if one is not and the Hub is unreachable."""
     from huggingface_hub import try_to_load_from_cache
 
-    cached = try_to_load_from_cache(repo, CONFIG_FILE)
-    weights = next((w for w in (try_to_load_from_cache(repo, f) for f in HUB_WEIGHTS) if isinstance(w, str)), None)
-    cached = cached if isinstance(cached, str) else None
+    cached, *weights = (try_to_load_from_cache(repo, f) for f in (CONFIG_FILE, *HUB_WEIGHTS))
+    cached, weights = (cached if isinstance(cached, str) else None), next((w for w in weights if isinstance(w, str)),
+                                                                          None)
     if cached is None or weights is None:
         named = f"{registry.PREFIX}{peer.name} ({peer.method}, {HF_HUB}{repo})" if peer else f"{HF_HUB}{repo}"
-        hub_reachable(f"--model {named}: its config and weights are",
-                      f"download them once with `hf download {repo}` (then HF_HUB_OFFLINE=1 uses the "
-                      "cache)")
+        hub_reachable(f"--model {named}: its config and weights are", f"download them once with `hf download {repo}` "
+                      "(then HF_HUB_OFFLINE=1 uses the cache)")
     return cached, weights
 
 
 def load_peer(peer: registry.Peer, device: str, precision: str) -> ClipModel:
     """A published checkpoint with the architecture its registry entry states, its file's digest checked where
     one is published."""
-    weights = peer_weights(peer)
+    weights = registry.loadable_weights(peer)
     if weights is None:
         return load_hub(peer.hf_hub, device, precision, peer)
     digest = file_digest(weights)

@@ -161,6 +161,18 @@ def by_file(path: Path) -> Peer | None:
     return next((p for p in PEERS if weights_file(p) == path), None)
 
 
+def loadable_weights(peer: Peer) -> Path | None:
+    """A published checkpoint's local weights file, None for one on the Hub; an error where there is none."""
+    if peer.architecture is None:
+        raise PeerError(f"--model {PREFIX}{peer.name} ({peer.method}) cannot be loaded: {peer.note}")
+    if peer.hf_hub:
+        return None
+    weights = weights_file(peer)
+    if weights is None:
+        raise PeerError(missing_message(peer))
+    return weights
+
+
 def weights_file(peer: Peer) -> Path | None:
     """Where the peer's one weights file is: its named file in its folder, or, where no name is known, the only
     weights file there; None when absent (or several files leave it open: `missing_message` says so)."""

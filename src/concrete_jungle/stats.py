@@ -29,6 +29,10 @@ import math
 
 import numpy as np
 
+# bootstrap resamples of every interval by default (eval --compare, leaderboards, grid, tradeoff, model cards):
+# one model gets one interval whichever command gives it
+RESAMPLES = 2000
+
 
 class OutcomesError(ValueError):
     """Results that cannot be compared (other items, no outcomes), with the reason."""
@@ -124,7 +128,7 @@ def check_same_items(runs: list[dict], names: list[str]) -> None:
 
 
 def bootstrap_contrast(groups: dict[str, list[dict]], weights: dict[str, float], metrics: list[str],
-                       resamples: int = 2000, seed: int = 0, rng: np.random.Generator | None = None,
+                       resamples: int = RESAMPLES, seed: int = 0, rng: np.random.Generator | None = None,
                        paired_runs: bool = False) -> dict[str, dict]:
     """Per metric, sum_g weights[g] * (mean over g's runs of the metric), in points, with its 95 % percentile
     interval and standard error from a paired bootstrap over units (and over runs within each group). Every run

@@ -192,11 +192,15 @@ def text_shift_figure(per_dataset: dict[str, list[dict]]):
         [("bertscore", "BERTScore F1 (t, t')", "BERTScore (Fig. 5d)")] if has_bert else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), dpi=120, squeeze=False)
     offsets = [0.06 * (k - (len(per_dataset) - 1) / 2) for k in range(len(per_dataset))]
+    # each dataset its own marker and dash as well as colour: where two lines coincide, both still show
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-.")]
     for ax, (key, ylabel, title) in zip(axes[0], panels):
-        for (name, rows), dx in zip(per_dataset.items(), offsets):
+        for k, ((name, rows), dx) in enumerate(zip(per_dataset.items(), offsets)):
             bins = binned_means([r["concreteness"] for r in rows], [r[key] for r in rows])
             xs, means, half = _broken_at_gaps(bins) if bins else ([], [], [])
-            ax.errorbar([x + dx for x in xs], means, yerr=half, fmt="o-", ms=4, capsize=2, label=name)
+            marker, dash = styles[k % len(styles)]
+            ax.errorbar([x + dx for x in xs], means, yerr=half, marker=marker, linestyle=dash, ms=4 if k else 5,
+                        mfc="none" if k % 2 else None, capsize=2, label=name)
         ax.set(xlabel="concreteness c", ylabel=ylabel, title=title, xlim=(0.9, 5.1))
         ax.grid(alpha=0.3)
     axes[0][0].set_ylim(bottom=0)  # a distance: from 0, so the integer ticks are there to draw

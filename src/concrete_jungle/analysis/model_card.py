@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..stats import RESAMPLES
+
 CARD = "README.md"
 MARK = "<!-- written by concrete-jungle model-card -->"
 OPENAI = ("MIT (OpenAI's CLIP weights: github.com/openai/CLIP); OpenAI's model card restricts deployed uses", "mit")
@@ -138,13 +140,26 @@ def evaluation_lines(folder: Path, results: list[str], resamples: int) -> list[s
         lines += [f"| {name} ({kind}) | {p['value']:.2f} | {interval_text(p['ci95'])} |"
                   for name, p in part["parts"].items()]
         lines.append(f"| **{kind} mean** | **{part['mean']:.2f}** | {interval_text(part['ci95'])} |")
-    return lines + ["", f"Intervals: bootstrap over each benchmark's images, {resamples} resamples. Benchmark files "
-                    "(sha256): " + ", ".join(f"{n} `{r.get('benchmark_files_sha256', '?')[:12]}`"
-                                            for n, r in merged.items())]
+    return lines + ["", f"Intervals: bootstrap over each benchmark's images, {resamples} resamples. The data each "
+                    "number came from:", ""] + [f"- {n}: {data_source(r)}" for n, r in merged.items()]
+
+
+def data_source(result: dict) -> str:
+    """Where a result's benchmark data was read (its data root, the digest of its files), and whether that data
+    is a rendered toy world's (a folder holding world.json, `toyworld/build.py`, behind the root or its links)
+    rather than the benchmark's own."""
+    digest = f"files sha256 `{result.get('benchmark_files_sha256', '?')[:12]}`"
+    root = result.get("data_root")
+    if root is None:
+        return f"{digest} (data root not recorded: evaluated before results recorded it)"
+    inside = [Path(root)] + [child.resolve() for child in Path(root).glob("*")] if Path(root).is_dir() else []
+    toy = any((folder / "world.json").is_file() for path in inside for folder in (path, *path.parents))
+    return f"`{root}`, {digest}" + (": **the toy world** (rendered scenes in the benchmark's format, not the "
+                                   "benchmark's own data)" if toy else "")
 
 
 def card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/NAME",
-         resamples: int = 1000) -> str:
+         resamples: int = RESAMPLES) -> str:
     from ..checkpoints import CONFIG_FILE, resolve_checkpoint
 
     folder = resolve_checkpoint(folder)
@@ -182,7 +197,7 @@ def upload_line(repo: str, folder: Path) -> str:
 
 
 def write_card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/NAME",
-               resamples: int = 1000) -> Path:
+               resamples: int = RESAMPLES) -> Path:
     """Write the card into the checkpoint folder (replacing only a card written here); its path."""
     from ..checkpoints import resolve_checkpoint
     from ..records import atomic_write_text

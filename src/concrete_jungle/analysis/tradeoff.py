@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..stats import RESAMPLES
+
 KINDS = ("compositional", "recognition")
 
 
@@ -78,7 +80,7 @@ def headline_draws(name: str, result: dict, resamples: int, rng: np.random.Gener
     return draws
 
 
-def place(results: dict[str, dict], resamples: int = 2000, seed: int = 0, normalised: bool = False) -> dict:
+def place(results: dict[str, dict], resamples: int = RESAMPLES, seed: int = 0, normalised: bool = False) -> dict:
     """Per kind: the mean (percent), its 95 % interval, and each benchmark's headline number with its own;
     ``normalised``: the chance-normalised means (0 at chance, 100 perfect) instead of the raw ones."""
     from ..evaluation.chance import normalised as to_normalised
@@ -158,7 +160,7 @@ def labels_and_paths(items: list[str]) -> list[tuple[str, str]]:
 OUTPUTS = ["tradeoff.png", "tradeoff.md", "tradeoff.json"]
 
 
-def tradeoff(items: list[str], out: str | Path, resamples: int = 2000, seed: int = 0,
+def tradeoff(items: list[str], out: str | Path, resamples: int = RESAMPLES, seed: int = 0,
              normalised: bool = False, overwrite: bool = False) -> dict:
     """Place every model, find the front, write ``tradeoff.png``, ``tradeoff.md`` and ``tradeoff.json`` to
     ``out`` (replacing only such files a trade-off wrote there, `outputs.claim`, unless ``overwrite``); the placed
@@ -260,10 +262,12 @@ def plot(table: dict, path: Path) -> None:
         ax.errorbar(*xy(row), xerr=err(row["recognition"]), yerr=err(row["compositional"]), fmt="none",
                     ecolor="#bdc3c7", elinewidth=0.9, capsize=2, zorder=1)
         ax.plot(*xy(row), "o", markersize=6, color="#c0392b" if row["front"] else "#34495e", zorder=4)
-    for i, sweep in enumerate(table.get("sweeps", [])):
-        ax.plot([xy(rows[j])[0] for j in sweep], [xy(rows[j])[1] for j in sweep], ":", color="#2980b9",
-                linewidth=1.4, zorder=2, label="WiSE-FT: start → alphas → fine-tune" if i == 0 else None)
+    lines = [[xy(rows[j]) for j in sweep] for sweep in table.get("sweeps", [])]
+    for i, line in enumerate(lines):
+        ax.plot(*zip(*line), ":", color="#2980b9", linewidth=1.4, zorder=2,
+                label="WiSE-FT: start → alphas → fine-tune" if i == 0 else None)
     front = sorted(xy(row) for row in rows if row["front"])
+    lines.append(front)
     ax.plot([x for x, _ in front], [y for _, y in front], "--", color="#c0392b", linewidth=1.2,
             label="Pareto front", zorder=3)
     unit = "chance-normalised" if table["normalised"] else "%"
@@ -273,7 +277,8 @@ def plot(table: dict, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    label_points(fig, ax, [(row["label"], *xy(row)) for row in rows])  # in the laid-out axes: labels stay inside
+    # in the laid-out axes: labels stay inside, off the markers and the lines
+    label_points(fig, ax, [(row["label"], *xy(row)) for row in rows], lines)
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp)
     plt.close(fig)
@@ -285,18 +290,27 @@ OFFSETS = [(7, 5), (7, -11), (-7, 5), (-7, -11), (0, 12), (0, -18), (18, 18), (1
            (30, 4), (-30, 4), (30, 34), (30, -42), (-30, 34), (-30, -42), (0, 40), (0, -48)]
 
 
-def label_points(fig, ax, points: list[tuple[str, float, float]]) -> None:
-    """Each label at the first offset where it overlaps no marker and no label placed before (the highest point
-    first); where none is free, at the first."""
+def label_points(fig, ax, points: list[tuple[str, float, float]], lines: list[list[tuple[float, float]]] = ()) -> None:
+    """Each label at the first offset where it overlaps no marker, no line of ``lines`` (each a list of points in
+    data coordinates) and no label placed before (the highest point first); where none is free, at the first."""
     from matplotlib.transforms import Bbox
 
     renderer = fig.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
     radius = 4 * fig.dpi / 72
     taken = []
+
+    def block(cx: float, cy: float, r: float) -> None:
+        taken.append(Bbox.from_extents(cx - r, cy - r, cx + r, cy + r))
+
     for _, x, y in points:
-        cx, cy = ax.transData.transform((x, y))
-        taken.append(Bbox.from_extents(cx - radius, cy - radius, cx + radius, cy + radius))
+        block(*ax.transData.transform((x, y)), radius)
+    for line in lines:  # each segment as a row of small boxes, one every pixel or two along it
+        for a, b in zip(line, line[1:]):
+            (ax_, ay), (bx, by) = ax.transData.transform(a), ax.transData.transform(b)
+            steps = max(1, int(max(abs(bx - ax_), abs(by - ay)) / 2))
+            for k in range(steps + 1):
+                block(ax_ + (bx - ax_) * k / steps, ay + (by - ay) * k / steps, 1.0)
     for label, x, y in sorted(points, key=lambda p: -p[2]):
         for n, (dx, dy) in enumerate(OFFSETS + [OFFSETS[0]]):
             far = abs(dx) + abs(dy) > 20

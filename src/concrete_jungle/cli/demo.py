@@ -28,11 +28,17 @@ def add_parser(sub) -> None:
     p.add_argument("--seeds", type=int_list, help="fine-tuning seeds, comma-separated (default 0,1,2; --quick: 0)")
     p.add_argument("--pretrain-steps", type=positive_int, help="baseline pretraining steps (default 250; --quick: 120)")
     p.add_argument("--finetune-steps", type=positive_int, help="steps of each fine-tune (default 40; --quick: 25)")
+    p.add_argument("--threads", type=positive_int, help="torch threads (default: torch's, one per core); on a "
+                   "busy machine fewer can be faster (docs/benchmarks.md, \"The demo's wall time\")")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(run=run)
 
 
 def run(args, console: Console) -> int:
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.study:
         return run_study(args, console)
     if args.not_preregistered:

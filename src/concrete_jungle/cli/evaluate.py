@@ -8,6 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..stats import RESAMPLES
+
 from .args import add_model_args, check_model_args, load_model_from_args, non_negative_int, positive_int
 from .tables import print_markdown
 
@@ -60,7 +62,7 @@ def add_parser(sub) -> None:
     p.add_argument("--vs", nargs="+", metavar="JSON",
                    help="with --compare A1.json A2.json ...: the runs to compare them with (e.g. the seeds of another "
                    "model); the runs are resampled within each side too")
-    p.add_argument("--resamples", type=positive_int, default=2000,
+    p.add_argument("--resamples", type=positive_int, default=RESAMPLES,
                    help="bootstrap resamples of --compare and of --models' intervals (default %(default)s)")
     p.add_argument("--compare-json", metavar="FILE", help="also write the comparison as JSON here, and its table as "
                    "Markdown beside it (FILE with the suffix .md)")

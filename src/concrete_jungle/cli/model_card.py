@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from ..stats import RESAMPLES
+
 from .args import positive_int
 
 
@@ -35,7 +37,7 @@ def add_parser(sub) -> None:
                    help="a checkpoint folder, <run>/checkpoints/latest, or a training run's folder")
     p.add_argument("--results", nargs="+", metavar="DIR", help="eval --out folders of this checkpoint")
     p.add_argument("--repo", type=repo_id, default="ORG/NAME", help="the Hub repository the card's examples name")
-    p.add_argument("--resamples", type=positive_int, default=1000,
+    p.add_argument("--resamples", type=positive_int, default=RESAMPLES,
                    help="bootstrap resamples of the intervals (default %(default)s)")
     p.set_defaults(run=run)
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..stats import RESAMPLES
+
 from .args import positive_int
 
 
@@ -23,7 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--normalised", action="store_true",
                    help="plot chance-normalised means (0 at chance, 100 perfect) instead of raw ones")
-    p.add_argument("--resamples", type=positive_int, default=2000,
+    p.add_argument("--resamples", type=positive_int, default=RESAMPLES,
                    help="bootstrap resamples of the intervals (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default %(default)s)")
     p.add_argument("--overwrite", action="store_true",

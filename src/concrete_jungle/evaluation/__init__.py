@@ -24,6 +24,7 @@ def load_data(name: str, root: Path, skip_missing: bool) -> dict:
 
     data = read_benchmark(name, root, skip_missing)
     data["benchmark_files_sha256"] = files_digest(data.pop("files"), root)
+    data["data_root"] = str(Path(root).resolve())  # which data a number came from, for a reader of its result
     return data
 
 
@@ -72,6 +73,7 @@ def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None,
                          "model": encoder.clip.identity, "model_label": encoder.clip.label,
                          "model_hash": encoder.clip.hash, "items": counts(loaded[name])[0],
                          "benchmark_files_sha256": loaded[name]["benchmark_files_sha256"],
+                         **({"data_root": loaded[name]["data_root"]} if "data_root" in loaded[name] else {}),
                          "seconds": round(time.perf_counter() - start, 2)} | result
         if out is not None:
             atomic_write_json(Path(out) / f"{name}.json", results[name])

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..stats import RESAMPLES
 from .names import BENCHMARKS
 from .report import column_names, counts, percent, summary
 
@@ -161,7 +162,7 @@ def headline_difference(first: dict, second: dict, keys: list[str], labels: tupl
     return diff | {"verdict": verdict(diff["ci95"])}
 
 
-def table(models: list[Entry], results: dict[str, dict[str, dict]], resamples: int = 2000, seed: int = 0) -> dict:
+def table(models: list[Entry], results: dict[str, dict[str, dict]], resamples: int = RESAMPLES, seed: int = 0) -> dict:
     """The leaderboard as data: per model its cells (value, chance level, chance-normalised score, difference from
     the first model) and its summary means; per benchmark its kind, headline metrics, rule and files' digest."""
     first = models[0].label
@@ -187,9 +188,11 @@ def table(models: list[Entry], results: dict[str, dict[str, dict]], resamples: i
             "models": [{"label": e.label, "given": e.given, "folder": e.folder,
                         "model": next(iter(results[e.label].values())).get("model_label"),
                         "model_hash": next(iter(results[e.label].values())).get("model_hash")} for e in models],
-            "benchmarks": [{"name": n, "kind": BENCHMARKS[n].kind, "headlines": list(BENCHMARKS[n].headlines),
+            # the headlines the data held (aro_order without COCO: flickr30k_order alone), and where it was read
+            "benchmarks": [{"name": n, "kind": BENCHMARKS[n].kind, "headlines": headline_keys(n, reference[n]),
                             "rule": BENCHMARKS[n].rule, "items": reference[n].get("items"),
-                            "benchmark_files_sha256": reference[n].get("benchmark_files_sha256")} for n in names],
+                            "benchmark_files_sha256": reference[n].get("benchmark_files_sha256"),
+                            "data_root": reference[n].get("data_root")} for n in names],
             "cells": cells, "means": means}
 
 
@@ -230,8 +233,9 @@ def markdown(board: dict) -> str:
               "(100 - chance) × 100: 0 at chance, 100 perfect; docs/method.md §7).", "", "Benchmarks:"]
     for b in board["benchmarks"]:
         lines.append(f"- {b['name']} ({b['kind']}, rule {b['rule']}): {' and '.join(b['headlines'])}"
-                     f"{' (their mean)' if len(b['headlines']) > 1 else ''}; {b['items']} items; benchmark files "
-                     f"sha256 `{b['benchmark_files_sha256']}`")
+                     f"{' (their mean)' if len(b['headlines']) > 1 else ''}; {b['items']} items"
+                     + (f" read from `{b['data_root']}`" if b.get("data_root") else "")
+                     + f"; benchmark files sha256 `{b['benchmark_files_sha256']}`")
     without = sorted({n for m in board["models"] for n, c in board["cells"][m["label"]].items()
                       if (c.get("difference") or {}).get("verdict") == "no interval"})
     if without:

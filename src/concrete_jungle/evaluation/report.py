@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..stats import RESAMPLES
 from .names import BENCHMARKS
 
 
@@ -158,7 +159,7 @@ def column_names(paths: list[str | Path]) -> list[str]:
     return [str(p) for p in paths]
 
 
-def compare(first: list[str | Path], second: list[str | Path] | None = None, resamples: int = 2000,
+def compare(first: list[str | Path], second: list[str | Path] | None = None, resamples: int = RESAMPLES,
             seed: int = 0) -> dict:
     """Compare result JSON files of one benchmark, each metric with the difference and its 95 % interval.
 

@@ -141,7 +141,10 @@ def findings(table: dict, n_items: dict[str, int]) -> list[str]:
         source = "test items" if items >= seeds else "seeds"
         delta = ma - mb
         verdict = "beats" if delta > 2 * se else "trails" if delta < -2 * se else "is within noise of"
-        return (f"{a} {verdict} {b}: M.Avg {ma:.1f} vs {mb:.1f}, {signed(delta)} points (standard error {se:.1f}, "
+        # the difference of the values as printed, so that it reads right (62.1 vs 61.4: +0.7, not the unrounded
+        # +0.8); the verdict weighs the unrounded one
+        shown = round(ma, 1) - round(mb, 1)
+        return (f"{a} {verdict} {b}: M.Avg {ma:.1f} vs {mb:.1f}, {signed(shown)} points (standard error {se:.1f}, "
                 f"from the {source}).")
 
     return [compare("D_hc + InfoNCE", CONTROL.label), compare("D_hc + Cement", "D_hc + InfoNCE"),

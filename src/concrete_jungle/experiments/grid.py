@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..configs import from_dict, load_yaml, raise_problems
 from ..records import atomic_write_json, atomic_write_text
+from ..stats import RESAMPLES
 from ..train.config import LossConfig, load_config
 
 
@@ -32,7 +33,7 @@ class GridEval:
     data_root: str | None = None  # the folder `concrete-jungle eval --data-root` reads
     toy_world: str | None = None  # or: a rendered toy world's held-out subsets (its test/sugarcrepe)
     metric: str | None = None  # the metric the table and heat-map show (default: each benchmark's headline)
-    resamples: int = 2000
+    resamples: int = RESAMPLES
     batch_size: int = 256
 
     def __post_init__(self):

@@ -52,7 +52,8 @@ class Ratings:
         return self.scores.get(normalize(word))
 
     def lookup(self, *forms: str | None) -> tuple[str, float] | None:
-        """The first rated form and its rating, trying ``forms`` in order (two-word, lemma, surface: method §1)."""
+        """The first rated form and its rating, trying ``forms`` in order: two-word expression, surface form, lemma
+        (method §1; the word as written before the parser's lemma, which can be wrong: `riding` -> `rid`)."""
         for form in forms:
             if form:
                 score = self.scores.get(normalize(form))

@@ -141,7 +141,7 @@ def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
         lemma = f"{lowers[i]} {b.lemma_.lower()}" if b.pos_ == "NOUN" else surface
         if surface in ratings.scores or lemma in ratings.scores:
             used.update((i, i + 1))
-            add(i, i + 2, "object", lemma, surface)
+            add(i, i + 2, "object", surface, lemma)
 
     for tok in toks:
         i = tok.i
@@ -162,12 +162,12 @@ def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
         if pos == "VERB":
             child_deps = {c.dep_ for c in tok.children}
             if "dobj" in child_deps and has_agent(tok):
-                add(i, i + 1, "relation", tok.lemma_, lowers[i])
+                add(i, i + 1, "relation", lowers[i], tok.lemma_)
                 continue
             # attribute: a state-like participle (`parked car`, `sliced bread`, `a car parked ...`)
             if tok.tag_ == "VBN" and (dep == "amod" or (dep == "acl" and tok.head.pos_ in _NOMINAL)) \
                     and "dobj" not in child_deps:
-                add(i, i + 1, "attribute", tok.lemma_, lowers[i])
+                add(i, i + 1, "attribute", lowers[i], tok.lemma_)
         # attribute: adjectival and numeric modifiers, and adjectives coordinated with them
         elif (
             (dep in ("amod", "acomp") and pos in ("ADJ", "NUM"))
@@ -176,9 +176,9 @@ def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
             # an adjective the parser attached as a compound (`a checkered green ball`) still describes the noun
             or (dep == "compound" and pos == "ADJ" and tok.head.pos_ in _NOMINAL)
         ):
-            add(i, i + 1, "attribute", tok.lemma_, lowers[i])
+            add(i, i + 1, "attribute", lowers[i], tok.lemma_)
         elif pos in _NOMINAL:
-            add(i, i + 1, "object", tok.lemma_, lowers[i])
+            add(i, i + 1, "object", lowers[i], tok.lemma_)
     return sorted(out.values(), key=lambda c: c.start)
 
 
