@@ -38,13 +38,12 @@ import torch
 from open_clip.pretrained import get_pretrained_cfg
 
 from . import registry
+from .registry import HF_HUB, HUB_WEIGHTS, ModelError, cached_weights, check_downloadable, hub_files
 from .checkpoints import ARCHITECTURE_FILE, CONFIG_FILE, WEIGHTS_FILE, config_digest, resolve_checkpoint
 from .records import file_digest
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
-HF_HUB = "hf-hub:"
-HUB_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip reads from the Hub
 # a fine-tune stays within a few percent of its start (relative distance); weights trained apart are about 1.4
 LINEAGE_DISTANCE = 0.5
 # what a torch.save of a training run holds beside its tensors (epoch counters, metrics as numpy scalars): data, no
@@ -53,10 +52,6 @@ NUMPY_GLOBALS = [numpy._core.multiarray.scalar, (numpy._core.multiarray.scalar, 
                  numpy.dtype, *{type(numpy.dtype(t)) for t in (numpy.float64, numpy.float32, numpy.int64)},
                  numpy._core.multiarray._reconstruct,
                  (numpy._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"), numpy.ndarray]
-
-
-class ModelError(ValueError):
-    pass
 
 
 @dataclass
@@ -211,20 +206,6 @@ def open_clip_weights(name: str, pretrained: str | None) -> tuple[str | None, Pa
         raise ModelError(f"pretrained tag {tag!r} does not exist for {name}; known tags: "
                          f"{open_clip.list_pretrained_tags_by_model(name)} (or a local weights file, or 'none')")
     return tag, weights
-
-
-def hub_files(repo: str, peer: registry.Peer | None = None) -> tuple[str | None, str | None]:
-    """A Hub model's cached config and weights (None: not cached); an error if one is not and the Hub is unreachable."""
-    from huggingface_hub import try_to_load_from_cache
-
-    cached, *weights = (try_to_load_from_cache(repo, f) for f in (CONFIG_FILE, *HUB_WEIGHTS))
-    cached, weights = (cached if isinstance(cached, str) else None), next((w for w in weights if isinstance(w, str)),
-                                                                          None)
-    if cached is None or weights is None:
-        named = f"{registry.PREFIX}{peer.name} ({peer.method}, {HF_HUB}{repo})" if peer else f"{HF_HUB}{repo}"
-        hub_reachable(f"--model {named}: its config and weights are", f"download them once with `hf download {repo}` "
-                      "(then HF_HUB_OFFLINE=1 uses the cache)")
-    return cached, weights
 
 
 def load_peer(peer: registry.Peer, device: str, precision: str) -> ClipModel:
@@ -453,55 +434,6 @@ def check_architecture(path: Path) -> dict:
                          f"one {ARCHITECTURE_FILE} records): a model with other attention heads or another activation "
                          f"would take the same weights and compute other features; {restore}")
     return config
-
-
-def cached_weights(name: str, tag: str) -> str | None:
-    """Where open_clip would find the weights of (name, tag) without the network, or None."""
-    import os
-    from urllib.parse import urlparse
-
-    from open_clip.pretrained import get_pretrained_cfg
-
-    cfg = get_pretrained_cfg(name, tag)
-    if cfg.get("file"):
-        return cfg["file"] if Path(cfg["file"]).is_file() else None
-    if cfg.get("hf_hub"):
-        from huggingface_hub import try_to_load_from_cache
-
-        repo, filename = os.path.split(cfg["hf_hub"])
-        for candidate in ("open_clip_model.safetensors", filename or "open_clip_pytorch_model.bin"):
-            found = try_to_load_from_cache(repo, candidate)
-            if isinstance(found, str):
-                return found
-    if cfg.get("url"):
-        path = Path("~/.cache/clip").expanduser() / os.path.basename(urlparse(cfg["url"]).path)
-        return str(path) if path.is_file() else None
-    return None
-
-
-def check_downloadable(name: str, tag: str) -> None:
-    """Weights that are neither cached nor downloadable are one clear error at once, instead of the hub's retries
-    (about a minute offline) ending in a traceback."""
-    if not cached_weights(name, tag):
-        hub_reachable(f"the {tag!r} weights of {name} are",
-                      "they are downloaded once, with the network (then HF_HUB_OFFLINE=1 uses the cache), or pass a "
-                      "local weights file, e.g. --pretrained /path/to/open_clip_model.safetensors")
-
-
-def hub_reachable(what: str, fix: str, timeout: float = 3.0) -> None:
-    """Returns when the Hugging Face Hub can be reached; else the one line saying why not and ``fix``."""
-    import os
-    import socket
-
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    reason = "HF_HUB_OFFLINE is set"
-    if not offline:
-        try:
-            socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
-            return
-        except OSError as e:
-            reason = f"huggingface.co cannot be reached ({e.strerror or type(e).__name__})"
-    raise ModelError(f"{what} not in the local cache and {reason}: {fix}")
 
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict,

@@ -11,7 +11,9 @@ Weights that open_clip's Hub layout holds (``hf_hub``) are found in the Hugging 
 the others are one file that the user downloads once into ``peer_dir() / NAME /`` (``$CJ_PEERS_DIR``, by default
 ``~/.cache/concrete_jungle/peers``). ``sha256`` is the digest the authors published (Hugging Face shows it for
 every LFS file); None where no source states one, and then the file is taken as it is, said once. Torch-free:
-`missing_message` is the one line a command prints before anything loads.
+`missing_message` is the one line a command prints before anything loads. Where pretrained weights of open_clip and
+the Hub are found without the network (`cached_weights`, `hub_files`) is said here too, as open_clip's
+``pretrained.py`` does: an offline run is one line at once rather than the Hub's retries.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoints import WEIGHT_SUFFIXES
+from .checkpoints import CONFIG_FILE, WEIGHT_SUFFIXES
 
 PREFIX = "peer:"
+HF_HUB = "hf-hub:"
+HUB_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip reads from the Hub
+
+
+class ModelError(ValueError):
+    """A model that cannot be had or loaded as named."""
 
 
 @dataclass(frozen=True)
@@ -195,3 +203,66 @@ def missing_message(peer: Peer) -> str:
             f"{peer.weights} and put it in {folder}/" + (" (it holds several weights files: keep only one)"
                                                            if several and not peer.file else "")
             + f" ({digest}; set CJ_PEERS_DIR to use another folder than {peer_dir()})")
+
+
+def hub_files(repo: str, peer: Peer | None = None) -> tuple[str | None, str | None]:
+    """A Hub model's cached config and weights (None: not cached); an error if one is not and the Hub is unreachable."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached, *weights = (try_to_load_from_cache(repo, f) for f in (CONFIG_FILE, *HUB_WEIGHTS))
+    cached, weights = (cached if isinstance(cached, str) else None), next((w for w in weights if isinstance(w, str)),
+                                                                          None)
+    if cached is None or weights is None:
+        named = f"{PREFIX}{peer.name} ({peer.method}, {HF_HUB}{repo})" if peer else f"{HF_HUB}{repo}"
+        hub_reachable(f"--model {named}: its config and weights are", f"download them once with `hf download {repo}` "
+                      "(then HF_HUB_OFFLINE=1 uses the cache)")
+    return cached, weights
+
+
+def cached_weights(name: str, tag: str) -> str | None:
+    """Where open_clip would find the weights of (name, tag) without the network, or None."""
+    import os
+    from urllib.parse import urlparse
+
+    from open_clip.pretrained import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(name, tag)
+    if cfg.get("file"):
+        return cfg["file"] if Path(cfg["file"]).is_file() else None
+    if cfg.get("hf_hub"):
+        from huggingface_hub import try_to_load_from_cache
+
+        repo, filename = os.path.split(cfg["hf_hub"])
+        for candidate in ("open_clip_model.safetensors", filename or "open_clip_pytorch_model.bin"):
+            found = try_to_load_from_cache(repo, candidate)
+            if isinstance(found, str):
+                return found
+    if cfg.get("url"):
+        path = Path("~/.cache/clip").expanduser() / os.path.basename(urlparse(cfg["url"]).path)
+        return str(path) if path.is_file() else None
+    return None
+
+
+def check_downloadable(name: str, tag: str) -> None:
+    """Weights that are neither cached nor downloadable are one clear error at once, instead of the hub's retries
+    (about a minute offline) ending in a traceback."""
+    if not cached_weights(name, tag):
+        hub_reachable(f"the {tag!r} weights of {name} are",
+                      "they are downloaded once, with the network (then HF_HUB_OFFLINE=1 uses the cache), or pass a "
+                      "local weights file, e.g. --pretrained /path/to/open_clip_model.safetensors")
+
+
+def hub_reachable(what: str, fix: str, timeout: float = 3.0) -> None:
+    """Returns when the Hugging Face Hub can be reached; else the one line saying why not and ``fix``."""
+    import os
+    import socket
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    reason = "HF_HUB_OFFLINE is set"
+    if not offline:
+        try:
+            socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+            return
+        except OSError as e:
+            reason = f"huggingface.co cannot be reached ({e.strerror or type(e).__name__})"
+    raise ModelError(f"{what} not in the local cache and {reason}: {fix}")

@@ -36,7 +36,7 @@ class OpenClipScorer:
 
         from ...configs import open_clip_model_names
         from ...errors import PlantError
-        from ...models import check_downloadable
+        from ...registry import check_downloadable
 
         if model not in open_clip_model_names():
             raise PlantError(f"scorer open_clip: {model!r} is not an open_clip model name (open_clip.list_models())")
