@@ -79,7 +79,8 @@ def test_each_positive_control_negative_records_whether_the_viewer_reads_its_anc
     world = tmp_path / "world"
     build_world(world, WorldConfig(**design["world"]), progress=False)
     data = gate.build_positive_control(world, tmp_path, design)
-    pairs = {p["id"]: p for p, reason in gate.positive_control_pairs(world, design["positive_control"]["seed"],
+    pairs = {p["id"]: p for p, reason in gate.positive_control_pairs(read_jsonl(world / "scenes.jsonl"),
+                                                                   design["positive_control"]["seed"],
                                                                    mirror_relations=True) if reason is None}
     entailed: dict[str, set] = {}
     for r in iter_records(data):

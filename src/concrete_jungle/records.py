@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import hashlib
 import json
 import os
@@ -164,3 +166,14 @@ class JsonlAppender:
 def differing(names: list[str]) -> str:
     """``"sampler differs"``, ``"limit, sampler differ"``: the settings a job found changed, for its message."""
     return f"{', '.join(names)} {'differs' if len(names) == 1 else 'differ'}"
+
+
+@contextlib.contextmanager
+def csv_field_limit(limit: int):
+    """csv's field size limit set to ``limit`` for one read and restored after: the limit is the csv module's global
+    state, so a reader that raises it for long cells would otherwise change what every later reader accepts."""
+    before = csv.field_size_limit(limit)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)

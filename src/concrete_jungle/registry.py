@@ -13,7 +13,7 @@ the others are one file that the user downloads once into ``peer_dir() / NAME /`
 every LFS file); None where no source states one, and then the file is taken as it is, said once. Torch-free:
 `missing_message` is the one line a command prints before anything loads. Where pretrained weights of open_clip and
 the Hub are found without the network (`cached_weights`, `hub_files`) is said here too, as open_clip's
-``pretrained.py`` does: an offline run is one line at once rather than the Hub's retries.
+pretrained module does: an offline run is one line at once rather than the Hub's retries.
 """
 
 from __future__ import annotations

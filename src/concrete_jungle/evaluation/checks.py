@@ -13,7 +13,7 @@ import math
 import string
 from pathlib import Path
 
-from ..records import file_digest
+from ..records import csv_field_limit, file_digest
 from .encoding import BenchmarkDataError
 
 
@@ -128,9 +128,8 @@ def _csv_records(path: Path, layout: str, read) -> list:
     import csv
     import sys
 
-    csv.field_size_limit(sys.maxsize)  # a cell may be long: a list of captions
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        with csv_field_limit(sys.maxsize), open(path, encoding="utf-8-sig", newline="") as f:  # a cell may be long
             return read(f)
     except UnicodeDecodeError as e:
         raise BenchmarkDataError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None

@@ -18,10 +18,13 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...records import csv_field_limit
 from ..base import SourceError
 from .base import PeerNegative, PeerOptions, PeerRecord
 
 SUFFIXES = (".tsv", ".csv")
+# csv's default cell limit: NegCLIP's cells are a caption, a path and two short lists, so a longer one is no such table
+CELL_LIMIT = 128 * 1024
 CAPTION, IMAGE, NEGATIVES, HARD_IMAGES = "title", "filepath", "neg_caption", "neg_image"
 
 
@@ -40,7 +43,7 @@ def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
     """(header, [(line the row starts on, row)]); text that is not UTF-8 is kept as escapes, to be rejected by row.
     A blank line (empty or spaces only) is no row, as pandas reads the table: ``neg_image`` numbers the rows
     NegCLIP's trainer reads, so counting a blank line would give every later reference another row's picture."""
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+    with csv_field_limit(CELL_LIMIT), open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
         reader = csv.reader(f, dialect="excel" if path.suffix.lower() == ".csv" else "excel-tab")
         try:
             header = next(reader, None)
