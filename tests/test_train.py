@@ -543,9 +543,19 @@ def test_wandb_offline_logs_the_rows_of_metrics_jsonl(planted, tmp_path, monkeyp
     assert list((out / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
 
 
+def anchor_truths(i: int) -> list[bool | None]:
+    """``anchor_true_of_negative`` of record i's two negative slots in `write_k_negative_set`."""
+    return [{0: True, 1: False}.get(i % 4), {0: True, 2: False}.get(i % 5)]
+
+
+def entailed_in_set(i: int, k: int) -> bool:
+    """Whether slot k of record i's batch row says its anchor's caption is true of that negative (unknown: no)."""
+    return k < (1 if i % 3 == 0 else 2) and anchor_truths(i)[k] is True
+
+
 def write_k_negative_set(root: Path, n: int = 16, pictures: bool = True) -> Path:
     """A ConcreteBatch whose records hold one or two negatives, some of them captions without a picture (all of
-    them without ``pictures``)."""
+    them without ``pictures``), with ``anchor_true_of_negative`` true, false or unknown (`entailed_in_set`)."""
     from PIL import Image
 
     from concrete_jungle.concretebatch import ShardWriter, encode_jpeg, sample_key, shard_name
@@ -558,7 +568,9 @@ def write_k_negative_set(root: Path, n: int = 16, pictures: bool = True) -> Path
         anchor, negative, other = (encode_jpeg(Image.new("RGB", (40, 40), tuple(c))) for c in colours[i])
         k = 1 if i % 3 == 0 else 2
         ratings = [1.5 + i / n, 4.5 - i / n][:k]
-        meta = {"id": f"s{i}", "concreteness": ratings[0], "negatives": [{"concreteness": r} for r in ratings]}
+        meta = {"id": f"s{i}", "concreteness": ratings[0],
+                "negatives": [{"concreteness": r, "anchor_true_of_negative": truth}
+                              for r, truth in zip(ratings, anchor_truths(i))]}
         more = [(other if pictures and i % 4 == 1 else None, f"a photo of thing {i} beside a box")] if k == 2 else []
         first = negative if pictures and i % 2 == 0 else None
         writer.write(sample_key(f"s{i}"), anchor, f"a photo of thing {i}", first, f"a drawing of thing {i}", meta, more)
@@ -599,9 +611,11 @@ def test_k_negatives_with_missing_pictures_batch_alike_decoded_preloaded_and_cac
     assert (decoded.k, decoded.pictures) == (2, 2)
     indices = [3, 0, 7, 10, 5, 12]
     reference = torch.utils.data.default_collate([decoded[i] for i in indices])
-    image, neg_image, text, neg_text, c, has_negative, has_image = reference
+    image, neg_image, text, neg_text, c, has_negative, has_image, entailed = reference
     assert has_negative.tolist() == [[True, i % 3 != 0] for i in indices]
     assert has_image.tolist() == [[i % 2 == 0, i % 4 == 1 and i % 3 != 0] for i in indices]
+    assert entailed.tolist() == [[entailed_in_set(i, 0), entailed_in_set(i, 1)] for i in indices]
+    assert entailed.any() and (entailed & ~has_image).any()  # a caption-only negative's truth is carried too
     assert c[~has_negative].eq(0).all() and neg_text[~has_negative].eq(0).all()
     assert neg_image[~has_image].eq(0).all() and not neg_image[has_image].eq(0).all()
     preloaded = PreloadedSet(decoded, progress=False).batch(indices)
@@ -610,8 +624,8 @@ def test_k_negatives_with_missing_pictures_batch_alike_decoded_preloaded_and_cac
     got = cached.batch(indices)
     assert torch.equal(cached.normalize(got[0]), image)
     assert torch.equal(cached.normalize(got[1][has_image]), neg_image[has_image])
-    assert all(torch.equal(a, b) for a, b in zip(got[2:], reference[2:]))
-    cfg = config(tmp_path, data, "steps=4", "batch_size=4")
+    assert all(torch.equal(a, b) for a, b in zip(got[2:], reference[2:]))  # anchor_true_of_negative included
+    cfg = config(tmp_path, data, "steps=4", "batch_size=4", "loss.mask_entailed=true")
     train(cfg, progress=False)
     rows = metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and all(r["loss"] > 0 for r in rows)

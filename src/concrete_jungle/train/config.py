@@ -101,6 +101,9 @@ class LossConfig:
     static_margin: float = 1.0
     local_loss: bool = False
     gather_with_grad: bool = True
+    # true: a negative picture its anchor's caption is still true of (the data's anchor_true_of_negative) is a
+    # false negative: the logit of that caption against it is masked in both directions (docs/method.md §5)
+    mask_entailed: bool = False
     negclip: NegCLIPOptions = field(default_factory=NegCLIPOptions)
     tripletclip: TripletCLIPOptions = field(default_factory=TripletCLIPOptions)
     ce_clip: CEClipOptions = field(default_factory=CEClipOptions)
@@ -137,6 +140,9 @@ class LossConfig:
                      and getattr(self, other) != type(getattr(self, other))()]
         if self.name in PEER_LOSSES:
             problems += getattr(self, self.name).unread()
+        if self.mask_entailed and not reads_negative_images(self):
+            problems.append(f"loss.mask_entailed is not read: loss.name {self.name} reads no negative picture, so no "
+                            "logit against one is there to mask; remove it or choose a loss that reads them")
         return problems
 
 
