@@ -157,7 +157,8 @@ def hard_columns(layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
 class HardNegativeLoss(nn.Module):
     """What every loss of this package holds: its options, open_clip's data-parallel settings (``local_loss``,
     ``gather_with_grad``, ``cache_labels``, ``rank``, ``world_size``), whether it masks entailed negative pictures
-    (``mask_entailed``), the extras it reads (``needs``), and whether it has warned of features that are not unit vectors."""
+    (``mask_entailed``), the extras it reads (``needs``), and whether it has warned of features that are not unit
+    vectors."""
 
     needs: frozenset[str] = frozenset()
 
