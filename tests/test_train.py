@@ -318,7 +318,7 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
     for k, batch in enumerate(apart):
         later = plain[(k + 1) % len(plain)]
         assert torch.equal(batch[0], plain[k][0]) and torch.equal(batch[2], plain[k][2])  # the step's anchors
-        assert all(torch.equal(batch[i], later[i]) for i in (1, 3, 4, 5))  # the next batch's negatives
+        assert all(torch.equal(batch[i], later[i]) for i in (1, 3, 4, 5, 6, 7))  # the next batch's negatives
     # decoded per step, each batch is fetched once an epoch, and once more for the last step of a resumed epoch
     decoded = training_set(DataConfig(concretebatch=[str(concretebatch)], workers=0, preload_mib=0), clip,
                            progress=False)
@@ -337,7 +337,7 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
         assert len(got) == len(apart) - start and len(fetched) == 8 * (len(got) + (start > 0))
         for mine, reference in zip(got, apart[start:]):
             assert all(torch.equal(a, b) for a, b in zip(mine, reference))
-    image, neg_image, text, neg_text, c, has_negative, _ = apart[0]
+    image, neg_image, text, neg_text, c, has_negative, _, _ = apart[0]
     with torch.no_grad():
         i, t, scale = clip.model(torch.cat([image, neg_image[:, 0]]), torch.cat([text, neg_text[:, 0]]))[:3]
         ours = CementLoss(margin="none")(i, t, scale, c, has_negative)
