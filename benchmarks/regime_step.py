@@ -78,7 +78,8 @@ def main() -> None:
         t0, cpu0 = time.perf_counter(), time.process_time()
         for images, texts in batches:
             batch = (images[: args.n], images[args.n:, None], texts[: args.n], texts[args.n:, None], c[:, None],
-                     has_negative[:, None], has_negative[:, None])
+                     has_negative[:, None], has_negative[:, None],
+                     torch.zeros_like(has_negative)[:, None])
             training_step(model, model, cement, optimizer, batch, 1e-5, 1.0, device, autocast)
         if device.startswith("cuda"):
             torch.cuda.synchronize()

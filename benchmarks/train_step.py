@@ -109,7 +109,8 @@ def main() -> None:
     def run_ours():
         for images, texts in batches:
             batch = (images[: args.n], images[args.n:, None], texts[: args.n], texts[args.n:, None], c[:, None],
-                     has_negative[:, None], has_negative[:, None])
+                     has_negative[:, None], has_negative[:, None],
+                     torch.zeros_like(has_negative)[:, None])
             training_step(forward_ours, ours, cement, opt_ours, batch, 1e-5, 1.0, device, autocast, trim_text=trim)
         sync()
 

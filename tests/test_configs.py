@@ -145,6 +145,11 @@ def test_a_bad_set_value_names_the_set_an_unknown_yaml_key_gets_a_suggestion_and
     (["loss.name=degla", "loss.degla.tgc_weight=0", "loss.degla.distill_weight=0", "loss.degla.ema_decay=0.99"],
      "loss.degla.ema_decay 0.99 is not read: no teacher is kept"),
     (["loss.name=degla", "loss.degla.tgc_weight=0", "loss.degla.tgc_scale=3"], "loss.degla.tgc_scale 3.0 is not read"),
+    # masking entailed negative pictures under a loss that reads no negative picture
+    (["loss.name=ce_clip", "loss.mask_entailed=true"], "loss.mask_entailed is not read: loss.name ce_clip reads no "
+                                                       "negative picture"),
+    (["loss.name=negclip", "loss.negclip.negative_images=false", "loss.mask_entailed=true"],
+     "loss.mask_entailed is not read: loss.name negclip reads no negative picture"),
 ])
 def test_an_option_the_loss_does_not_read_is_refused_naming_it_the_loss_and_the_setting(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

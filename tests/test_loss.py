@@ -120,10 +120,14 @@ def k_negatives(n, k, d=24, seed=0):
     return image.requires_grad_(), text.requires_grad_(), c, has_negative, has_image
 
 
-def cement_by_the_formula(image, text, c, has_negative, has_image, schedule):
+def cement_by_the_formula(image, text, c, has_negative, has_image, schedule, entailed=None):
     """docs/method.md §5 written out row by row: each row that has its picture, image to text over the captions
-    that exist and text to image over the pictures that exist, m_ak at (a, j) and (j, a)."""
+    that exist and text to image over the pictures that exist, m_ak at (a, j) and (j, a); ``entailed`` (n x K):
+    the logit of that negative's picture j against its anchor's caption a left out of both sums (row j's image to
+    text, row a's text to image)."""
     n, k = c.shape
+    out = set() if entailed is None else {(n + a * k + q, a) for a in range(n) for q in range(k)
+                                          if entailed[a, q] and has_image[a, q] and has_negative[a, q]}
     rows = n * (1 + k)
     text_ok = [True] * n + has_negative.flatten().tolist()
     image_ok = [True] * n + (has_image & has_negative).flatten().tolist()
@@ -138,9 +142,11 @@ def cement_by_the_formula(image, text, c, has_negative, has_image, schedule):
         if not image_ok[i]:
             continue
         count += 1
-        i2t = torch.stack([s[i, j] + margin.get((i, j), 0.0) for j in range(rows) if text_ok[j]])
-        t2i = torch.stack([s[j, i] + margin.get((j, i), 0.0) for j in range(rows) if image_ok[j]])
-        total = total - torch.log_softmax(i2t, 0)[sum(text_ok[:i])] - torch.log_softmax(t2i, 0)[sum(image_ok[:i])]
+        captions = [j for j in range(rows) if text_ok[j] and (i, j) not in out]
+        pictures = [j for j in range(rows) if image_ok[j] and (j, i) not in out]
+        i2t = torch.stack([s[i, j] + margin.get((i, j), 0.0) for j in captions])
+        t2i = torch.stack([s[j, i] + margin.get((j, i), 0.0) for j in pictures])
+        total = total - torch.log_softmax(i2t, 0)[captions.index(i)] - torch.log_softmax(t2i, 0)[pictures.index(i)]
     return total / (2 * count)
 
 
@@ -153,6 +159,22 @@ def test_k_negatives_with_missing_captions_and_pictures_equal_the_formula(schedu
     assert abs(ours.item() - reference.item()) < 1e-12
     for a, b in zip(grads(ours, image, text), grads(reference, image, text)):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("schedule", ["none", "static", "adaptive", "inverse"])
+@pytest.mark.parametrize("k, local_loss", [(1, False), (3, False), (3, True)])
+def test_entailed_negative_pictures_masked_equal_the_formula_without_their_logits(schedule, k, local_loss):
+    image, text, c, has_negative, has_image = k_negatives(6, k, seed=k + 4)
+    entailed = torch.rand(6, k, generator=torch.Generator().manual_seed(k)) > 0.4  # some without a picture
+    assert (entailed & has_image).any() and (entailed & ~has_image).any()
+    loss = CementLoss(schedule, local_loss=local_loss, mask_entailed=True)
+    ours = loss(image, text, SCALE, c, has_negative, has_image, anchor_true_of_negative=entailed)
+    reference = cement_by_the_formula(image, text, c, has_negative, has_image, make_schedule(schedule), entailed)
+    assert abs(ours.item() - reference.item()) < 1e-10
+    for a, b in zip(grads(ours, image, text), grads(reference, image, text)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    unmasked = cement_by_the_formula(image, text, c, has_negative, has_image, make_schedule(schedule))
+    assert abs(ours.item() - unmasked.item()) > 1e-3  # the masked logits mattered
 
 
 def test_a_missing_row_s_values_never_reach_the_loss():
@@ -313,10 +335,16 @@ def _model():
     return torch.nn.ModuleDict({"image": torch.nn.Linear(10, 8), "text": torch.nn.Linear(10, 8)})
 
 
-def _step(model, loss_fn, x_image, x_text, c, has_negative, has_image=None):
+def _entailed(k):
+    """anchor_true_of_negative of the global batch: true of some negatives with a picture and some without."""
+    return torch.rand(WORLD * N_LOCAL, k, generator=torch.Generator().manual_seed(12)) > 0.5
+
+
+def _step(model, loss_fn, x_image, x_text, c, has_negative, has_image=None, entailed=None):
     image = F.normalize(model["image"](x_image), dim=1)
     text = F.normalize(model["text"](x_text), dim=1)
-    loss = loss_fn(image, text, SCALE, c, has_negative=has_negative, has_negative_image=has_image)
+    loss = loss_fn(image, text, SCALE, c, has_negative=has_negative, has_negative_image=has_image,
+                   anchor_true_of_negative=entailed)
     loss.backward()
     return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
 
@@ -329,19 +357,20 @@ def _worker(rank, port, out_dir):
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     mine = slice(rank * N_LOCAL, (rank + 1) * N_LOCAL)
-    for k in (1, 2):
+    for k, masked in ((1, False), (2, False), (2, True)):
         x_image, x_text, c, has_negative, has_image = _global_batch(k)
         for local_loss, gather_with_grad in CONFIGS:
             loss_fn = CementLoss("adaptive", local_loss=local_loss, gather_with_grad=gather_with_grad,
-                                 rank=rank, world_size=WORLD)
+                                 rank=rank, world_size=WORLD, mask_entailed=masked)
             loss, grads = _step(_model(), loss_fn, _local(x_image, rank, k), _local(x_text, rank, k), c[mine],
-                                has_negative[mine], None if has_image is None else has_image[mine])
+                                has_negative[mine], None if has_image is None else has_image[mine],
+                                _entailed(k)[mine])
             losses = [torch.zeros(()) for _ in range(WORLD)]
             dist.all_gather(losses, loss)
             for g in grads.values():
                 dist.all_reduce(g)  # summed here; DDP's average is this divided by the world size
             torch.save({"losses": torch.stack(losses), "grads": grads},
-                       os.path.join(out_dir, f"rank{rank}-k{k}-{local_loss}-{gather_with_grad}.pt"))
+                       os.path.join(out_dir, f"rank{rank}-k{k}-{masked}-{local_loss}-{gather_with_grad}.pt"))
     dist.destroy_process_group()
 
 
@@ -360,12 +389,14 @@ def two_process_results(tmp_path_factory):
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("k, masked", [(1, False), (2, False), (2, True)])
 @pytest.mark.parametrize("local_loss, gather_with_grad", CONFIGS)
-def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, local_loss, gather_with_grad, k):
-    ref_loss, ref_grads = _step(_model(), CementLoss("adaptive"), *_global_batch(k))
+def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, local_loss, gather_with_grad, k,
+                                                             masked):
+    ref_loss, ref_grads = _step(_model(), CementLoss("adaptive", mask_entailed=masked), *_global_batch(k),
+                                _entailed(k))
     for rank in range(WORLD):
-        result = torch.load(two_process_results / f"rank{rank}-k{k}-{local_loss}-{gather_with_grad}.pt",
+        result = torch.load(two_process_results / f"rank{rank}-k{k}-{masked}-{local_loss}-{gather_with_grad}.pt",
                             weights_only=True)
         if local_loss:  # each rank's loss is its share; DDP averages them
             assert result["losses"].mean().item() == pytest.approx(ref_loss.item(), abs=1e-6)

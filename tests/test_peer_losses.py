@@ -2,6 +2,7 @@
 float64 features (values and gradients), the cases its code treats specially, and, for every loss in LOSSES,
 two gloo processes equal one process on the global batch."""
 
+import itertools
 import math
 import os
 import socket
@@ -59,15 +60,28 @@ MASKED_IMAGES = torch.tensor([[1, 0, 0], [0, 0, 0], [0, 0, 1], [1, 1, 0], [0, 1,
 # ----------------------------------------------------------------------------- NegCLIP
 
 
-def negclip_reference(image, text, s, has_negative, has_image, negative_images):
+def entailed_logits(has_image, entailed):
+    """The (picture row, caption row) pairs ``mask_entailed`` removes: each entailed negative picture against its
+    anchor's caption."""
+    n, k = has_image.shape
+    if entailed is None:
+        return set()
+    return {(row(n, k, a, j), a) for a in range(n) for j in range(k) if entailed[a, j] and has_image[a, j]}
+
+
+def negclip_reference(image, text, s, has_negative, has_image, negative_images, entailed=None):
     """NegCLIP's batch, row by row: the images that have a caption (anchors, plus the negatives with a picture in
-    the later version) against every caption, and their captions against those images."""
+    the later version) against every caption, and their captions against those images; the ``entailed`` logits
+    (n x K: the anchor's caption is true of that negative picture) left out of both sums."""
     n, k = has_negative.shape
+    out = entailed_logits(has_image, entailed)
     captions = list(range(n)) + [row(n, k, a, j) for a in range(n) for j in range(k) if has_negative[a, j]]
     pairs = list(range(n)) + [row(n, k, a, j) for a in range(n) for j in range(k)
                               if negative_images and has_image[a, j]]
-    i2t = [lse([s * image[i] @ text[c] for c in captions]) - s * image[i] @ text[i] for i in pairs]
-    t2i = [lse([s * text[i] @ image[p] for p in pairs]) - s * text[i] @ image[i] for i in pairs]
+    i2t = [lse([s * image[i] @ text[c] for c in captions if (i, c) not in out]) - s * image[i] @ text[i]
+           for i in pairs]
+    t2i = [lse([s * text[i] @ image[p] for p in pairs if (p, i) not in out]) - s * text[i] @ image[i]
+           for i in pairs]
     return (sum(i2t) / len(pairs) + sum(t2i) / len(pairs)) / 2
 
 
@@ -175,17 +189,21 @@ def tripletclip_released_formula(i, t, i_neg, t_neg, s):
     return negclip(i, t, t_neg) + negclip(i_neg, t_neg, t, )
 
 
-def tripletclip_reference(image, text, s, has_negative, has_image):
+def tripletclip_reference(image, text, s, has_negative, has_image, entailed=None):
     """The same, row by row, for K negatives some of which lack a caption or a picture: each half (the anchors;
-    the negatives with a picture) against every caption, and its captions against its own half's pictures."""
+    the negatives with a picture) against every caption, and its captions against its own half's pictures; the
+    ``entailed`` logits left out of the sums."""
     n, k = has_negative.shape
+    out = entailed_logits(has_image, entailed)
     captions = list(range(n)) + [row(n, k, a, j) for a in range(n) for j in range(k) if has_negative[a, j]]
     total = 0
     for half in (list(range(n)), [row(n, k, a, j) for a in range(n) for j in range(k) if has_image[a, j]]):
         if not half:
             continue
-        i2t = [lse([s * image[p] @ text[c] for c in captions]) - s * image[p] @ text[p] for p in half]
-        t2i = [lse([s * text[p] @ image[q] for q in half]) - s * text[p] @ image[p] for p in half]
+        i2t = [lse([s * image[p] @ text[c] for c in captions if (p, c) not in out]) - s * image[p] @ text[p]
+               for p in half]
+        t2i = [lse([s * text[p] @ image[q] for q in half if (q, p) not in out]) - s * text[p] @ image[p]
+               for p in half]
         total = total + (sum(i2t) / len(half) + sum(t2i) / len(half)) / 2
     return total
 
@@ -713,8 +731,10 @@ def missing_rows_filled(fill):
     return (image, text, s, patches, tokens), (c, has_negative, has_image), extras
 
 
-EVERY_LOSS = {"cement": lambda: CementLoss("adaptive"), "infonce": lambda: CementLoss("none"),
-              "static": lambda: CementLoss("static"), **{name: cls for name, (cls, _) in LOSSES.items()}}
+EVERY_LOSS = {"cement": lambda **kw: CementLoss("adaptive", **kw), "infonce": lambda **kw: CementLoss("none", **kw),
+              "static": lambda **kw: CementLoss("static", **kw),
+              "inverse": lambda **kw: CementLoss("inverse", **kw),
+              **{name: cls for name, (cls, _) in LOSSES.items()}}
 
 
 @pytest.mark.parametrize("fill", [float("nan"), 1e6])
@@ -735,6 +755,94 @@ def test_every_loss_s_value_and_gradients_ignore_what_a_missing_row_holds(name, 
         assert torch.equal(got, want)
 
 
+# ----------------------------------------------------------------------------- every loss: entailed pictures
+
+# anchor_true_of_negative of the MASKED batch (K = 3): true of negatives with a picture and of some without one
+# (a caption-only negative has no picture logit to mask)
+ENTAILED_K3 = torch.tensor([[1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1], [0, 1, 1]], dtype=torch.bool)
+READS_NEGATIVE_PICTURES = ("cement", "infonce", "static", "inverse", "negclip", "tripletclip")
+
+
+@pytest.mark.parametrize("loss, reference, reads_pictures", [
+    (lambda **kw: NegCLIPLoss(**kw), lambda *a, **kw: negclip_reference(*a, negative_images=True, **kw), True),
+    (lambda **kw: NegCLIPLoss(NegCLIPOptions(negative_images=False), **kw),
+     lambda *a, **kw: negclip_reference(*a, negative_images=False, **kw), False),
+    (lambda **kw: TripletCLIPLoss(**kw), tripletclip_reference, True)], ids=["negclip", "negclip_v1", "tripletclip"])
+@pytest.mark.parametrize("local_loss", [False, True])
+def test_entailed_negative_pictures_masked_equal_the_formula_without_their_logits(loss, reference, reads_pictures,
+                                                                                  local_loss):
+    n, k = MASKED.shape
+    image, text, s, c, has_negative, has_image = hard_negative_batch(n, k, has_negative=MASKED,
+                                                                     has_negative_image=MASKED_IMAGES)
+    ours = loss(mask_entailed=True, local_loss=local_loss)(image, text, s, c, has_negative, has_image,
+                                                           anchor_true_of_negative=ENTAILED_K3)
+    want = reference(image, text, s, has_negative, has_image, entailed=ENTAILED_K3)
+    assert_same(values_and_grads(ours, image, text, s), values_and_grads(want, image, text, s))
+    unmasked = reference(image, text, s, has_negative, has_image)
+    # the mask changes a loss that reads the pictures (NegCLIP's first version reads none: nothing to mask)
+    assert (abs(ours.item() - unmasked.item()) > 1e-3) is reads_pictures
+
+
+def entailed_logit_at(image, text, s, picture, caption, value):
+    """``image`` with row ``picture`` moved along the one direction orthogonal to every caption but ``caption``,
+    as a function of the step t (a leaf): at t = 1 the logit s <v_picture, t_caption> is ``value``, and every other
+    logit is unchanged (to rounding)."""
+    others = torch.cat([text[:caption], text[caption + 1:]]).detach()
+    basis, _ = torch.linalg.qr(others.T)  # d x (rows - 1): d > rows leaves a direction orthogonal to all of them
+    target = text[caption].detach()
+    direction = target - basis @ (basis.T @ target)
+    direction = direction / direction.norm()
+    step = (value / s.detach() - image[picture].detach() @ target) / (direction @ target)
+    t = torch.ones((), dtype=image.dtype, requires_grad=True)
+    moved = image.detach().clone()
+    return t, lambda t: torch.cat([moved[:picture], (moved[picture] + t * step * direction)[None],
+                                   moved[picture + 1:]])
+
+
+@pytest.mark.filterwarnings("ignore:.*not L2-normalised")
+@pytest.mark.parametrize("name", EVERY_LOSS)
+def test_a_masked_entailed_logit_of_1e6_changes_no_loss_and_gets_no_gradient(name):
+    """Anchor 1's first negative picture is entailed; its logit against anchor 1's caption is pushed to 1e6 alone:
+    with mask_entailed the loss is what it was and that logit's direction gets no gradient. Without the mask the
+    losses that read negative pictures explode (the control)."""
+    n, k = 4, 2
+    image, text, s, c, has_negative, has_image = hard_negative_batch(n, k, d=16)
+    entailed = torch.zeros(n, k, dtype=torch.bool)
+    entailed[1, 0] = True
+    patches, tokens, mask = fsc_tokens(n, k, has_negative)
+    teacher_image, teacher_text = teacher_batch(image.detach(), text.detach(), has_negative)
+    t, pushed = entailed_logit_at(image, text, s, row(n, k, 1, 0), 1, 1e6)
+    assert (s * pushed(t) @ text.T)[row(n, k, 1, 0), 1].item() == pytest.approx(1e6)
+    extras = {"image_tokens": patches, "text_tokens": tokens, "text_token_mask": mask,
+              "teacher_image_features": teacher_image, "teacher_text_features": teacher_text}
+
+    def value(mask_entailed, at):
+        loss = EVERY_LOSS[name](mask_entailed=mask_entailed)
+        wanted = {key: extras[key] for key in getattr(loss, "needs", ())}
+        return loss(pushed(at), text, s, c, has_negative, has_image, anchor_true_of_negative=entailed, **wanted)
+
+    masked = value(True, t)
+    (gradient,) = torch.autograd.grad(masked, t)
+    assert masked.item() == pytest.approx(value(True, torch.zeros(())).item(), abs=1e-6)
+    assert abs(gradient.item()) < 1e-6
+    assert (value(False, t).item() > 1e4) is (name in READS_NEGATIVE_PICTURES)
+
+
+@pytest.mark.parametrize("name", EVERY_LOSS)
+def test_without_mask_entailed_the_field_changes_nothing_bitwise(name):
+    """anchor_true_of_negative given to a loss without mask_entailed (or to a loss that reads no negative picture,
+    with it) is the loss without it: the same values and gradients bit for bit."""
+    leaves, (c, has_negative, has_image), extras = missing_rows_filled(0.0)
+    results = []
+    for masks, given in ((False, None), (False, ENTAILED_K3), (name not in READS_NEGATIVE_PICTURES, ENTAILED_K3)):
+        loss = EVERY_LOSS[name](mask_entailed=masks)
+        wanted = {key: extras[key] for key in getattr(loss, "needs", ())}
+        out = loss(*leaves[:3], c, has_negative, has_image, anchor_true_of_negative=given, **wanted)
+        results.append([out.detach(), *torch.autograd.grad(out, leaves, allow_unused=True, materialize_grads=True)])
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+
+
 # ----------------------------------------------------------------------------- every loss: data parallel
 
 WORLD = 2
@@ -745,6 +853,8 @@ TOKENS = 3
 # rank 0 anchors 0-3, rank 1 anchors 4-7; uneven on purpose (rank 1 holds fewer negatives and pictures)
 HAS_NEGATIVE = torch.tensor([[1, 1], [1, 0], [0, 1], [1, 1], [0, 0], [1, 0], [0, 0], [1, 1]], dtype=torch.bool)
 HAS_NEGATIVE_IMAGE = torch.tensor([[1, 0], [1, 0], [0, 1], [0, 1], [0, 0], [0, 0], [0, 0], [1, 0]], dtype=torch.bool)
+# anchor_true_of_negative: true of some negatives with a picture on each rank, and of some without one (not masked)
+ENTAILED = torch.tensor([[1, 0], [0, 0], [0, 1], [0, 1], [0, 0], [1, 0], [0, 0], [1, 1]], dtype=torch.bool)
 # (local_loss, gather_with_grad); local_loss without gather_with_grad loses the gradient of the keys, as in open_clip
 CONFIGS = [(False, True), (True, True), (False, False)]
 
@@ -770,7 +880,7 @@ def _model():
     return torch.nn.ModuleDict({"image": torch.nn.Linear(10, DIM), "text": torch.nn.Linear(10, DIM)}).double()
 
 
-def _step(model, loss_fn, raw, c, has_negative, has_image):
+def _step(model, loss_fn, raw, c, has_negative, has_image, entailed=None):
     """Two training steps (a loss may carry state from one to the next); the losses and the summed gradients."""
     features = {"image": F.normalize(model["image"](raw["image"]), dim=-1),
                 "text": F.normalize(model["text"](raw["text"]), dim=-1),
@@ -779,7 +889,8 @@ def _step(model, loss_fn, raw, c, has_negative, has_image):
     extras = {name: features.get(name, raw[name]) for name in getattr(loss_fn, "needs", ())}
     losses = []
     for _ in range(2):
-        loss = loss_fn(features["image"], features["text"], 1 / 0.07, c, has_negative, has_image, **extras)
+        loss = loss_fn(features["image"], features["text"], 1 / 0.07, c, has_negative, has_image,
+                       anchor_true_of_negative=entailed, **extras)
         loss.backward(retain_graph=True)
         losses.append(loss.detach())
     return torch.stack(losses), {k: p.grad.clone() for k, p in model.named_parameters()}
@@ -800,18 +911,18 @@ def _worker(rank, port, out_dir):
     raw, c = _global_batch()
     mine = slice(rank * N_LOCAL, (rank + 1) * N_LOCAL)
     local_raw = {name: _local(x, rank) for name, x in raw.items()}
-    for name, (loss_class, options_class) in LOSSES.items():
+    for (name, (loss_class, options_class)), masked in itertools.product(LOSSES.items(), (False, True)):
         for local_loss, gather_with_grad in CONFIGS:
             loss_fn = loss_class(options_class(), local_loss=local_loss, gather_with_grad=gather_with_grad,
-                                 rank=rank, world_size=WORLD)
+                                 rank=rank, world_size=WORLD, mask_entailed=masked)
             losses, grads = _step(_model(), loss_fn, local_raw, c[mine], HAS_NEGATIVE[mine],
-                                  HAS_NEGATIVE_IMAGE[mine])
+                                  HAS_NEGATIVE_IMAGE[mine], ENTAILED[mine])
             gathered = [torch.zeros_like(losses) for _ in range(WORLD)]
             dist.all_gather(gathered, losses)
             for g in grads.values():
                 dist.all_reduce(g)  # summed here; DDP's average is this divided by the world size
             torch.save({"losses": torch.stack(gathered), "grads": grads},
-                       os.path.join(out_dir, f"{name}-rank{rank}-{local_loss}-{gather_with_grad}.pt"))
+                       os.path.join(out_dir, f"{name}-{masked}-rank{rank}-{local_loss}-{gather_with_grad}.pt"))
     dist.destroy_process_group()
 
 
@@ -830,16 +941,18 @@ def two_process_results(tmp_path_factory):
 
 
 @pytest.mark.processes
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("local_loss, gather_with_grad", CONFIGS)
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, name, local_loss,
-                                                             gather_with_grad):
+                                                             gather_with_grad, masked):
     loss_class, options_class = LOSSES[name]
     raw, c = _global_batch()
-    ref_losses, ref_grads = _step(_model(), loss_class(options_class()), raw, c, HAS_NEGATIVE, HAS_NEGATIVE_IMAGE)
+    ref_losses, ref_grads = _step(_model(), loss_class(options_class(), mask_entailed=masked), raw, c,
+                                  HAS_NEGATIVE, HAS_NEGATIVE_IMAGE, ENTAILED)
     assert torch.isfinite(ref_losses).all() and not math.isclose(ref_losses[0].item(), 0.0)
     for rank in range(WORLD):
-        result = torch.load(two_process_results / f"{name}-rank{rank}-{local_loss}-{gather_with_grad}.pt",
+        result = torch.load(two_process_results / f"{name}-{masked}-rank{rank}-{local_loss}-{gather_with_grad}.pt",
                             weights_only=True)
         if local_loss:  # each rank's loss is its share; DDP averages them
             torch.testing.assert_close(result["losses"].mean(dim=0), ref_losses, **TOL)

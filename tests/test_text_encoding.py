@@ -85,7 +85,8 @@ def test_training_steps_give_the_untrimmed_losses_and_gradients(tmp_path):
             batch = (torch.randn(8, 3, 64, 64, generator=generator),
                      torch.randn(8, 1, 3, 64, 64, generator=generator), clip.tokenizer(caps),
                      clip.tokenizer([c + " again" for c in caps])[:, None], torch.full((8, 1), 4.5),
-                     torch.ones(8, 1, dtype=torch.bool), torch.ones(8, 1, dtype=torch.bool))
+                     torch.ones(8, 1, dtype=torch.bool), torch.ones(8, 1, dtype=torch.bool),
+                     torch.zeros(8, 1, dtype=torch.bool))
             out = training_step(forward, model, CementLoss("adaptive"), optimizer, batch, 1e-3, 1.0, "cpu", False,
                                 trim_text=trim)
             run.append(out["contrastive_loss"].item())

@@ -319,7 +319,7 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
     for k, batch in enumerate(apart):
         later = plain[(k + 1) % len(plain)]
         assert torch.equal(batch[0], plain[k][0]) and torch.equal(batch[2], plain[k][2])  # the step's anchors
-        assert all(torch.equal(batch[i], later[i]) for i in (1, 3, 4, 5))  # the next batch's negatives
+        assert all(torch.equal(batch[i], later[i]) for i in (1, 3, 4, 5, 6, 7))  # the next batch's negatives
     # decoded per step, each batch is fetched once an epoch, and once more for the last step of a resumed epoch
     decoded = training_set(DataConfig(concretebatch=[str(concretebatch)], workers=0, preload_mib=0), clip,
                            progress=False)
@@ -338,7 +338,7 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
         assert len(got) == len(apart) - start and len(fetched) == 8 * (len(got) + (start > 0))
         for mine, reference in zip(got, apart[start:]):
             assert all(torch.equal(a, b) for a, b in zip(mine, reference))
-    image, neg_image, text, neg_text, c, has_negative, _ = apart[0]
+    image, neg_image, text, neg_text, c, has_negative, _, _ = apart[0]
     with torch.no_grad():
         i, t, scale = clip.model(torch.cat([image, neg_image[:, 0]]), torch.cat([text, neg_text[:, 0]]))[:3]
         ours = CementLoss(margin="none")(i, t, scale, c, has_negative)
@@ -547,9 +547,19 @@ def test_wandb_offline_logs_the_rows_of_metrics_jsonl(planted, tmp_path, monkeyp
     assert list((out / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
 
 
+def anchor_truths(i: int) -> list[bool | None]:
+    """``anchor_true_of_negative`` of record i's two negative slots in `write_k_negative_set`."""
+    return [{0: True, 1: False}.get(i % 4), {0: True, 2: False}.get(i % 5)]
+
+
+def entailed_in_set(i: int, k: int) -> bool:
+    """Whether slot k of record i's batch row says its anchor's caption is true of that negative (unknown: no)."""
+    return k < (1 if i % 3 == 0 else 2) and anchor_truths(i)[k] is True
+
+
 def write_k_negative_set(root: Path, n: int = 16, pictures: bool = True) -> Path:
     """A ConcreteBatch whose records hold one or two negatives, some of them captions without a picture (all of
-    them without ``pictures``)."""
+    them without ``pictures``), with ``anchor_true_of_negative`` true, false or unknown (`entailed_in_set`)."""
     from PIL import Image
 
     from concrete_jungle.concretebatch import ShardWriter, encode_jpeg, sample_key, shard_name
@@ -562,7 +572,9 @@ def write_k_negative_set(root: Path, n: int = 16, pictures: bool = True) -> Path
         anchor, negative, other = (encode_jpeg(Image.new("RGB", (40, 40), tuple(c))) for c in colours[i])
         k = 1 if i % 3 == 0 else 2
         ratings = [1.5 + i / n, 4.5 - i / n][:k]
-        meta = {"id": f"s{i}", "concreteness": ratings[0], "negatives": [{"concreteness": r} for r in ratings]}
+        meta = {"id": f"s{i}", "concreteness": ratings[0],
+                "negatives": [{"concreteness": r, "anchor_true_of_negative": truth}
+                              for r, truth in zip(ratings, anchor_truths(i))]}
         more = [(other if pictures and i % 4 == 1 else None, f"a photo of thing {i} beside a box")] if k == 2 else []
         first = negative if pictures and i % 2 == 0 else None
         writer.write(sample_key(f"s{i}"), anchor, f"a photo of thing {i}", first, f"a drawing of thing {i}", meta, more)
@@ -603,9 +615,11 @@ def test_k_negatives_with_missing_pictures_batch_alike_decoded_preloaded_and_cac
     assert (decoded.k, decoded.pictures) == (2, 2)
     indices = [3, 0, 7, 10, 5, 12]
     reference = torch.utils.data.default_collate([decoded[i] for i in indices])
-    image, neg_image, text, neg_text, c, has_negative, has_image = reference
+    image, neg_image, text, neg_text, c, has_negative, has_image, entailed = reference
     assert has_negative.tolist() == [[True, i % 3 != 0] for i in indices]
     assert has_image.tolist() == [[i % 2 == 0, i % 4 == 1 and i % 3 != 0] for i in indices]
+    assert entailed.tolist() == [[entailed_in_set(i, 0), entailed_in_set(i, 1)] for i in indices]
+    assert entailed.any() and (entailed & ~has_image).any()  # a caption-only negative's truth is carried too
     assert c[~has_negative].eq(0).all() and neg_text[~has_negative].eq(0).all()
     assert neg_image[~has_image].eq(0).all() and not neg_image[has_image].eq(0).all()
     preloaded = PreloadedSet(decoded, progress=False).batch(indices)
@@ -614,8 +628,8 @@ def test_k_negatives_with_missing_pictures_batch_alike_decoded_preloaded_and_cac
     got = cached.batch(indices)
     assert torch.equal(cached.normalize(got[0]), image)
     assert torch.equal(cached.normalize(got[1][has_image]), neg_image[has_image])
-    assert all(torch.equal(a, b) for a, b in zip(got[2:], reference[2:]))
-    cfg = config(tmp_path, data, "steps=4", "batch_size=4")
+    assert all(torch.equal(a, b) for a, b in zip(got[2:], reference[2:]))  # anchor_true_of_negative included
+    cfg = config(tmp_path, data, "steps=4", "batch_size=4", "loss.mask_entailed=true")
     train(cfg, progress=False)
     rows = metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and all(r["loss"] > 0 for r in rows)

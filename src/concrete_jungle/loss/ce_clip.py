@@ -37,7 +37,8 @@ missing is masked, never a real column); the rank and intra-modal terms are comp
 with any world size (the released code skips them under ``local_loss``); the thresholds are not reset to 0 at each
 epoch (the released trainer re-initialises them in ``train_one_epoch``; a loss does not see epochs, and the next
 step recomputes them anyway); a slot with no negative in a batch keeps its threshold (the released code divides by
-zero there). Negative pictures, if the data has them, are not read: CE-CLIP has none.
+zero there). Negative pictures, if the data has them, are not read: CE-CLIP has none
+(so ``mask_entailed``, which masks logits against negative pictures, has nothing to mask).
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ class CEClipLoss(HardNegativeLoss):
     terms "ce_clip/itc", "ce_clip/imc", "ce_clip/cmr" and "ce_clip/threshold", the mean tau this step used."""
 
     def __init__(self, options: CEClipOptions = CEClipOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size)
+                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
+                 mask_entailed: bool = False):
+        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
         # one tau per negative slot, sized at the first step (K is the data's); float64: a state, not a feature
         self.register_buffer("thresholds", torch.empty(0, dtype=torch.float64))
 
@@ -81,9 +83,9 @@ class CEClipLoss(HardNegativeLoss):
         return self.thresholds.to(device)
 
     def forward(self, image_features, text_features, logit_scale, concreteness, has_negative=None,
-                has_negative_image=None, output_dict=False, **extras):
+                has_negative_image=None, output_dict=False, anchor_true_of_negative=None, **extras):
         batch = read_batch(self, image_features, text_features, logit_scale, concreteness, has_negative,
-                           has_negative_image)
+                           has_negative_image, anchor_true_of_negative)
         layout, options = batch.layout, self.options
         n, k, anchors = layout.n, layout.k, batch.anchors
         tau = self._current_thresholds(k, image_features.device)

@@ -10,7 +10,9 @@ With ``S = s * I @ T.T`` and ``j = N + a K + k``:
 Because a margin sits at both (a, j) and (j, a), the margins of S~.T are those of S~, so one margined matrix
 serves both directions. A missing negative caption masks its column (and row) out of every softmax; a missing
 negative picture its row (and column): -inf, never zero-filled. With K = 1 and every picture present this is
-the paper's loss; with captions only and no margin it is NegCLIP's (`negclip`).
+the paper's loss; with captions only and no margin it is NegCLIP's (`negclip`). With ``mask_entailed``, the logit
+S[j, a] of a negative picture j that its anchor's caption a is still true of (``anchor_true_of_negative``) is -inf:
+it leaves row j's image-to-text softmax and column a's text-to-image one (`layout`).
 """
 
 from __future__ import annotations
@@ -107,6 +109,11 @@ def mask_(logits: torch.Tensor, cols: torch.Tensor | None = None, rows: torch.Te
     return logits
 
 
+def mask_entries_(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """In place: the entries ``(rows, cols)`` set to -inf; they get no gradient."""
+    return logits.index_put_((rows, cols), logits.new_tensor(float("-inf")))
+
+
 def nll_sum(log_probs: torch.Tensor, labels: torch.Tensor, valid_rows: torch.Tensor) -> torch.Tensor:
     """Sum over the valid rows of -log p[row, label]."""
     return -log_probs.gather(1, labels[:, None]).squeeze(1)[valid_rows].sum()
@@ -152,6 +159,9 @@ class CementLoss(nn.Module):
 
     ``margin="none"`` with every negative present is open_clip's ClipLoss on the N (1 + K) pairs; with no
     negative at all it is ClipLoss on the N anchors.
+
+    ``mask_entailed``: ``anchor_true_of_negative`` (n x K bool, a forward keyword) names the negative pictures the
+    anchor's caption is true of; their logit against that caption is masked in both directions.
     """
 
     def __init__(
@@ -162,9 +172,11 @@ class CementLoss(nn.Module):
         cache_labels: bool = True,
         rank: int = 0,
         world_size: int = 1,
+        mask_entailed: bool = False,
         **margin_params,
     ):
         super().__init__()
+        self.mask_entailed = mask_entailed
         self.schedule = make_schedule(margin, **margin_params) if isinstance(margin, str) else margin
         self.local_loss = local_loss
         self.gather_with_grad = gather_with_grad
@@ -201,6 +213,7 @@ class CementLoss(nn.Module):
         has_negative: torch.Tensor | None = None,
         has_negative_image: torch.Tensor | None = None,
         output_dict: bool = False,
+        anchor_true_of_negative: torch.Tensor | None = None,
     ):
         k = self._check(image_features, text_features, logit_scale, concreteness)
         n, device = concreteness.shape[0], image_features.device
@@ -215,9 +228,13 @@ class CementLoss(nn.Module):
         image_features, text_features = existing_rows(image_features, text_features, has_negative, has_image)
         all_images, all_texts = gather_rows(image_features, text_features, k, self.local_loss,
                                             self.gather_with_grad, self.rank, self.world_size)
+        entailed = per_sample(anchor_true_of_negative, n, k, "anchor_true_of_negative", torch.bool, device,
+                              fill=False) if self.mask_entailed else None
         if self.world_size > 1:
             c, has_negative, has_image = (gather_no_grad(t, self.world_size) for t in (c, has_negative, has_image))
-        layout = make_layout(has_negative, has_image, n, self.rank, self.local_loss)
+            entailed = None if entailed is None else gather_no_grad(entailed, self.world_size)
+        layout = make_layout(has_negative, has_image, n, self.rank, self.local_loss, entailed)
+        pictures, captions = layout.entailed_pairs()
         rows, cols, values = margin_entries(layout, self.schedule(c))
         labels = layout.own
         text_missing = torch.nonzero(~layout.text_valid).squeeze(1)
@@ -235,14 +252,22 @@ class CementLoss(nn.Module):
             s = logit_scale * all_images @ all_texts.T
             views = [s, s.T]
         gaps = [anchor_gaps(views[0], labels, layout, layout.has_negative),
-                anchor_gaps(views[1], labels, layout, layout.has_negative_image)] if output_dict else []
+                anchor_gaps(views[1], labels, layout, layout.has_negative_image & ~layout.entailed)] \
+            if output_dict else []
         if self.local_loss:
+            # the entailed logits (picture j, caption a) of this rank's rows: row j of its image-to-text view,
+            # row a of its text-to-image view
+            entailed_entries = [(local_of[pictures], captions), (local_of[captions], pictures)]
             log_probs = []
-            for logits, missing in zip(views, (text_missing, image_missing)):
+            for logits, missing, (at, other) in zip(views, (text_missing, image_missing), entailed_entries):
                 add_margins_(logits, rows, cols, values)
+                if self.mask_entailed:
+                    mask_entries_(logits, at[at >= 0], other[at >= 0])
                 log_probs.append(F.log_softmax(mask_(logits, cols=missing), dim=1))
         else:
             s = mask_(add_margins_(views[0], rows, cols, values), cols=text_missing, rows=image_missing)
+            if self.mask_entailed:  # S[j, a]: row j's image-to-text softmax and column a's text-to-image one
+                mask_entries_(s, pictures, captions)
             # S~.T needs no second matrix: the margins are symmetric (docs/method.md §5), and the text-to-image
             # row softmax of S~.T is the column softmax of S~
             log_probs = [F.log_softmax(s, dim=1), F.log_softmax(s, dim=0).T]

@@ -15,7 +15,8 @@ docs/peers.md gives the formulas, the defaults and what differs. With image v_a,
 NegCLIP here is `CementLoss` without margin on captions-only data: images against every caption (anchors and
 negatives), captions against the anchor images. The teacher comes from `concrete_jungle.train.ema.EmaTeacher`
 with ``ema_decay``; the loss reads its features as the extras of `needs`. Negative pictures, where a batch has
-them, are not used: DeGLA has none.
+them, are not used: DeGLA has none (so ``mask_entailed``, which masks logits against negative pictures, has
+nothing to mask).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ class DeGLALoss(HardNegativeLoss):
     needs = frozenset({"teacher_image_features", "teacher_text_features"})  # narrowed per instance by its weights
 
     def __init__(self, options: DeGLAOptions = DeGLAOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size)
+                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
+                 mask_entailed: bool = False):
+        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
         self.negclip = CementLoss("none", local_loss=local_loss, gather_with_grad=gather_with_grad,
                                   cache_labels=cache_labels, rank=rank, world_size=world_size)
         self.negclip._warned_unnormalised = True  # its inputs are checked (and warned about once) here
@@ -72,6 +74,7 @@ class DeGLALoss(HardNegativeLoss):
     def forward(self, image_features: torch.Tensor, text_features: torch.Tensor, logit_scale,
                 concreteness: torch.Tensor, has_negative: torch.Tensor | None = None,
                 has_negative_image: torch.Tensor | None = None, output_dict: bool = False,
+                anchor_true_of_negative: torch.Tensor | None = None,
                 teacher_image_features: torch.Tensor | None = None,
                 teacher_text_features: torch.Tensor | None = None):
         n, k, has_negative = check_batch(self, image_features, text_features, logit_scale, concreteness,

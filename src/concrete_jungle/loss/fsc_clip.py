@@ -15,7 +15,8 @@ v_a, caption t_a, negatives t_ak (m_ak: it exists) and scale s:
 
 gamma > 0 is the focal loss, eps > 0 the selective calibrated regularisation (label smoothing on the
 hard-negative choice only, never on CLIP's loss). Negative pictures, where a batch has them, are not used:
-FSC-CLIP has none.
+FSC-CLIP has none
+(so ``mask_entailed``, which masks logits against negative pictures, has nothing to mask).
 """
 
 from __future__ import annotations
@@ -147,8 +148,9 @@ class FSCCLIPLoss(HardNegativeLoss):
     needs = frozenset({"image_tokens", "text_tokens", "text_token_mask"})  # with local_negatives on (else none)
 
     def __init__(self, options: FSCCLIPOptions = FSCCLIPOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size)
+                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
+                 mask_entailed: bool = False):
+        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
         self.clip = ClipLoss(local_loss=local_loss, gather_with_grad=gather_with_grad, cache_labels=cache_labels,
                              rank=rank, world_size=world_size)
         if not options.local_negatives:
@@ -166,6 +168,7 @@ class FSCCLIPLoss(HardNegativeLoss):
     def forward(self, image_features: torch.Tensor, text_features: torch.Tensor, logit_scale,
                 concreteness: torch.Tensor, has_negative: torch.Tensor | None = None,
                 has_negative_image: torch.Tensor | None = None, output_dict: bool = False,
+                anchor_true_of_negative: torch.Tensor | None = None,
                 image_tokens: torch.Tensor | None = None, text_tokens: torch.Tensor | None = None,
                 text_token_mask: torch.Tensor | None = None):
         n, k, has_negative = check_batch(self, image_features, text_features, logit_scale, concreteness,

@@ -8,6 +8,10 @@ either tower is masked out of every softmax (-inf), never a zero-filled column, 
 replaced (`torch.where`) or left unselected before any arithmetic: whatever it holds, NaN included, reaches neither
 the loss nor its gradient. Vectors of shape (n,) are read as K = 1, the layout of a ConcreteBatch with one negative.
 
+``anchor_true_of_negative`` (n x K) says which negatives' pictures the anchor's caption is still true of (the data's
+decision; unknown counts as false). Such a picture is a false negative for the image side: with ``mask_entailed``
+the logit of the anchor's caption against it is -inf in both directions where a loss reads it (`entailed_pairs`).
+
 Data parallel follows open_clip's `ClipLoss` (`gather_features`, `local_loss`, `gather_with_grad`): the gathered
 ``[a_0; n_0; a_1; n_1; ...]`` rows are re-ordered to ``[a_0; a_1; ...; n_0; n_1; ...]``, so that row indices
 are global: anchor ``a`` of rank ``r`` is row ``r * n + a``, its k-th negative ``N + (r * n + a) * K + k``.
@@ -98,6 +102,7 @@ class Layout:
     has_negative: torch.Tensor  # (N, K) bool: the negative's caption exists
     has_negative_image: torch.Tensor  # (N, K) bool: and its picture
     own: torch.Tensor  # (rows,) long: global rows computed here
+    entailed: torch.Tensor  # (N, K) bool: the negative's picture exists and its anchor's caption is true of it
 
     @property
     def rows(self) -> int:
@@ -111,10 +116,17 @@ class Layout:
     def pair_negative(self) -> torch.Tensor:
         return self.n + torch.arange(self.n * self.k, device=self.own.device)
 
+    def entailed_pairs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(picture rows, caption rows) of the logits ``mask_entailed`` masks: each entailed negative's picture
+        against its anchor's caption."""
+        which = self.entailed.flatten()
+        return self.pair_negative[which], self.pair_anchor[which]
+
 
 def make_layout(has_negative: torch.Tensor, has_negative_image: torch.Tensor, n_local: int, rank: int,
-                local_loss: bool) -> Layout:
-    """The `Layout` of a gathered batch (``has_negative`` and ``has_negative_image`` of every rank, N x K)."""
+                local_loss: bool, anchor_true_of_negative: torch.Tensor | None = None) -> Layout:
+    """The `Layout` of a gathered batch (``has_negative``, ``has_negative_image`` and, where entailed pictures
+    are masked, ``anchor_true_of_negative`` of every rank, N x K; None: none is masked)."""
     n, k = has_negative.shape
     device = has_negative.device
     anchors = torch.ones(n, dtype=torch.bool, device=device)
@@ -127,7 +139,8 @@ def make_layout(has_negative: torch.Tensor, has_negative_image: torch.Tensor, n_
         own = torch.cat([mine, n + (mine[:, None] * k + torch.arange(k, device=device)).flatten()])
     else:
         own = torch.arange(n * (1 + k), device=device)
-    return Layout(n, k, text_valid, image_valid, has_negative, images, own)
+    entailed = images & anchor_true_of_negative if anchor_true_of_negative is not None else torch.zeros_like(images)
+    return Layout(n, k, text_valid, image_valid, has_negative, images, own, entailed)
 
 
 def hard_columns(layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,15 +156,16 @@ def hard_columns(layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
 
 class HardNegativeLoss(nn.Module):
     """What every loss of this package holds: its options, open_clip's data-parallel settings (``local_loss``,
-    ``gather_with_grad``, ``cache_labels``, ``rank``, ``world_size``), the extras it reads (``needs``), and whether
-    it has warned of features that are not unit vectors."""
+    ``gather_with_grad``, ``cache_labels``, ``rank``, ``world_size``), whether it masks entailed negative pictures
+    (``mask_entailed``), the extras it reads (``needs``), and whether it has warned of features that are not unit
+    vectors."""
 
     needs: frozenset[str] = frozenset()
 
     def __init__(self, options=None, local_loss: bool = False, gather_with_grad: bool = False,
-                 cache_labels: bool = True, rank: int = 0, world_size: int = 1):
+                 cache_labels: bool = True, rank: int = 0, world_size: int = 1, mask_entailed: bool = False):
         super().__init__()
-        self.options = options
+        self.options, self.mask_entailed = options, mask_entailed
         self.local_loss, self.gather_with_grad, self.cache_labels = local_loss, gather_with_grad, cache_labels
         self.rank, self.world_size = rank, world_size
         self._warned_unnormalised = False

@@ -51,6 +51,7 @@ class PeerBatch:
     own_texts: torch.Tensor
     share: int
     all_rows: bool  # this rank computes every row (not local_loss)
+    mask_entailed: bool = False  # the logits of entailed negative pictures against their anchors' captions: -inf
 
     @property
     def rows(self) -> int:
@@ -64,9 +65,11 @@ class PeerBatch:
 
 def read_batch(loss: nn.Module, image_features: torch.Tensor, text_features: torch.Tensor, logit_scale,
                concreteness: torch.Tensor, has_negative: torch.Tensor | None,
-               has_negative_image: torch.Tensor | None) -> PeerBatch:
+               has_negative_image: torch.Tensor | None,
+               anchor_true_of_negative: torch.Tensor | None = None) -> PeerBatch:
     """Check a peer loss's inputs and gather them as open_clip's ClipLoss does (``loss`` carries ``local_loss``,
-    ``gather_with_grad``, ``rank`` and ``world_size``). ``concreteness`` only gives n and K here."""
+    ``gather_with_grad``, ``rank``, ``world_size`` and ``mask_entailed``). ``concreteness`` only gives n and K
+    here."""
     name = type(loss).__name__
     if image_features.ndim != 2 or image_features.shape != text_features.shape:
         raise ValueError(f"{name}: image_features {tuple(image_features.shape)} and text_features "
@@ -85,16 +88,20 @@ def read_batch(loss: nn.Module, image_features: torch.Tensor, text_features: tor
         warn_unnormalised(loss, image_features, text_features, has_negative, has_image, name)
     all_images, all_texts = gather_rows(image_features, text_features, k, loss.local_loss, loss.gather_with_grad,
                                         loss.rank, loss.world_size)
+    entailed = per_sample(anchor_true_of_negative, n, k, "anchor_true_of_negative", torch.bool, device,
+                          fill=False) if loss.mask_entailed else None
     if loss.world_size > 1:
         has_negative, has_image = (gather_no_grad(t, loss.world_size) for t in (has_negative, has_image))
-    layout = make_layout(has_negative, has_image, n, loss.rank, loss.local_loss)
+        entailed = None if entailed is None else gather_no_grad(entailed, loss.world_size)
+    layout = make_layout(has_negative, has_image, n, loss.rank, loss.local_loss, entailed)
     if loss.local_loss:
-        return PeerBatch(layout, all_images, all_texts, image_features, text_features, loss.world_size, False)
-    return PeerBatch(layout, all_images, all_texts, all_images, all_texts, 1, True)
+        return PeerBatch(layout, all_images, all_texts, image_features, text_features, loss.world_size, False,
+                         loss.mask_entailed)
+    return PeerBatch(layout, all_images, all_texts, all_images, all_texts, 1, True, loss.mask_entailed)
 
 
 def positions(columns: torch.Tensor, rows: torch.Tensor, size: int) -> torch.Tensor:
-    """Where each global index of ``rows`` sits in the index list ``columns`` (every row must be one of them)."""
+    """Where each global index of ``rows`` sits in the index list ``columns`` (-1 where it is not one of them)."""
     where = torch.full((size,), -1, dtype=torch.long, device=columns.device)
     where[columns] = torch.arange(columns.numel(), device=columns.device)
     return where[rows]
@@ -118,24 +125,42 @@ def pair_nll(batch: PeerBatch, logit_scale, pairs: torch.Tensor,
     """For each of this rank's rows in ``pairs`` (R bool: rows that are an image and its caption): -log softmax of
     its image against the caption columns ``captions`` (R bool, holding ``pairs``) at its own caption, the same of
     its caption against the images of ``pairs``, and its own logit s <v, t>. Rows and columns that are not
-    selected are never read: a missing row's values reach neither the loss nor the gradient."""
+    selected are never read: a missing row's values reach neither the loss nor the gradient. With the batch's
+    ``mask_entailed``, an entailed negative picture's logit against its anchor's caption is -inf wherever the two
+    meet here (`mask_pairs_`)."""
     layout = batch.layout
     mine = pairs[layout.own]
+    own_rows = layout.own[mine]
     image, text = leading(batch.own_images, mine), leading(batch.own_texts, mine)
     # the own logit from the two vectors (in float32 at least) rather than picked from the matrix: picking
     # would cost the backward pass a zero-filled matrix per direction
     positive = logit_scale * (at_least_float32(image) * at_least_float32(text)).sum(dim=1)
     logits = at_least_float32(logit_scale * image @ leading(batch.texts, captions).T)
+    caption_rows = torch.nonzero(captions).squeeze(1)
+    if batch.mask_entailed:
+        pictures, anchors = layout.entailed_pairs()
+        mask_pairs_(logits, own_rows, pictures, caption_rows, anchors, batch.rows)
     i2t = torch.logsumexp(logits, dim=1) - positive
     if batch.all_rows:
         # the rows are every pair, in order: their text-to-image logits are the columns of the pairs' captions in
         # these logits, and each caption's softmax runs down its column (one matrix serves both directions)
-        columns = positions(torch.nonzero(captions).squeeze(1), layout.own[mine], batch.rows)
+        columns = positions(caption_rows, own_rows, batch.rows)
         t2i = torch.logsumexp(columns_at(logits, columns), dim=0) - positive
     else:
         logits = at_least_float32(logit_scale * text @ leading(batch.images, pairs).T)
+        if batch.mask_entailed:
+            mask_pairs_(logits, own_rows, anchors, torch.nonzero(pairs).squeeze(1), pictures, batch.rows)
         t2i = torch.logsumexp(logits, dim=1) - positive
     return i2t, t2i, positive
+
+
+def mask_pairs_(logits: torch.Tensor, row_ids: torch.Tensor, rows: torch.Tensor, column_ids: torch.Tensor,
+                columns: torch.Tensor, size: int) -> None:
+    """In place: -inf at each (``rows[p]``, ``columns[p]``) (global rows of the batch) that is an entry of
+    ``logits``, whose rows are the global rows ``row_ids`` and columns ``column_ids``."""
+    at, other = positions(row_ids, rows, size), positions(column_ids, columns, size)
+    present = (at >= 0) & (other >= 0)
+    logits.index_put_((at[present], other[present]), logits.new_tensor(float("-inf")))
 
 
 def mean_term(nll: torch.Tensor, count: int, share: int) -> torch.Tensor:
@@ -148,13 +173,14 @@ class NegCLIPLoss(HardNegativeLoss):
     directions, "negclip/i2t" and "negclip/t2i" (their mean is the loss)."""
 
     def __init__(self, options: NegCLIPOptions = NegCLIPOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size)
+                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
+                 mask_entailed: bool = False):
+        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
 
     def forward(self, image_features, text_features, logit_scale, concreteness, has_negative=None,
-                has_negative_image=None, output_dict=False, **extras):
+                has_negative_image=None, output_dict=False, anchor_true_of_negative=None, **extras):
         batch = read_batch(self, image_features, text_features, logit_scale, concreteness, has_negative,
-                           has_negative_image)
+                           has_negative_image, anchor_true_of_negative)
         layout = batch.layout
         pairs = layout.image_valid if self.options.negative_images else batch.anchors
         count = int(pairs.sum())

@@ -37,13 +37,14 @@ class TripletCLIPLoss(HardNegativeLoss):
     "tripletclip/true_pairs" (L_A) and "tripletclip/negative_pairs" (L_P), whose sum is the loss."""
 
     def __init__(self, options: TripletCLIPOptions = TripletCLIPOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size)
+                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
+                 mask_entailed: bool = False):
+        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
 
     def forward(self, image_features, text_features, logit_scale, concreteness, has_negative=None,
-                has_negative_image=None, output_dict=False, **extras):
+                has_negative_image=None, output_dict=False, anchor_true_of_negative=None, **extras):
         batch = read_batch(self, image_features, text_features, logit_scale, concreteness, has_negative,
-                           has_negative_image)
+                           has_negative_image, anchor_true_of_negative)
         captions = batch.layout.text_valid
         halves = []
         for pairs in (batch.anchors, batch.layout.image_valid & ~batch.anchors):

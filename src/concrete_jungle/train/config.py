@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
@@ -101,6 +101,7 @@ class LossConfig:
     static_margin: float = 1.0
     local_loss: bool = False
     gather_with_grad: bool = True
+    mask_entailed: bool = False  # mask a negative picture's logit against the anchor caption true of it (method.md §5)
     negclip: NegCLIPOptions = field(default_factory=NegCLIPOptions)
     tripletclip: TripletCLIPOptions = field(default_factory=TripletCLIPOptions)
     ce_clip: CEClipOptions = field(default_factory=CEClipOptions)
@@ -121,8 +122,6 @@ class LossConfig:
         """Every option that differs from its default but that the loss named, under its own settings, does not
         read: a margin parameter of another schedule or under a peer loss, another loss's section, an option its
         section's other settings switch off (`loss_options`)."""
-        from dataclasses import fields
-
         if self.name not in LOSS_NAMES:
             return []
         defaults = {f.name: f.default for f in fields(self)}
@@ -137,6 +136,9 @@ class LossConfig:
                      and getattr(self, other) != type(getattr(self, other))()]
         if self.name in PEER_LOSSES:
             problems += getattr(self, self.name).unread()
+        if self.mask_entailed and not reads_negative_images(self):
+            problems.append(f"loss.mask_entailed is not read: loss.name {self.name} reads no negative picture; "
+                            "remove it or choose a loss that reads them")
         return problems
 
 
@@ -337,7 +339,6 @@ def warmup_warning(config: TrainConfig, total: int) -> str | None:
 def non_finite(section, name: str) -> list[str]:
     """A NaN or infinite number in a config section is an error where it is read, not a failure steps later."""
     import math
-    from dataclasses import fields
 
     return [f"{name}.{f.name} must be a finite number, got {getattr(section, f.name)}" for f in fields(section)
             if isinstance(getattr(section, f.name), float) and not math.isfinite(getattr(section, f.name))]
@@ -454,7 +455,6 @@ def check_resumable(config: TrainConfig, resume: str | None) -> None:
     run's checkpoint into a new ``out``, that run's); a key one of them lacks (a field of another version) is not
     compared."""
     import json
-    from dataclasses import asdict
 
     from ..checkpoints import CheckpointError, resolve_checkpoint
     from ..identity import changes

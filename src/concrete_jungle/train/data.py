@@ -27,9 +27,11 @@ from .config import DataConfig
 
 # One batch of n anchors with K negatives each (`loss.layout`): images (n, 3, H, W), negative images (n, P, 3, H, W)
 # with P = K, or P = 0 when no negative of the set has a picture, tokens (n, L), negative tokens (n, K, L),
-# concreteness (n, K), has_negative (n, K) and has_negative_image (n, K). A missing negative's slots hold zeros that
-# no step encodes: the masks leave them out of the forward and the loss.
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+# concreteness (n, K), has_negative (n, K), has_negative_image (n, K) and anchor_true_of_negative (n, K: the record
+# says the anchor's caption is true of that negative's picture; unknown is false). A missing negative's slots hold
+# zeros that no step encodes: the masks leave them out of the forward and the loss.
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+              torch.Tensor]
 
 
 class TrainingSet(torch.utils.data.Dataset):
@@ -56,18 +58,20 @@ class TrainingSet(torch.utils.data.Dataset):
         negatives = r["negatives"] if r["has_negative"] and self.negatives else []
         slots = slots_of(r, self.k) if negatives else []  # each negative in its slot (its type's, where it has one)
         has_negative, has_image = torch.zeros(self.k, dtype=torch.bool), torch.zeros(self.k, dtype=torch.bool)
+        entailed = torch.zeros(self.k, dtype=torch.bool)
         has_negative[slots] = True
         pictures = torch.zeros(self.pictures, *image.shape)
         c = torch.zeros(self.k, dtype=torch.float32)
         for slot, negative in zip(slots, negatives):
             c[slot] = negative["concreteness"]
+            entailed[slot] = negative.get("anchor_true_of_negative") is True
             if negative["image"] is not None and self.pictures:
                 has_image[slot] = True
                 pictures[slot] = self.preprocess(negative["image"])
         tokens = self.tokenizer([r["caption"]] + [n["caption"] for n in negatives])
         neg_tokens = torch.zeros(self.k, tokens.shape[1], dtype=tokens.dtype)
         neg_tokens[slots] = tokens[1:]
-        return image, pictures, tokens[0], neg_tokens, c, has_negative, has_image
+        return image, pictures, tokens[0], neg_tokens, c, has_negative, has_image, entailed
 
     def bytes_in_memory(self) -> int:
         """What `PreloadedSet` would hold: both preprocessed images and both token rows of every item."""
@@ -84,7 +88,7 @@ class PreloadedSet:
         from tqdm import tqdm
 
         loader = torch.utils.data.DataLoader(dataset, batch_size=256, num_workers=workers)
-        columns: list[list[torch.Tensor]] = [[] for _ in range(7)]
+        columns: list[list[torch.Tensor]] = [[] for _ in range(8)]
         for batch in tqdm(loader, desc="preload", unit="batch", disable=not progress, leave=False):
             for column, tensor in zip(columns, batch):
                 column.append(tensor)
@@ -213,7 +217,7 @@ def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool
 
 def _with_negatives_of(anchors: Batch, later: Batch) -> Batch:
     """``anchors``'s anchor pairs with ``later``'s negative pairs, as ordinary pairs (`epoch_batches`)."""
-    return anchors[0], later[1], anchors[2], later[3], later[4], later[5], later[6]
+    return anchors[0], later[1], anchors[2], later[3], later[4], later[5], later[6], later[7]
 
 
 def _epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool) -> Iterator[Batch]:

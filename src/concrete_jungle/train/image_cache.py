@@ -9,8 +9,9 @@ gathers rows and normalises them where they are used, on the GPU. uint8 is a qua
 
 Layout: ``<dataset>/cache/<key>/`` holds ``images.u8`` (n x (1 + P) x 3 x H x W uint8: the anchor, then a slot per
 negative picture, P = K, or none for pairs and for sets whose negatives are captions only), ``tokens.i32``
-(n x (1 + K) x context), ``values.f32`` (n x K concreteness values), ``masks.u8`` (n x K x 2: whether each
-negative's caption and picture exist; a missing one's slots hold zeros) and ``cache.json`` (shapes, the
+(n x (1 + K) x context), ``values.f32`` (n x K concreteness values), ``masks.u8`` (n x K x 3: whether each
+negative's caption and picture exist, and whether its record says the anchor's caption is true of that picture;
+a missing one's slots hold zeros) and ``cache.json`` (shapes, the
 normalisation, the dataset's shard digests, each file's size and digest), written last; ``<key>`` is a hash of the
 transform and
 tokenizer, so one dataset keeps a cache per model family. Built in a temporary folder and renamed when complete; a
@@ -45,7 +46,7 @@ from ..locks import locked
 from ..records import atomic_write_json
 
 FILES = ("images.u8", "tokens.i32", "values.f32", "masks.u8")
-FORMAT = 2  # 2: K negatives and their masks; a cache of another format is stale and rebuilt
+FORMAT = 3  # 2: K negatives and their masks; 3: and anchor_true_of_negative. Another format is stale and rebuilt
 CHUNK = 64 * 2**20
 
 
@@ -110,10 +111,11 @@ class _Geometric(torch.utils.data.Dataset):
         r = self.records[i]
         # each negative in its slot (its type's, where it has one: `slots_of`), the empty slots as in `data.Batch`
         negatives = [{"caption": "", "image": None, "concreteness": 0.0}] * self.k
-        masks = torch.zeros(self.k, 2, dtype=torch.uint8)
+        masks = torch.zeros(self.k, 3, dtype=torch.uint8)
         for slot, negative in zip(slots_of(r, self.k), r["negatives"]):
             negatives[slot] = negative
-            masks[slot] = torch.tensor([1, negative["image"] is not None])
+            masks[slot] = torch.tensor([1, negative["image"] is not None,
+                                        negative.get("anchor_true_of_negative") is True])
         anchor = self._pixels(r["image"])
         pixels = torch.zeros(1 + self.pictures, *anchor.shape, dtype=torch.uint8)
         pixels[0] = anchor
@@ -189,7 +191,7 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
     images = np.memmap(tmp / "images.u8", dtype=np.uint8, mode="w+", shape=tuple(shape))
     tokens = np.memmap(tmp / "tokens.i32", dtype=np.int32, mode="w+", shape=(n, 1 + k, context))
     values = np.memmap(tmp / "values.f32", dtype=np.float32, mode="w+", shape=(n, k))
-    masks = np.memmap(tmp / "masks.u8", dtype=np.uint8, mode="w+", shape=(n, k, 2))
+    masks = np.memmap(tmp / "masks.u8", dtype=np.uint8, mode="w+", shape=(n, k, 3))
     loader = torch.utils.data.DataLoader(geometric_records, batch_size=batch_size, num_workers=workers)
     at = 0
     for pixels, captions, neg_captions, concreteness, mask in tqdm(loader, desc=f"cache {root.name}", unit="batch",
@@ -279,7 +281,7 @@ class CachedSet:
                                np.memmap(folder / "tokens.i32", dtype=np.int32, mode="r",
                                          shape=(n, 1 + k, meta["context"])),
                                np.memmap(folder / "values.f32", dtype=np.float32, mode="r", shape=(n, k)),
-                               np.memmap(folder / "masks.u8", dtype=np.uint8, mode="r", shape=(n, k, 2))))
+                               np.memmap(folder / "masks.u8", dtype=np.uint8, mode="r", shape=(n, k, 3))))
             metas.append(meta)
         self.k = max([1] + [m["negatives"] for m in metas])
         self.negative_pictures = any(m["images"][1] > 1 for m in metas)  # the data holds some
@@ -295,14 +297,14 @@ class CachedSet:
 
     def batch(self, indices: list[int]):
         """(images u8, negative images u8, tokens, negative tokens, concreteness, has_negative,
-        has_negative_image) of these records (`data.Batch`)."""
+        has_negative_image, anchor_true_of_negative) of these records (`data.Batch`)."""
         index = np.asarray(indices)
         part = np.searchsorted(self.offsets, index, side="right") - 1
         shape = self.parts[0][0].shape[2:]
         images = np.zeros((len(index), 1 + self.pictures, *shape), dtype=np.uint8)
         tokens = np.zeros((len(index), 1 + self.k, self.parts[0][1].shape[2]), dtype=np.int32)
         values = np.zeros((len(index), self.k), dtype=np.float32)
-        masks = np.zeros((len(index), self.k, 2), dtype=np.uint8)
+        masks = np.zeros((len(index), self.k, 3), dtype=np.uint8)
         for p, (imgs, toks, vals, msks) in enumerate(self.parts):
             rows = np.nonzero(part == p)[0]
             local = index[rows] - self.offsets[p]
@@ -313,7 +315,7 @@ class CachedSet:
         images, tokens, masks = torch.from_numpy(images), torch.from_numpy(tokens).long(), torch.from_numpy(masks)
         has_negative = masks[..., 0].bool() & self.negatives
         return (images[:, 0], images[:, 1:], tokens[:, 0], tokens[:, 1:], torch.from_numpy(values), has_negative,
-                masks[..., 1].bool() & has_negative & (self.pictures > 0))
+                masks[..., 1].bool() & has_negative & (self.pictures > 0), masks[..., 2].bool() & has_negative)
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 pictures -> the model's float input: the same operations as to-tensor and Normalize."""

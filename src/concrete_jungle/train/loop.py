@@ -425,7 +425,7 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
     the forward (`objective.TokenCLIP`) and from ``teacher``, which follows the model after the step. A non-finite
     loss takes no step and comes back with ``non_finite`` set.
     """
-    image, neg_image, text, neg_text, c, has_negative, has_negative_image = batch
+    image, neg_image, text, neg_text, c, has_negative, has_negative_image, entailed = batch
     has_negative_image = has_negative_image & has_negative
     for g in optimizer.param_groups:
         g["lr"] = lr
@@ -449,7 +449,7 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
         more = extras(needs, outputs, teacher, images, texts, image_rows, text_rows) if needs else {}
         out = loss_fn(placed(image_features.float(), image_rows), placed(text_features.float(), text_rows),
                       logit_scale.float(), c.to(device), has_negative.to(device), has_negative_image.to(device),
-                      output_dict=True, **more)
+                      output_dict=True, anchor_true_of_negative=entailed.to(device), **more)
     if not torch.isfinite(out["contrastive_loss"]):
         return out | {"non_finite": True}
     optimizer.zero_grad(set_to_none=True)

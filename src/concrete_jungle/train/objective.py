@@ -25,7 +25,7 @@ LOSS_STATE_FILE = "loss_state.safetensors"  # a loss's own running state (CE-CLI
 def make_loss(loss: LossConfig, rank: int = 0, world_size: int = 1) -> nn.Module:
     """The loss module a config names, set up for data parallelism like open_clip's ClipLoss."""
     parallel = {"local_loss": loss.local_loss, "gather_with_grad": loss.gather_with_grad, "rank": rank,
-                "world_size": world_size}
+                "world_size": world_size, "mask_entailed": loss.mask_entailed}
     if loss.name in LOSS_SCHEDULES:
         schedule = LOSS_SCHEDULES[loss.name]
         params = {"none": {}, "static": {"value": loss.static_margin}}.get(
