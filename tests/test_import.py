@@ -782,7 +782,7 @@ def test_ceclip_rewrites_sit_in_their_type_s_slot_and_its_thresholds_stay_per_ty
     clip = load_model("cj-tiny", "none")
     dataset = source_set(DataConfig(concretebatch=[str(out)], workers=0), clip)
     order = sorted(range(len(dataset)), key=lambda i: dataset.parts[0][i]["meta"]["fields"]["id"])
-    image, _, tokens, negative_tokens, c, has_negative, _ = torch.utils.data.default_collate(
+    image, _, tokens, negative_tokens, c, has_negative, _, _ = torch.utils.data.default_collate(
         [dataset[i] for i in order])
     assert has_negative.tolist() == [[True, True, False, False], [False, True, False, False]]
     adjective = clip.tokenizer([items[1]["adj_aug_caption"]])[0]
