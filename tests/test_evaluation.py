@@ -916,6 +916,8 @@ def test_eval_benchmarks_all_takes_the_data_root_s_benchmarks_and_names_the_othe
     assert f"--benchmarks all: found under {root}: sugarcrepe, sugarcrepe_pp, winoground; not found: aro (no " \
            "aro/visual_genome_relation.json or aro/visual_genome_attribution.json), aro_order (no" in out
     assert out.count(" (no ") == len(BENCHMARKS) - 3 and "vtab (no vtab/*/)" in out and "| winoground | 3 | 0 |" in out
+    assert "--benchmarks all: built from sugarcrepe from sugarcrepe/*.json; sugarcrepe_pp from sugarcrepe_pp/*.json; " \
+           "winoground from winoground/examples.jsonl" in out
     empty = tmp_path / "empty"
     empty.mkdir()
     capsys.readouterr()

@@ -61,6 +61,8 @@ def test_the_cells_are_each_model_s_own_results_and_the_intervals_those_of_eval_
     assert [b["name"] for b in table["benchmarks"]] == SUITE  # the suite: the compositional benchmarks present
     assert [m["label"] for m in table["models"]] == ["ref", "tiny-seed-1", "tiny-seed-2"]
     assert "--suite compositional: found under" in printed and "not found: aro (no aro/" in " ".join(printed.split())
+    built = " ".join(printed.split()).split("--suite compositional: built from ", 1)[1]
+    assert all(f"{name} from " in built for name in SUITE)  # each benchmark with the files it is built from
     reference = table["models"][0]["folder"]
     for model in table["models"]:
         own = {n: json.loads((out / model["folder"] / f"{n}.json").read_text()) for n in SUITE}

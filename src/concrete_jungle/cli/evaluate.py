@@ -173,6 +173,8 @@ def benchmarks_present(root: Path, console: Console, kind: str = "all", flag: st
     absent = [f"{n} (no {expected[n]})" for n, there in found.items() if not there]
     console.print(f"{flag}: found under {root}: {', '.join(names)}; not found: {', '.join(absent) or 'none'}",
                   highlight=False)
+    built = "; ".join(f"{n} from {' and '.join(found[n])}" for n in names)
+    console.print(f"{flag}: built from {built}", highlight=False)
     return names
 
 

@@ -39,13 +39,14 @@ def read_benchmark(name: str, root: Path, skip_missing: bool) -> dict:
     return getattr(import_module(f".{module_of(name)}", __name__), BENCHMARKS[name].reader)(Path(root), skip_missing)
 
 
-def present(root: Path) -> dict[str, bool]:
-    """Per benchmark (`BENCHMARKS` order): whether its data is under ``root`` (any of its ``markers``)."""
+def present(root: Path) -> dict[str, list[str]]:
+    """Per benchmark (`BENCHMARKS` order): which of its ``markers`` are under ``root`` (empty: its data is not
+    there), so that a suite says what it builds each benchmark from (aro_order from a retrieval split file alone)."""
     def found(pattern: str) -> bool:
         folder = pattern.endswith("/")
         return any(p.is_dir() if folder else p.is_file() for p in root.glob(pattern.rstrip("/")))
 
-    return {name: any(map(found, spec.markers)) for name, spec in BENCHMARKS.items()}
+    return {name: [m for m in spec.markers if found(m)] for name, spec in BENCHMARKS.items()}
 
 
 def evaluate_one(name: str, encoder, data) -> dict:
