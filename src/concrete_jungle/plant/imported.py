@@ -16,7 +16,6 @@ makes no record (no input row, or every one rejected) is an error counting the r
 
 from __future__ import annotations
 
-import functools
 import re
 import sys
 import time
@@ -32,6 +31,7 @@ from ..locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, file_digest
 from ..sources.peers import (FORMATS, NAMES_IMAGE_FILES, SLOT_TYPES, PeerOptions, image_root, input_files,
                              read_records)
+from .captioners.validation import CLIP_CONTEXT, clip_tokenizer
 from .stages import load_image, package_versions, reason_kind, summarize_manifest
 
 ENTRY = re.compile(r"shard-\d{6,}\.tar|manifests|manifest\.jsonl|rejects\.jsonl|summary\.(json|md)|config\.yaml|cache")
@@ -248,7 +248,7 @@ class Importer:
             why = negative.error
             picture = None
             if why is None and same_in_clip_context(record.caption, negative.caption):
-                why = (f"the negative reads as the caption in CLIP's first {CONTEXT} tokens (its change lies past "
+                why = (f"the negative reads as the caption in CLIP's first {CLIP_CONTEXT} tokens (its change lies past "
                        "them): CLIP cannot tell the two apart")
             if why is None and negative.image:
                 image, picture, why = load_image(self.root, negative.image)
@@ -268,27 +268,19 @@ class Importer:
 
 
 UNREADABLE_FIRST = 1000  # an input whose first this many records are all unreadable is not of its format
-CONTEXT = 77  # the tokens CLIP's text tower reads (open_clip's context length for the paper's models)
-
-
-@functools.cache
-def _clip_tokenizer():
-    from open_clip.tokenizer import SimpleTokenizer
-
-    return SimpleTokenizer(context_length=CONTEXT)
 
 
 def same_in_clip_context(caption: str, negative: str) -> bool:
-    """Whether CLIP reads ``negative`` as ``caption``: their first `CONTEXT` tokens (start and end of text
+    """Whether CLIP reads ``negative`` as ``caption``: their first `CLIP_CONTEXT` tokens (start and end of text
     included, as open_clip cuts them) are equal while the texts are not. A text of fewer UTF-8 bytes than the
     context has fewer tokens than that (a token is at least one byte), so the tokenizer is loaded only for long
     texts."""
-    if caption == negative or max(len(caption.encode("utf-8")), len(negative.encode("utf-8"))) <= CONTEXT - 2:
+    if caption == negative or max(len(caption.encode("utf-8")), len(negative.encode("utf-8"))) <= CLIP_CONTEXT - 2:
         return False
-    tokenizer = _clip_tokenizer()
+    tokenizer = clip_tokenizer()
 
     def context(text: str) -> list[int]:
-        tokens = tokenizer.encode(text)[:CONTEXT - 2]
+        tokens = tokenizer.encode(text)[:CLIP_CONTEXT - 2]
         return [tokenizer.sot_token_id, *tokens, tokenizer.eot_token_id]
 
     return context(caption) == context(negative)

@@ -67,14 +67,14 @@ def replaced_span(caption: str, start: int, end: int, category: str) -> tuple[in
 
 
 @functools.lru_cache(maxsize=1)
-def _clip_tokenizer():
+def clip_tokenizer():
     from open_clip.tokenizer import SimpleTokenizer
 
     return SimpleTokenizer()
 
 
 def clip_token_count(text: str) -> int:
-    return len(_clip_tokenizer().encode(text)) + 2
+    return len(clip_tokenizer().encode(text)) + 2
 
 
 def check_rewrite(caption: str, keyword_span: tuple[int, int], category: str, new: str) -> str | None:
