@@ -54,14 +54,15 @@ def claim(out: str | Path, names: list[str], command: str, overwrite: bool = Fal
     then record them as this command's; the folder."""
     out = output_folder(out)
     manifest = read_manifest(out)
+    mine = {name: ours(out / name, manifest.get(name), command) for name in names}  # each file hashed once
     for name in names:
         path = out / name
-        if path.exists() and not overwrite and not ours(path, manifest.get(name), command):
+        if path.exists() and not overwrite and not mine[name]:
             why = "was edited after" if (manifest.get(name) or {}).get("command") == command else "was not written by"
             raise OutputError(f"{path} {why} `concrete-jungle {command}`, which would replace it: pass --overwrite "
                               "to replace it, or choose another --out")
     for name in names:
-        if not ours(out / name, manifest.get(name), command) or overwrite:
+        if not mine[name] or overwrite:
             manifest[name] = {"command": command, "sha256": None}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / MANIFEST, manifest)
