@@ -10,7 +10,6 @@ attribute, object, relation).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 STATES = ("true", "false", "unknown")
 
@@ -22,13 +21,14 @@ def state(value) -> str:
 def negative_entries(meta: dict) -> list[tuple[str, str, str | None]]:
     """(edit kind, state, decider) of each negative of a record's metadata; a record without ``negatives`` holds
     one negative, undecided."""
+    from ..concretebatch import anchor_truth
+
     entries = meta.get("negatives") or [{}]
     out = []
-    for entry in entries:
+    for k, entry in enumerate(entries):
         kind = entry.get("kind") or meta.get("edit") or meta.get("category") or "none"
-        how = entry.get("entailment")
-        out.append((str(kind), state(entry.get("anchor_true_of_negative")),
-                    None if how is None else json.dumps(how, sort_keys=True)))
+        value, how = anchor_truth(entry, meta.get("id"), k)  # a damaged value is an error, not counted
+        out.append((str(kind), state(value), None if how is None else json.dumps(how, sort_keys=True)))
     return out
 
 
@@ -53,13 +53,6 @@ def entailed_shares(metas: list[dict]) -> dict:
                 deciders[how] = deciders.get(how, 0) + 1
     return {"all": counts_row(total), "by_kind": {k: counts_row(v) for k, v in sorted(kinds.items())},
             "deciders": dict(sorted(deciders.items()))}
-
-
-def dataset_metas(root: str | Path, partial: bool = False) -> list[dict]:
-    """Every record's metadata (its json member) of a ConcreteBatch, read without decoding a picture."""
-    from ..concretebatch import index_shards, read_member, shard_urls
-
-    return [json.loads(read_member(r["json"])) for r in index_shards(shard_urls(root, partial))]
 
 
 def entailed_markdown(shares: dict[str, dict]) -> str:
