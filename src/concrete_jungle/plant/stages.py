@@ -320,7 +320,8 @@ class Plant:
         name = "" if c.num_shards == 1 else f"-{c.part}"
         tally = ManifestTally()
         # a gate passes a pair without its score (an image score of a text-only negative): counted, not hidden
-        scored, undecided = 0, {str(g): 0 for g in c.parsed_gates}
+        gates = c.parsed_gates  # parsed once, not for every row
+        scored, undecided = 0, {str(g): 0 for g in gates}
         with AtomicJsonl(self.out / f"manifest{name}.jsonl") as manifest, \
                 AtomicJsonl(self.out / f"rejects{name}.jsonl") as rejects:
             for row in self.manifest_rows(shard_of):
@@ -330,7 +331,7 @@ class Plant:
                 tally.add(row)
                 if "scores" in row:
                     scored += 1
-                    for g in c.parsed_gates:
+                    for g in gates:
                         undecided[str(g)] += row["scores"].get(g.score) is None
         for gate, n in undecided.items():
             if scored and n == scored:
