@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import open_clip
 import torch
+import torch.nn.functional as F
 from PIL import Image
 
 from concrete_jungle.models import ClipModel
@@ -274,3 +275,25 @@ def varied_picture(path, seed: int) -> None:
         np.save(path, pixels[:, :, ::-1])  # stored BGR, as EqBen stores its YouCook2 frames
     else:
         Image.fromarray(pixels).save(path)
+
+
+# ----------------------------------------------------------------------------------------- official transcriptions
+
+
+@torch.no_grad()
+def image_feature(clip: ClipModel, picture: Image.Image) -> torch.Tensor:
+    """One picture's normalised feature, encoded alone, for a test's own transcription of an official rule."""
+    return F.normalize(clip.model.encode_image(clip.preprocess(picture)[None]), dim=-1)[0]
+
+
+@torch.no_grad()
+def text_feature(clip: ClipModel, text: str) -> torch.Tensor:
+    # each caption alone: in a batch the rows of two equal captions can round apart on some CPUs
+    return F.normalize(clip.model.encode_text(clip.tokenizer([text])), dim=-1)[0]
+
+
+def as_opened(path) -> Image.Image:
+    """The file as opened (the official scripts that hand it to the transform, which converts it to RGB)."""
+    with Image.open(path) as im:
+        im.load()
+        return im

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from benchmark_fixtures import VARIED_CAPTIONS as CAPTIONS
-from benchmark_fixtures import noise_image
+from benchmark_fixtures import as_opened, image_feature, noise_image, text_feature
 from benchmark_fixtures import varied_picture as picture
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import colorswap, eqben, mmvp_vlm
@@ -25,24 +25,6 @@ from concrete_jungle.models import load_model
 @pytest.fixture(scope="module")
 def clip():
     return load_model("cj-tiny", "none", seed=0)
-
-
-@torch.no_grad()
-def image_feature(clip, picture: Image.Image) -> torch.Tensor:
-    return F.normalize(clip.model.encode_image(clip.preprocess(picture)[None]), dim=-1)[0]
-
-
-@torch.no_grad()
-def text_feature(clip, text: str) -> torch.Tensor:
-    # each caption alone: in a batch the rows of two equal captions can round apart on some CPUs
-    return F.normalize(clip.model.encode_text(clip.tokenizer([text])), dim=-1)[0]
-
-
-def as_opened(path) -> Image.Image:
-    """The file as opened (MMVP's and Winoground's scripts hand it to the transform, which converts it to RGB)."""
-    with Image.open(path) as im:
-        im.load()
-        return im
 
 
 def caption_pair(n: int) -> tuple[str, str]:

@@ -79,6 +79,19 @@ BENCHMARKS: dict[str, Benchmark] = {
     "svo_probes": Benchmark(COMPOSITIONAL, ("SVO-Probes",), ("svo_probes/svo_probes.csv",),
                             "svo_probes/svo_probes.csv + svo_probes/images/<image id>.jpg",
                             rule=2),  # 2: the official notebook's kinds and de-duplication
+    "negbench": Benchmark(COMPOSITIONAL, ("coco_mcq", "voc2007_mcq"),
+                          ("negbench/*_mcq_llama3.1_rephrased.csv", "negbench/images/*_mcq_llama3.1_rephrased.csv"),
+                          "negbench/images/{COCO_val,VOC2007}_mcq_llama3.1_rephrased.csv (gdown --folder of the "
+                          "release's Google Drive folder into negbench/) + coco/val2017/, "
+                          "voc2007/VOCdevkit/VOC2007/JPEGImages/ (each picture by its file name)"),
+    "negbench_retrieval": Benchmark(COMPOSITIONAL, ("coco_negated/image_retrieval_recall@1",),
+                                    ("negbench/COCO_val_*retrieval*.csv", "negbench/images/COCO_val_*retrieval*.csv"),
+                                    "negbench/images/COCO_val{,_negated}_retrieval*.csv (the same download) + "
+                                    "coco/val2017/", module="negbench", reader="load_retrieval_root"),
+    "cola": Benchmark(COMPOSITIONAL, ("multi_object",), ("cola/data/COLA_multiobjects_matching_benchmark.json",
+                                                         "cola/COLA_multiobjects_matching_benchmark.json"),
+                      "cola/data/COLA_multiobjects_matching_benchmark.json (git clone of the COLA repository into "
+                      "cola/) + cola/images/<id>.jpg (its links downloaded)"),
     "hard_positives": Benchmark(COMPOSITIONAL, ("augmented",), ("hard_positives/data/*.json",),
                                 "hard_positives/{data,swapped_data}/*.json (the release) + its data/VG_100K{,_2}/ "
                                 "and data/images/ (ARO's VG images)"),
