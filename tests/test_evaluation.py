@@ -972,6 +972,7 @@ def every_benchmark_writer() -> dict:
     from test_hard_positives import write_release
     from test_image_choice_benchmarks import write_bivlc, write_naturalbench, write_vismin
     from test_list_benchmarks import write_crepe, write_imagecode, write_spec, write_svo, write_vl_checklist
+    from test_negation_and_binding_benchmarks import write_cola, write_negbench
     from test_pair_benchmarks import write_colorswap, write_eqben, write_eqben_full, write_mmvp
 
     return WRITERS | {
@@ -983,7 +984,8 @@ def every_benchmark_writer() -> dict:
         "eqben": write_eqben, "eqben_full": write_eqben_full, "colorswap": write_colorswap,
         "imagecode": write_imagecode, "crepe": write_crepe,
         "vl_checklist": write_vl_checklist, "spec": write_spec, "svo_probes": write_svo,
-        "hard_positives": write_release, "coco_retrieval": write_coco_karpathy, "zeroshot": write_nested_zeroshot,
+        "hard_positives": write_release, "negbench": write_negbench, "negbench_retrieval": write_negbench,
+        "cola": write_cola, "coco_retrieval": write_coco_karpathy, "zeroshot": write_nested_zeroshot,
         "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train", "test"))}
 
 
