@@ -142,3 +142,35 @@ def test_a_broken_picture_in_a_concretebatch_of_other_tools_stops_naming_the_rec
     err = " ".join(capsys.readouterr().err.split())
     assert "unreadable image:" in err and str(shard) in err and "the dataset is damaged" in err, err
     assert "Traceback" not in err
+
+
+def test_a_npy_frame_reads_as_eqben_s_loader_reads_it_without_numpy_and_crafted_ones_are_refused(tmp_path):
+    """EqBen's YouCook2 frames (.npy, BGR): the same picture as ``Image.fromarray(np.load(p)[:, :, [2, 1, 0]])``,
+    decoded from the header and the raw bytes; an object array (a pickle), Fortran order, a cut file, another
+    shape or a header claiming a bomb are refused naming the file, and no pickle is run."""
+    import numpy as np
+    from PIL import Image
+
+    from concrete_jungle.images import ImageRejected, npy_frame
+
+    bgr = np.random.default_rng(0).integers(0, 255, (7, 5, 3), dtype=np.uint8)
+    np.save(tmp_path / "frame.npy", bgr)
+    official = Image.fromarray(np.load(tmp_path / "frame.npy")[:, :, [2, 1, 0]], "RGB")
+    assert np.array_equal(np.asarray(npy_frame(tmp_path / "frame.npy")), np.asarray(official))
+    marker = tmp_path / "ran"
+    crafted = {"pickle.npy": lambda p: np.save(p, np.array([{"a": 1}], dtype=object), allow_pickle=True),
+               "fortran.npy": lambda p: np.save(p, np.asfortranarray(bgr)),
+               "grey.npy": lambda p: np.save(p, bgr[:, :, 0]),
+               "float.npy": lambda p: np.save(p, bgr.astype(np.float32)),
+               "cut.npy": lambda p: p.write_bytes((tmp_path / "frame.npy").read_bytes()[:-10]),
+               "bomb.npy": lambda p: p.write_bytes(b"\x93NUMPY\x01\x00" + (lambda h: len(h).to_bytes(2, "little")
+                                                   + h)(b"{'descr': '|u1', 'fortran_order': False, "
+                                                        b"'shape': (100000, 100000, 3), }\n")),
+               "not.npy": lambda p: p.write_bytes(b"GIF89a" + bytes(40)),
+               "os.npy": lambda p: p.write_bytes(b"\x93NUMPY\x01\x00" + (lambda h: len(h).to_bytes(2, "little")
+                                                 + h)(f"__import__('os').system('touch {marker}')".encode()))}
+    for name, make in crafted.items():
+        make(tmp_path / name)
+        with pytest.raises(ImageRejected, match=f"{name}"):
+            npy_frame(tmp_path / name)
+    assert not marker.exists()

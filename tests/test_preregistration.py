@@ -128,3 +128,30 @@ def test_each_study_s_design_section_is_on_its_page(name):
     page, heading = importlib.import_module(f"concrete_jungle.experiments.{name}").DESIGN_SECTION
     found = section((DOCS.parent / page).read_text(), heading)
     assert found is not None and found.startswith(heading) and "\n## " not in found[len(heading):]
+
+
+def test_study3_s_page_states_the_budget_and_the_planning_figure_its_design_gives():
+    """docs/studies/study3.md's budget and resolvable difference, each computed from study3/design.json and gate 2's
+    step times (0.23 s a pretraining or masked step, 0.46 s a step with negatives) and pilot sd (0.74)."""
+    import json
+    import math
+    import statistics
+    from pathlib import Path
+
+    studies = Path(__file__).resolve().parents[1] / "docs" / "studies"
+    design = json.loads((studies / "study3" / "design.json").read_text())
+    text = " ".join((studies / "study3.md").read_text().split())
+    seeds, steps = len(design["seeds"]), design["finetune"]["steps"]
+    with_negatives = 3 * len(design["finetune"]["losses"])  # D_hc, D_lc, D_wo x each loss; the control besides
+    assert with_negatives == 9 and f"nine rows with negatives x {seeds} seeds x {steps} steps x 0.46 s = " \
+        f"{with_negatives * seeds * steps * 0.46:,.0f} s" in text
+    pretrain = design["model"]["pretrain_steps"] * 0.23
+    control = seeds * steps * 0.23
+    total = pretrain + with_negatives * seeds * steps * 0.46 + control + 1400
+    assert f"about **{round(total, -2):,.0f} CPU seconds, {total / 3600:.1f} hours**" in text
+    assert total / 60 <= design["budget"]["cpu"]["minutes"]
+    se = 0.74 / math.sqrt(seeds)
+    z = statistics.NormalDist().inv_cdf(1 - design["decision"]["alpha"] / len(design["primary"]) / 2)
+    power = statistics.NormalDist().inv_cdf(0.8)
+    assert f"({z:.2f} + {power:.2f}) x {se:.2f} = **{(z + power) * se:.1f} points**" in text
+    assert design["world"]["seed"] not in (1, 2, 3, 4) and "**Status: not run.**" in text

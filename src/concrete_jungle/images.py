@@ -10,6 +10,7 @@ whose message is the reason, for the caller to skip and count, or to report.
 
 from __future__ import annotations
 
+import ast
 import io
 import os
 import stat
@@ -57,7 +58,11 @@ def _open(source, where: str) -> Image.Image:
 
 def check_header(image: Image.Image, where: str) -> None:
     """The pixel count (a decompression bomb) and the aspect ratio, read from the header."""
-    width, height = image.size
+    check_size(*image.size, where)
+
+
+def check_size(width: int, height: int, where: str) -> None:
+    """`check_header` of a picture of ``width`` x ``height`` pixels."""
     if width * height > MAX_PIXELS:
         raise ImageRejected(f"image too large: {where} is {width} x {height} pixels (at most {MAX_PIXELS:,}; a "
                             "decompression bomb?)")
@@ -128,3 +133,60 @@ def header_problem(path: str | Path) -> str | None:
     except ImageRejected as e:
         return str(e)
     return None
+
+
+NPY_MAGIC = b"\x93NUMPY"
+NPY_MAX_HEADER = 10_000  # NumPy's own limit on the header a reader accepts
+
+
+class NpyHeaderError(ValueError):
+    """A ``.npy`` file's header that is not one; the message says what, after the file's name and a colon."""
+
+
+def npy_header(f) -> dict:
+    """The header of a ``.npy`` file (format versions 1 to 3: descr, fortran_order, shape) read from the open file
+    ``f``, left just after it; parsed here as a Python literal, so no byte of the file reaches NumPy."""
+    magic = f.read(8)
+    if magic[:6] != NPY_MAGIC or magic[6:7] not in (b"\x01", b"\x02", b"\x03") or magic[7:8] != b"\x00":
+        raise NpyHeaderError(f"not a .npy file (its first bytes are {magic!r})")
+    width = 2 if magic[6] == 1 else 4
+    size_bytes = f.read(width)
+    size = int.from_bytes(size_bytes, "little")
+    if len(size_bytes) != width or size > NPY_MAX_HEADER:
+        raise NpyHeaderError(f"its .npy header is cut or over {NPY_MAX_HEADER} bytes")
+    raw = f.read(size)
+    try:
+        header = ast.literal_eval(raw.decode("utf-8" if magic[6] == 3 else "latin-1"))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, UnicodeDecodeError):
+        raise NpyHeaderError(f"its .npy header is not a Python literal ({raw[:80]!r})") from None
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise NpyHeaderError(f"its .npy header {str(header)[:80]} is not a dict of descr, fortran_order and shape")
+    return header
+
+
+def npy_frame(path: str | Path) -> Image.Image:
+    """A video frame released as a ``.npy`` array (height x width x 3, uint8, C order, channels in BGR order:
+    EqBen's YouCook2 frames), as EqBen's official loader reads it (``Image.fromarray(np.load(path)[:, :, [2, 1, 0]],
+    "RGB")``), decoded here from the header and the raw bytes: no byte of the file reaches NumPy; an
+    `ImageRejected` naming the file when it holds no such array."""
+    check_file(path)
+    with open(path, "rb") as f:
+        try:
+            header = npy_header(f)
+        except NpyHeaderError as e:
+            raise ImageRejected(f"unreadable frame: {path}: {e}") from None
+        shape = header["shape"]
+        if (header["descr"] not in ("|u1", "<u1", ">u1") or header["fortran_order"] is not False
+                or not isinstance(shape, tuple) or len(shape) != 3 or shape[2] != 3
+                or not all(type(n) is int and n > 0 for n in shape[:2])):
+            raise ImageRejected(f"unreadable frame: {path} holds {header['descr']} {shape}"
+                                f"{' in Fortran order' if header['fortran_order'] is True else ''}, not a height x "
+                                "width x 3 uint8 array in C order (BGR)")
+        height, width = shape[:2]
+        check_size(width, height, str(path))  # before the pixels are read
+        data = f.read(height * width * 3 + 1)
+    if len(data) != height * width * 3:
+        raise ImageRejected(f"unreadable frame: {path} holds {len(data)} bytes of pixels, its header says "
+                            f"{height * width * 3} ({height} x {width} x 3): the file is cut or damaged")
+    blue, green, red = Image.frombytes("RGB", (width, height), data).split()
+    return Image.merge("RGB", (red, green, blue))

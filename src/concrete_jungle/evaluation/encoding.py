@@ -131,38 +131,14 @@ def rgb_picture(path: Path):
     `images.open_image` (a regular file, a sane size from the header)."""
     from PIL import Image
 
-    from ..images import check_file, check_header
+    from ..images import check_file, check_header, npy_frame
 
     if Path(path).suffix == ".npy":
-        return frame_picture(path)
+        return npy_frame(path)
     check_file(path)
     with Image.open(path) as image:
         check_header(image, str(path))
         return image.convert("RGB")
-
-
-def frame_picture(path: Path):
-    """A video frame released as a numpy array (``.npy``, height x width x 3, uint8, channels in BGR order: EqBen's
-    YouCook2 frames), read as EqBen's official loader reads it, ``Image.fromarray(np.load(path)[:, :, [2, 1, 0]],
-    "RGB")``; an `images.ImageRejected` when the file holds no such array."""
-    import numpy as np
-    from PIL import Image
-
-    from ..images import ImageRejected, check_file, check_header
-
-    check_file(path)
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise ImageRejected(f"unreadable frame: {path} ({type(e).__name__}; a .npy frame is one numpy array)") \
-            from None
-    if not isinstance(array, np.ndarray) or array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
-        shape = getattr(array, "shape", None)
-        raise ImageRejected(f"unreadable frame: {path} holds {getattr(array, 'dtype', '?')} {shape}, not a height "
-                            "x width x 3 uint8 array (BGR)")
-    picture = Image.fromarray(np.ascontiguousarray(array[:, :, [2, 1, 0]]))
-    check_header(picture, str(path))
-    return picture
 
 
 class _Images(torch.utils.data.Dataset):

@@ -31,11 +31,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from ..images import npy_frame
 from ..records import file_digest
 from ..stats import reported
 from . import two_by_two
 from .checks import items_of, release_folder, text_of
-from .encoding import BenchmarkDataError, CheckedImages, Crop, Encoder, check_images, frame_picture, image_path, \
+from .encoding import BenchmarkDataError, CheckedImages, Crop, Encoder, check_images, image_path, \
     load_json_file
 from .two_by_two import Pair
 from .validity import MICRO, averages
@@ -135,7 +136,7 @@ def _checked(paths: list[Path], skip_missing: bool) -> CheckedImages:
     problems, sha256 = check_images([p for p in paths if p.suffix != ".npy"], LAYOUT, skip_missing)
     for path in dict.fromkeys(p for p in paths if p.suffix == ".npy"):
         try:
-            frame_picture(path).close()
+            npy_frame(path).close()
             sha256[path] = hashlib.sha256(path.read_bytes()).hexdigest()
         except ImageRejected as e:
             problems[path] = "missing" if not path.exists() else str(e)

@@ -26,13 +26,12 @@ it as skipped and go on.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from . import stores
 from . import coco, csv_table, hf, jsonl, karpathy, parquet, sugarcrepe, webdataset
-from .base import (CaptionSample, ReadOptions, SourceError, SourceFile, UnsafePathError, anchor_caption,
+from .base import (CaptionSample, ReadOptions, SourceError, SourceFile, UnsafePathError, anchor_caption, expand_named,
                    join_under)
 
 __all__ = ["FORMATS", "CaptionSample", "SourceError", "UnsafePathError", "anchor_caption", "expand_paths",
@@ -83,25 +82,16 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
     """The distinct input files of ``paths`` in the order first named: files named directly (brace notation
     expanded), plus every input inside a named directory (sorted); a saved Hugging Face dataset is its folder. A file
     named twice (a folder and a shard in it, one file by two paths) is read once."""
-    from braceexpand import braceexpand
-
-    out: list[Path] = []
-    seen: set[str] = set()
-    for p in (Path(q) for given in paths for q in braceexpand(str(given))):
+    def found_at(p: Path) -> list[Path]:
         if stores.is_saved_dataset(p):
-            found = [p]
-        elif p.is_dir():
-            found = _folder_inputs(p)
-        elif p.exists():
-            found = [p]
-        else:
-            raise SourceError(f"captions file not found: {p}")
-        for q in found:
-            real = os.path.realpath(q)
-            if real not in seen:
-                seen.add(real)
-                out.append(q)
-    return out
+            return [p]
+        if p.is_dir():
+            return _folder_inputs(p)
+        if p.exists():
+            return [p]
+        raise SourceError(f"captions file not found: {p}")
+
+    return expand_named(paths, found_at)
 
 
 def _folder_inputs(folder: Path) -> list[Path]:

@@ -14,6 +14,22 @@ class SourceError(ValueError):
     """A caption file that cannot be read as a whole."""
 
 
+def expand_named(paths, found_at) -> list[Path]:
+    """The files ``found_at(path)`` gives for each of ``paths`` (brace notation expanded), in the order named; a file
+    named twice (a folder and a file in it, one file by two paths) is given once, where first named."""
+    from braceexpand import braceexpand
+
+    out: list[Path] = []
+    seen: set[str] = set()
+    for p in (Path(q) for given in paths for q in braceexpand(str(given))):
+        for q in found_at(p):
+            real = os.path.realpath(q)
+            if real not in seen:
+                seen.add(real)
+                out.append(q)
+    return out
+
+
 class UnsafePathError(ValueError):
     """A file name from a data file that would read outside the folder it must be in."""
 

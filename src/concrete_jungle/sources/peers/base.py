@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..base import SourceError
+from ..base import SourceError, expand_named
 
 
 @dataclass
@@ -59,26 +59,17 @@ def relative_name(path: str) -> str:
 def expand_inputs(paths: list[str | Path], suffixes: tuple[str, ...], what: str) -> list[Path]:
     """The files of ``paths`` in the order named (brace notation expanded; a folder gives its files with one of
     ``suffixes``, sorted); a file named twice is read once."""
-    import os
-
-    from braceexpand import braceexpand
-
-    out, seen = [], set()
-    for p in (Path(q) for given in paths for q in braceexpand(str(given))):
+    def found_at(p: Path) -> list[Path]:
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if q.suffix.lower() in suffixes and q.is_file())
             if not found:
                 raise SourceError(f"{p} holds no {what} file ({', '.join(suffixes)})")
-        elif p.is_file():
-            found = [p]
-        else:
-            raise SourceError(f"{what} file not found: {p}")
-        for q in found:
-            real = os.path.realpath(q)
-            if real not in seen:
-                seen.add(real)
-                out.append(q)
-    return out
+            return found
+        if p.is_file():
+            return [p]
+        raise SourceError(f"{what} file not found: {p}")
+
+    return expand_named(paths, found_at)
 
 
 def json_items(path: Path, not_json: str, not_a_list: str):

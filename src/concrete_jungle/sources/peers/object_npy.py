@@ -12,17 +12,15 @@ numbers; anything else is a `SourceError` naming the file.
 
 from __future__ import annotations
 
-import ast
 import io
 import math
 import pickle
 import struct
 from pathlib import Path
 
+from ...images import NpyHeaderError, npy_header
 from ..base import SourceError
 
-MAGIC = b"\x93NUMPY"
-MAX_HEADER = 10_000  # NumPy's own limit on the header a reader accepts
 MAX_DIMS = 32  # NumPy's limit on an array's dimensions
 MAX_DEPTH = 100  # nesting of lists and dicts inside one item
 OBJECT = "O8"
@@ -125,24 +123,11 @@ def check_shape(shape) -> None:
 
 
 def read_header(f, path: Path) -> tuple:
-    """The array's shape from the header of a ``.npy`` of Python objects (format versions 1 to 3)."""
-    magic = f.read(8)
-    if magic[:6] != MAGIC or magic[6:7] not in (b"\x01", b"\x02", b"\x03") or magic[7:8] != b"\x00":
-        raise SourceError(f"{path} is not a .npy file (its first bytes are {magic!r}); CE-CLIP's records are "
-                          "processed_dataset*.npy files or JSON")
-    major = magic[6]
-    size_bytes = f.read(2 if major == 1 else 4)
-    size = int.from_bytes(size_bytes, "little")
-    if len(size_bytes) != (2 if major == 1 else 4) or size > MAX_HEADER:
-        raise SourceError(f"{path}: its .npy header is cut or over {MAX_HEADER} bytes")
-    raw = f.read(size)
+    """The array's shape from the header of a ``.npy`` of Python objects (`images.npy_header`)."""
     try:
-        header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin-1"))
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, UnicodeDecodeError):
-        raise SourceError(f"{path}: its .npy header is not a Python literal ({raw[:80]!r})") from None
-    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
-        raise SourceError(f"{path}: its .npy header {_short(header)} is not a dict of descr, fortran_order and "
-                          "shape")
+        header = npy_header(f)
+    except NpyHeaderError as e:
+        raise SourceError(f"{path}: {e}; CE-CLIP's records are processed_dataset*.npy files or JSON") from None
     if header["descr"] != "|O":
         raise SourceError(f"{path} holds a {header['descr']!r} array, not CE-CLIP's records (Python objects)")
     if type(header["fortran_order"]) is not bool:
