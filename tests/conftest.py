@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,37 @@ def require_system_dependency(available: bool, what: str, install: str) -> None:
     if os.environ.get("CJ_REQUIRE_SYSTEM_DEPS") == "1":
         pytest.fail(message + "; CI requires it")
     pytest.skip(message)
+
+
+# searched on PATH, or on CJ_SYSTEM_PATH where set: .ci/run points it at an empty folder to run the tests as on a
+# machine without Chromium
+SYSTEM_PATH = os.environ.get("CJ_SYSTEM_PATH")
+CHROMIUM = shutil.which("chromium", path=SYSTEM_PATH) or shutil.which("chromium-browser", path=SYSTEM_PATH)
+CHROMEDRIVER = shutil.which("chromedriver", path=SYSTEM_PATH)
+ARTIFACTS = Path(os.environ.get("CJ_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless Chromium driven by selenium (skipped, or under CI failed, without Chromium and chromedriver),
+    logging every network request it makes (``driver.get_log("performance")``). One for a module: requested before
+    a module's other fixtures, a missing Chromium skips the test before they are built."""
+    require_system_dependency(bool(CHROMIUM and CHROMEDRIVER), "Chromium and chromedriver",
+                              "apt-get install chromium chromium-driver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                "--allow-file-access-from-files"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 # training flags for the tiny random-init model, fast on a CPU

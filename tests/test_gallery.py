@@ -2,27 +2,18 @@
 headless Chromium."""
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require_system_dependency
+from conftest import ARTIFACTS
 from PIL import Image
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import SHARD_PATTERN, ShardWriter, encode_jpeg
 from concrete_jungle.analysis.gallery import word_diff
 from test_plant import make_dataset
-
-# searched on PATH, or on CJ_SYSTEM_PATH where set: .ci/run points it at an empty folder to run the tests as on a
-# machine without Chromium
-SYSTEM_PATH = os.environ.get("CJ_SYSTEM_PATH")
-CHROMIUM = shutil.which("chromium", path=SYSTEM_PATH) or shutil.which("chromium-browser", path=SYSTEM_PATH)
-CHROMEDRIVER = shutil.which("chromedriver", path=SYSTEM_PATH)
-ARTIFACTS = Path(os.environ.get("CJ_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
 
 RECORDS = [  # (id, caption, negative, keyword, category, concreteness)
     ("a1", "A red car parked on the street", "A blue car parked on the street", "red", "attribute", 4.24),
@@ -134,48 +125,35 @@ def test_gallery_files_and_escaping(tmp_path):
 
 
 @pytest.mark.system_packages
-def test_gallery_in_headless_chromium(tmp_path):
-    require_system_dependency(bool(CHROMIUM and CHROMEDRIVER), "Chromium and chromedriver",
-                              "apt-get install chromium chromium-driver")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+def test_gallery_in_headless_chromium(tmp_path, chromium):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
     # in D_lc the anchor a1's keyword is a relation (in D_hc an attribute): filtering by category must find it
     hc, lc = make_concretebatch(tmp_path, "D_hc"), make_concretebatch(tmp_path, "D_lc", {"a1": "relation"})
     assert main(["gallery", str(hc), str(lc), "--out", str(tmp_path / "g")]) == 0
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
-                "--allow-file-access-from-files"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        driver.get((tmp_path / "g" / "index.html").as_uri())
-        visible = lambda: [r for r in driver.find_elements(By.CSS_SELECTOR, ".row") if r.is_displayed()]  # noqa: E731
-        assert len(visible()) == 5
-        assert Select(driver.find_element(By.ID, "sort")).first_selected_option.text == "concreteness ↓"
-        assert len(driver.find_elements(By.CSS_SELECTOR, ".card")) == 10  # two datasets side by side
-        assert driver.find_elements(By.CSS_SELECTOR, "mark.ins") and driver.find_elements(By.CSS_SELECTOR, "mark.del")
-        assert all(img.get_property("naturalWidth") > 0 for img in driver.find_elements(By.TAG_NAME, "img"))
-        # the <script> caption is text on the page and never ran
-        assert "<script>window.pwned = 1</script>" in driver.find_element(By.TAG_NAME, "main").text
-        assert driver.execute_script("return window.pwned === undefined")
-        Select(driver.find_element(By.ID, "category")).select_by_value("relation")
-        assert len(visible()) == 3 and driver.find_element(By.ID, "shown").text == "3"
-        row = next(r for r in visible() if r.find_element(By.TAG_NAME, "h2").text == "a1")
-        hc_card, lc_card = row.find_elements(By.CSS_SELECTOR, ".card")
-        assert "dim" in hc_card.get_attribute("class") and "dim" not in lc_card.get_attribute("class")
-        Select(driver.find_element(By.ID, "category")).select_by_value("")
-        driver.find_element(By.ID, "search").send_keys("horse")
-        assert len(visible()) == 1
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        driver.find_element(By.ID, "search").clear()
-        driver.find_element(By.ID, "search").send_keys(" ")
-        assert driver.save_screenshot(str(ARTIFACTS / "gallery.png"))
-    finally:
-        driver.quit()
+    chromium.get((tmp_path / "g" / "index.html").as_uri())
+    visible = lambda: [r for r in chromium.find_elements(By.CSS_SELECTOR, ".row") if r.is_displayed()]  # noqa: E731
+    assert len(visible()) == 5
+    assert Select(chromium.find_element(By.ID, "sort")).first_selected_option.text == "concreteness ↓"
+    assert len(chromium.find_elements(By.CSS_SELECTOR, ".card")) == 10  # two datasets side by side
+    assert chromium.find_elements(By.CSS_SELECTOR, "mark.ins") and chromium.find_elements(By.CSS_SELECTOR, "mark.del")
+    assert all(img.get_property("naturalWidth") > 0 for img in chromium.find_elements(By.TAG_NAME, "img"))
+    # the <script> caption is text on the page and never ran
+    assert "<script>window.pwned = 1</script>" in chromium.find_element(By.TAG_NAME, "main").text
+    assert chromium.execute_script("return window.pwned === undefined")
+    Select(chromium.find_element(By.ID, "category")).select_by_value("relation")
+    assert len(visible()) == 3 and chromium.find_element(By.ID, "shown").text == "3"
+    row = next(r for r in visible() if r.find_element(By.TAG_NAME, "h2").text == "a1")
+    hc_card, lc_card = row.find_elements(By.CSS_SELECTOR, ".card")
+    assert "dim" in hc_card.get_attribute("class") and "dim" not in lc_card.get_attribute("class")
+    Select(chromium.find_element(By.ID, "category")).select_by_value("")
+    chromium.find_element(By.ID, "search").send_keys("horse")
+    assert len(visible()) == 1
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    chromium.find_element(By.ID, "search").clear()
+    chromium.find_element(By.ID, "search").send_keys(" ")
+    assert chromium.save_screenshot(str(ARTIFACTS / "gallery.png"))
 
 
 def test_thumbnails_shrink_large_images_and_enlarge_tiny_ones_crisply(tmp_path):

@@ -5,6 +5,7 @@ evaluates nothing, a model added later is evaluated alone, and the table printed
 import contextlib
 import io
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -226,3 +227,142 @@ def test_the_footnote_names_the_headlines_the_data_held_and_where_it_was_read(bo
         assert b["data_root"] == str(root.resolve())
         assert f"- {b['name']} ({b['kind']}, rule {b['rule']}): {' and '.join(b['headlines'])}" in text
         assert f"{b['items']} items read from `{root.resolve()}`" in text
+
+
+def test_the_means_say_which_benchmarks_they_hold_and_aro_order_names_only_the_order_task_run(checkpoints, nlp,
+                                                                                             tmp_path, capsys):
+    """On the toy world's files (a SugarCrepe-format test and a Karpathy split linked as Flickr30k, no COCO split)
+    --suite compositional adds aro_order from the Flickr30k file alone: the footnote and the mean say so. (``nlp``:
+    the spaCy pipeline the order tasks read, loaded once for the session.)"""
+    from concrete_jungle.toyworld.build import WorldConfig, build_world
+
+    world = tmp_path / "world"
+    build_world(world, WorldConfig(train=10, test=12, seed=0), progress=False)
+    root = tmp_path / "toy"
+    (root / "coco").mkdir(parents=True)
+    (root / "flickr30k").mkdir()
+    for link, target in (("sugarcrepe", "test/sugarcrepe"), ("coco/val2017", "images/test"),
+                         ("flickr30k/images", "images/test"), ("flickr30k/dataset_flickr30k.json",
+                                                               "test/retrieval.json")):
+        (root / link).symlink_to(world / target)
+    out = tmp_path / "board"
+    assert main(["eval", "--models", *map(str, checkpoints[:2]), "--suite", "compositional", "--data-root",
+                 str(root), "--out", str(out), "--resamples", str(RESAMPLES), "--no-progress"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "aro_order from flickr30k/dataset_flickr30k.json" in printed
+    table = json.loads((out / "leaderboard.json").read_text())
+    assert {b["name"]: b["headlines"] for b in table["benchmarks"]} == {"sugarcrepe": ["M.Avg"],
+                                                                        "aro_order": ["flickr30k_order"]}
+    text = (out / "leaderboard.md").read_text()
+    assert "- aro_order (compositional, rule " in text and "): flickr30k_order; " in text
+    assert "coco_order" not in text and "their mean" not in text
+    assert "- compositional mean: over sugarcrepe (M.Avg), aro_order (flickr30k_order)\n" in text
+    parts = summary({n: json.loads((out / "tiny-seed-0" / f"{n}.json").read_text()) for n in ("sugarcrepe",
+                                                                                             "aro_order")})
+    assert table["means"]["tiny-seed-0"]["compositional"]["mean"] == pytest.approx(
+        (parts["compositional"]["parts"]["sugarcrepe"] + parts["compositional"]["parts"]["aro_order"]) / 2)
+
+
+HOSTILE = ["<img src=x onerror=alert(1)>", "</script><script>window.pwned = 1</script>", "a & b <!--"]
+
+
+def hostile_board(out) -> dict:
+    """The board of the three models' results in ``out`` (the fixture's), relabelled with ``HOSTILE`` labels, its
+    last benchmark renamed to a ``</script>`` tag and a subset of the first with a <script> name, as a label or a
+    benchmark's own file names could be: `leaderboard.table` on the real results."""
+    from concrete_jungle.evaluation.leaderboard import Entry, table
+
+    given = json.loads((out / "leaderboard.json").read_text())
+    models = [Entry(label, m["given"], None, None, m["given"], m["folder"]) for label, m in zip(HOSTILE,
+                                                                                               given["models"])]
+    results = {e.label: {n: json.loads((out / e.folder / f"{n}.json").read_text()) for n in SUITE} for e in models}
+    board = table(models, results, resamples=RESAMPLES)
+    for cells in board["cells"].values():
+        cells["</script><b>wino</b>"] = cells.pop("winoground")
+        cells["sugarcrepe"]["subsets"]["<script>window.pwned = 2</script>"] = 0.5
+    board["benchmarks"][-1]["name"] = "</script><b>wino</b>"
+    return board
+
+
+def embedded(page: str) -> str:
+    return page.split('<script type="application/json" id="board-data">', 1)[1].split("</script>", 1)[0]
+
+
+def test_the_leaderboard_page_is_one_file_claimed_as_eval_models_output_its_data_escaped_json(board):
+    from concrete_jungle.evaluation.leaderboard_page import page, page_data
+    from concrete_jungle.records import file_digest
+
+    out, printed, _ = board
+    assert "leaderboard.html (the page" in " ".join(printed.split())
+    manifest = json.loads((out / ".outputs.json").read_text())
+    assert manifest["leaderboard.html"] == {"command": "eval --models", "sha256": file_digest(out / "leaderboard.html")}
+    text = (out / "leaderboard.html").read_text()
+    assert json.loads(embedded(text)) == page_data(json.loads((out / "leaderboard.json").read_text()))
+    # nothing to fetch: no address, no file linked, no element that loads one
+    assert not re.search(r"https?:|//cdn|<link|<img|<iframe| src=| href=\"[^#]", text)
+    hostile = page(hostile_board(out))
+    data = embedded(hostile)
+    assert not set("<>&") & set(data) and hostile.count("</script>") == 2  # the data's and the script's own
+    assert [m["label"] for m in json.loads(data)["models"]] == HOSTILE
+    assert "<img" not in hostile and "<b>wino" not in hostile
+
+
+@pytest.mark.system_packages
+def test_the_leaderboard_page_in_headless_chromium_sorts_toggles_drills_down_and_fetches_nothing(chromium, board,
+                                                                                                  tmp_path):
+    from conftest import ARTIFACTS
+    from selenium.webdriver.common.by import By
+
+    from concrete_jungle.evaluation.leaderboard_page import write_page
+
+    out, _, _ = board
+    hostile = hostile_board(out)
+    write_page(hostile, tmp_path / "leaderboard.html")
+    chromium.get((tmp_path / "leaderboard.html").as_uri())
+    labels = lambda: [e.text for e in chromium.find_elements(By.CSS_SELECTOR, "#board tbody th .name")]  # noqa: E731
+    column = lambda j: [e.text for e in chromium.find_elements(  # noqa: E731
+        By.CSS_SELECTOR, f"#board tbody tr td:nth-of-type({j + 1}) .value")]
+    # the hostile labels and names are text on the page: no element made of them, no script of theirs ran
+    assert labels() == HOSTILE
+    assert "</script><b>wino</b>" in chromium.find_element(By.CSS_SELECTOR, "#board thead").text
+    assert not chromium.find_elements(By.CSS_SELECTOR, "img, thead b, tbody b")
+    assert chromium.execute_script("return window.pwned === undefined")
+    values = {label: hostile["cells"][label]["sugarcrepe"] for label in HOSTILE}
+    assert column(0) == [f"{100 * values[label]['value']:.2f}" for label in HOSTILE]
+    # sorting: a click on sugarcrepe's name orders the rows by it, highest first; a second click lowest first
+    headers = chromium.find_elements(By.CSS_SELECTOR, "#board thead button.sort")
+    assert [h.text for h in headers][:2] == ["model", "sugarcrepe"]
+    by_value = sorted(HOSTILE, key=lambda label: -values[label]["value"])
+    assert by_value != HOSTILE
+    headers[1].click()
+    assert labels() == by_value
+    chromium.find_elements(By.CSS_SELECTOR, "#board thead button.sort")[1].click()
+    assert labels() == by_value[::-1]
+    # the toggle: chance-normalised numbers, (score - chance) / (1 - chance), and back
+    chromium.find_element(By.ID, "mode-normalised").click()
+    assert column(0) == [f"{100 * values[label]['normalised']:.2f}" for label in by_value[::-1]] != \
+        [f"{100 * values[label]['value']:.2f}" for label in by_value[::-1]]
+    mean = len(SUITE)  # the compositional mean's column, after the benchmarks'
+    assert column(mean) == [f"{100 * hostile['means'][label]['compositional']['normalised_mean']:.2f}"
+                            for label in by_value[::-1]]
+    chromium.find_element(By.ID, "mode-raw").click()
+    assert column(0) == [f"{100 * values[label]['value']:.2f}" for label in by_value[::-1]]
+    # the drill-down: sugarcrepe's subsets, every model's value on each, the hostile subset name as text
+    details = chromium.find_element(By.ID, "subsets-0")
+    assert details.get_attribute("open") is None
+    chromium.find_element(By.CSS_SELECTOR, "a[href='#subsets-0']").click()
+    assert details.get_attribute("open") == "true"
+    rows = {r.find_element(By.TAG_NAME, "th").text: [td.text for td in r.find_elements(By.TAG_NAME, "td")]
+            for r in details.find_elements(By.CSS_SELECTOR, "tr")[1:]}
+    first = hostile["cells"][HOSTILE[0]]["sugarcrepe"]
+    assert rows["add_att"][0] == \
+        f"{100 * first['subsets']['add_att']:.2f} ({100 * first['blind_subsets']['add_att']:.2f})"
+    assert rows["swap_att"][-1] == "5 of 5" and "<script>window.pwned = 2</script>" in rows
+    assert chromium.execute_script("return window.pwned === undefined")
+    # nothing was requested but the page itself
+    requested = [json.loads(entry["message"])["message"]["params"]["request"]["url"]
+                 for entry in chromium.get_log("performance")
+                 if json.loads(entry["message"])["message"]["method"] == "Network.requestWillBeSent"]
+    assert requested and set(requested) == {(tmp_path / "leaderboard.html").as_uri()}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert chromium.save_screenshot(str(ARTIFACTS / "leaderboard.png"))

@@ -74,8 +74,8 @@ def add_parser(sub) -> None:
     p.add_argument("--models", nargs="+", metavar="MODEL",
                    help="evaluate several models and write one leaderboard (models x benchmarks, each cell with the "
                    "difference from the first model and its 95 %% interval, the summary means) to --out as "
-                   "leaderboard.md, .json and .png, each model's results in its own folder there; a rerun evaluates "
-                   "only what is not complete. Each MODEL: " + FORMS)
+                   "leaderboard.md, .json, .png and .html (a page to sort and drill into), each model's results "
+                   "in its own folder there; a rerun evaluates only what is not complete. Each MODEL: " + FORMS)
     p.add_argument("--suite", choices=SUITES,
                    help="instead of --benchmarks: every benchmark of this kind (all: of both) whose data is under "
                    "--data-root (it says which it found and which not)")
@@ -221,6 +221,7 @@ def run_models(args, models: list, loaded: dict, console: Console) -> int:
         text = write(table(models, results, resamples=args.resamples), out)
         written(out, OUTPUTS)
     print_markdown(console, text)
-    console.print(f"written: {out / 'leaderboard.md'}, leaderboard.json and leaderboard.png; each model's results in "
-                  f"its folder under {out}", highlight=False)
+    console.print(f"written: {out / 'leaderboard.md'}, leaderboard.json, leaderboard.png and leaderboard.html (the "
+                  f"page: sort, raw or chance-normalised, subsets); each model's results in its folder under {out}",
+                  highlight=False)
     return 0

@@ -162,9 +162,22 @@ def headline_difference(first: dict, second: dict, keys: list[str], labels: tupl
     return diff | {"verdict": verdict(diff["ci95"])}
 
 
+def blind_headline(result: dict, keys: list[str]) -> float | str | None:
+    """The blind baseline of the headline ``keys`` (their mean, as the headline is), "not applicable" where a
+    headline is a text -> image choice (a blind model can only guess: its level is chance), None where the result
+    has no blind baseline for them."""
+    blind = result.get("blind") or {}
+    if any(k in blind.get("not_applicable", ()) for k in keys):
+        return "not applicable"
+    values = [(blind.get("metrics") or {}).get(k) for k in keys]
+    return sum(values) / len(values) if values and None not in values else None
+
+
 def table(models: list[Entry], results: dict[str, dict[str, dict]], resamples: int = RESAMPLES, seed: int = 0) -> dict:
-    """The leaderboard as data: per model its cells (value, chance level, chance-normalised score, difference from
-    the first model) and its summary means; per benchmark its kind, headline metrics, rule and files' digest."""
+    """The leaderboard as data: per model its cells (value, chance level, chance-normalised score, blind baseline,
+    difference from the first model; every metric of the result, its subsets, with their blind values) and its
+    summary means; per benchmark its kind, headline metrics, rule, files' digest and, where the result holds it,
+    its bag-of-words split (items per subset whose caption and negative are of one bag of words, and not)."""
     first = models[0].label
     names = list(results[first])
     cells, means = {}, {}
@@ -176,7 +189,9 @@ def table(models: list[Entry], results: dict[str, dict[str, dict]], resamples: i
             part = parts.get(BENCHMARKS[name].kind, {})
             keys = headline_keys(name, mine[name])
             cell = {"value": part.get("parts", {}).get(name), "chance": part.get("chance", {}).get(name),
-                    "normalised": part.get("normalised", {}).get(name), "metrics": keys}
+                    "normalised": part.get("normalised", {}).get(name), "metrics": keys,
+                    "blind": blind_headline(mine[name], keys), "subsets": mine[name]["metrics"],
+                    "blind_subsets": (mine[name].get("blind") or {}).get("metrics")}
             if entry.label != first:
                 cell["difference"] = headline_difference(results[first][name], mine[name], keys,
                                                          (entry.label, first), resamples, seed)
@@ -192,7 +207,8 @@ def table(models: list[Entry], results: dict[str, dict[str, dict]], resamples: i
             "benchmarks": [{"name": n, "kind": BENCHMARKS[n].kind, "headlines": headline_keys(n, reference[n]),
                             "rule": BENCHMARKS[n].rule, "items": reference[n].get("items"),
                             "benchmark_files_sha256": reference[n].get("benchmark_files_sha256"),
-                            "data_root": reference[n].get("data_root")} for n in names],
+                            "data_root": reference[n].get("data_root"),
+                            "bag_of_words": reference[n].get("bag_of_words")} for n in names],
             "cells": cells, "means": means}
 
 
@@ -236,6 +252,10 @@ def markdown(board: dict) -> str:
                      f"{' (their mean)' if len(b['headlines']) > 1 else ''}; {b['items']} items"
                      + (f" read from `{b['data_root']}`" if b.get("data_root") else "")
                      + f"; benchmark files sha256 `{b['benchmark_files_sha256']}`")
+    for kind in kinds:  # what each mean holds: the benchmarks run, each by the headlines its data held
+        parts = [f"{b['name']} ({' and '.join(b['headlines'])})" for b in board["benchmarks"]
+                 if b["kind"] == kind and b["headlines"]]
+        lines.append(f"- {kind} mean: over {', '.join(parts)}")
     without = sorted({n for m in board["models"] for n, c in board["cells"][m["label"]].items()
                       if (c.get("difference") or {}).get("verdict") == "no interval"})
     if without:
@@ -308,16 +328,19 @@ def plot(board: dict, path: Path) -> None:
     tmp.replace(path)
 
 
-OUTPUTS = ["leaderboard.json", "leaderboard.md", "leaderboard.png"]
+OUTPUTS = ["leaderboard.json", "leaderboard.md", "leaderboard.png", "leaderboard.html"]
 
 
 def write(board: dict, out: str | Path) -> str:
-    """``leaderboard.json``, ``leaderboard.md`` and ``leaderboard.png`` in ``out``; the Markdown."""
+    """``leaderboard.json``, ``leaderboard.md``, ``leaderboard.png`` and the page ``leaderboard.html``
+    (`leaderboard_page`) in ``out``; the Markdown."""
     from ..records import atomic_write_json, atomic_write_text
+    from .leaderboard_page import write_page
 
     out = Path(out)
     text = markdown(board)
     atomic_write_json(out / "leaderboard.json", board)
     atomic_write_text(out / "leaderboard.md", text)
     plot(board, out / "leaderboard.png")
+    write_page(board, out / "leaderboard.html")
     return text
