@@ -210,6 +210,16 @@ def test_valse_keeps_validated_items_counts_ties_wrong_and_averages_pieces(tmp_p
                                                                       + acc["counting-small-quant"]) / 2)
     assert result["metrics"]["VALSE"] == pytest.approx(np.mean(list(acc.values())))
     assert metric_values(result["outcomes"])["VALSE"] == result["metrics"]["VALSE"]
+    assert result["notes"] == []
+    # a piece none of whose items was validated has no score, and the result says so
+    for item in raw["existence"].values():
+        item["mturk"]["caption"] = 1
+    (root / "existence.json").write_text(json.dumps(raw["existence"]))
+    data = valse.load(root)
+    result = valse.evaluate(Encoder(clip, progress=False), data)
+    assert result["metrics"]["VALSE"] == pytest.approx((acc["counting-hard"] + acc["counting-small-quant"]) / 2)
+    assert result["notes"] == ["existence: none of its 6 item(s) was validated (at least 2 annotators choosing the "
+                               "caption), so it has no score and no part in the averages"]
 
 
 # ------------------------------------------------------------------------------------------------ the command

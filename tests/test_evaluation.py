@@ -122,6 +122,31 @@ def test_each_unique_image_and_caption_is_encoded_once_and_cached(data_root, cli
     assert again.encoded == {"images": 0, "texts": 0}  # read back from the cache
 
 
+def test_nan_features_are_refused_naming_the_input_also_when_read_back_from_the_cache(tmp_path):
+    """A model whose features are NaN would have every comparison decided by the tie rule; the encoder refuses
+    them, naming the first input, whether computed now or read from its cache."""
+    from safetensors.torch import save_file
+
+    from concrete_jungle.evaluation.encoding import NonFiniteFeatures
+
+    model = load_model("cj-tiny", "none", seed=0)
+    with torch.no_grad():
+        model.model.text_projection[0, 0] = float("nan")  # the weights were checked when loaded: broken since
+        model.model.visual.proj[0, 0] = float("inf")
+    noise_image(tmp_path / "a.jpg", 0)
+    with pytest.raises(NonFiniteFeatures, match="text features are NaN or infinite for 2 of 2 inputs "
+                                                r"\(first: 'a red cube'\).*--precision fp32"):
+        Encoder(model, progress=False).texts(["a red cube", "a blue ball"])
+    with pytest.raises(NonFiniteFeatures, match="image features .* for 1 of 1 inputs"):
+        Encoder(model, progress=False).images([tmp_path / "a.jpg"])
+    enc = Encoder(load_model("cj-tiny", "none", seed=0), cache_dir=tmp_path / "cache", progress=False)
+    enc.texts(["a red cube"])
+    cached = next((tmp_path / "cache").rglob("texts-*.safetensors"))
+    save_file({"embeddings": torch.full((1, 4), float("nan"))}, str(cached))
+    with pytest.raises(NonFiniteFeatures, match="read from the cache"):
+        Encoder(model, cache_dir=tmp_path / "cache", progress=False).texts(["a red cube"])
+
+
 def test_missing_images_fail_before_the_model_or_are_counted(tmp_path, capsys):
     (tmp_path / "sugarcrepe").mkdir()
     (tmp_path / "coco" / "val2017").mkdir(parents=True)

@@ -234,3 +234,18 @@ def test_keywords_limit_and_a_one_word_difference_reads_well(tmp_path, capsys):
     assert main(["keywords", "--captions", str(captions), "--mode", "hc", "--out", str(out), "--limit", "9",
                  "--no-progress"]) == 2
     assert "(limit differs, see" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_csv_row_with_more_or_fewer_cells_than_its_header_is_a_reject_naming_both_counts(tmp_path):
+    """A comma too many or too few shifts every later column (a caption read as the image, an image lost): such a
+    row is a reject with its line, never read by guessing; a quoted comma is one cell."""
+    from concrete_jungle.sources import read_samples
+
+    table = tmp_path / "caps.csv"
+    table.write_text("id,image,caption\nx1,x1.jpg,A dog, and a cat\nx2,x2.jpg\nx3,x3.jpg,\"A dog, and a cat\"\n"
+                     "x4,x4.jpg,\n")
+    samples = {s.id: s for s in read_samples([table])}
+    assert samples["caps.csv:2"].error == "row has 4 cells, its header 3; quote a cell that holds the delimiter"
+    assert samples["caps.csv:3"].error == "row has 2 cells, its header 3; quote a cell that holds the delimiter"
+    assert samples["x3"].captions == ["A dog, and a cat"] and samples["x3"].image == "x3.jpg"
+    assert samples["x4"].error is None and samples["x4"].captions == []  # an empty cell is a cell

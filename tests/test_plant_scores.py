@@ -201,6 +201,22 @@ def test_a_text_only_negative_has_no_image_scores_and_a_gate_on_one_lets_it_pass
         capsys.readouterr().err.split())
 
 
+def test_plant_merge_sums_each_gate_s_undecided_pairs_over_the_parts(tmp_path, capsys):
+    captions, images = make_dataset(tmp_path, 12)
+    out = tmp_path / "cb"
+    for i in (0, 1):
+        assert main(plant_args(captions, images, out, "--scorer", "plugin_example:PixelChangeScorer",
+                               "--gate", "pixel_change>=0.5", "--num-shards", 2, "--shard-index", i)) == 0
+    parts = [json.loads((out / f"summary-{i:05d}-of-00002.json").read_text())["gates_undecided"]["pixel_change>=0.5"]
+             for i in (0, 1)]
+    assert main(["plant", "merge", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    scored = sum("scores" in r for r in read_manifest(out))
+    assert summary["gates_undecided"] == {"pixel_change>=0.5": sum(parts)} and sum(parts) == scored > 0
+    assert summary["gates"] == ["pixel_change>=0.5"]
+    capsys.readouterr()
+
+
 def test_a_scored_dataset_is_not_resumed_without_its_scores(scored, capsys):
     out, args, _ = scored
     assert main([a for a in args if a != "--score" and not a.startswith(("bertscore.", "dino.", "open_clip."))

@@ -23,6 +23,11 @@ class BenchmarkDataError(ValueError):
     """Benchmark files missing or in the wrong layout; the message names the file and the layout."""
 
 
+class NonFiniteFeatures(ValueError):
+    """A model whose features of some input are NaN or infinite: every comparison with them would be decided by
+    the tie rule, silently."""
+
+
 class CheckedImages(NamedTuple):
     problems: dict[Path, str]  # why each unusable image is left out ({} when all are fine)
     sha256: dict[Path, str]  # the content of each usable one, for the digest a result carries
@@ -184,7 +189,7 @@ class Encoder:
 
     def _cached(self, kind: str, keys: list[str], compute) -> torch.Tensor:
         if self.cache_dir is None:
-            return compute()
+            return self.finite(kind, keys, compute())
         from safetensors.torch import load_file
 
         from ..records import atomic_write_safetensors
@@ -192,10 +197,22 @@ class Encoder:
         digest = hashlib.sha1("\n".join(keys).encode()).hexdigest()[:20]
         path = self.cache_dir / f"{kind}-{digest}.safetensors"
         if path.exists():
-            return load_file(path)["embeddings"]
-        out = compute()
+            return self.finite(kind, keys, load_file(path)["embeddings"], f" (read from the cache {path})")
+        out = self.finite(kind, keys, compute())
         atomic_write_safetensors(path, {"embeddings": out})
         return out
+
+    def finite(self, kind: str, keys: list[str], features: torch.Tensor, where: str = "") -> torch.Tensor:
+        """``features``, refused when a row is not finite, naming the first input it is of."""
+        bad = (~torch.isfinite(features)).any(dim=-1).nonzero().flatten() if features.numel() else []
+        if len(bad):
+            first = keys[int(bad[0])]
+            first = first if kind == "texts" else f"the picture of sha256 {first.split('|')[0][:12]}"
+            raise NonFiniteFeatures(
+                f"the model's {kind[:-1]} features are NaN or infinite for {len(bad)} of {len(keys)} inputs "
+                f"(first: {first!r}){where}; its weights or its precision make them so: evaluate in fp32 "
+                "(--precision fp32) or check the checkpoint")
+        return features
 
     def forget_pictures(self) -> None:
         """Drop the features kept for exact ties (`images`): once a benchmark is scored, its ties are decided, and

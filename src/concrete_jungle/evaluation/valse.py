@@ -59,9 +59,13 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
                          item["caption"], str(item.get("linguistic_phenomena") or path.stem)))
         data[path.stem], filtered[path.stem] = rows, dropped
     problems, sha256 = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
+    # a piece whose every item the annotators rejected has no score: said, not left as a silent blank
+    notes = [f"{piece}: none of its {filtered[piece]} item(s) was validated (at least {MIN_VOTES} annotators "
+             "choosing the caption), so it has no score and no part in the averages" for piece, rows in data.items()
+             if not rows]
     return {"items": {s: [it for it in items if it[1].path not in problems] for s, items in data.items()},
             "skipped": {s: sum(it[1].path in problems for it in items) for s, items in data.items()},
-            "filtered": filtered, "files": files | sha256}
+            "filtered": filtered, "files": files | sha256, "notes": notes}
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
@@ -77,7 +81,7 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     outcomes = outcomes_of(data, {s: p == 1 for s, p in chosen["picks"].items()})  # the caption is second
     blind = outcomes_of(data, {s: p == 1 for s, p in chosen["blind"].items()})
     return {"metrics": reported(outcomes), "n": {s: len(v) for s, v in data["items"].items()},
-            "skipped": data["skipped"], "filtered": data["filtered"], "outcomes": outcomes,
+            "skipped": data["skipped"], "filtered": data["filtered"], "notes": data["notes"], "outcomes": outcomes,
             "averages": averages(outcomes["metrics"]), "blind": blind_block(blind, chosen["pictures"])}
 
 

@@ -62,9 +62,22 @@ def merge_parts(out: str | Path) -> dict:
                 if row["status"] != "ok":
                     rejects.write(row)
                 tally.add(row)
-    summary = tally.summary() | {"parts": k}
+    summary = tally.summary() | {"parts": k} | gate_counts(out, k)
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+def gate_counts(out: Path, k: int) -> dict:
+    """The parts' gates and, summed over the parts, the scored pairs each gate left undecided (its score None), as
+    a single run's summary holds them; nothing for a run without scores."""
+    parts = [json.loads((out / f"summary-{i:05d}-of-{k:05d}.json").read_text()) for i in range(k)]
+    if not any("gates_undecided" in p for p in parts):
+        return {}
+    undecided: dict[str, int] = {}
+    for p in parts:
+        for gate, n in p.get("gates_undecided", {}).items():
+            undecided[gate] = undecided.get(gate, 0) + n
+    return {"gates": next(p["gates"] for p in parts if "gates" in p), "gates_undecided": undecided}
 
 
 def part_rows(path: Path, index: int):

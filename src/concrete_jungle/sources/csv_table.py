@@ -45,6 +45,11 @@ def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:
             if why:
                 yield CaptionSample(f"{path.name}:{first}", error=why)
                 continue
+            cells = len(header) + len(row.get(None) or []) - sum(v is None for k, v in row.items() if k is not None)
+            if cells != len(header):  # a comma too many or too few shifts every later column: nothing is guessed
+                yield CaptionSample(f"{path.name}:{first}", error=f"row has {cells} cells, its header "
+                                    f"{len(header)}; quote a cell that holds the delimiter")
+                continue
             caps = [row[c] for c in cap_cols if row.get(c)]
             sid = (row.get(id_col) or "").strip()
             if not sid:
