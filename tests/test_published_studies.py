@@ -24,6 +24,7 @@ def results_rows(page: str, heading: str) -> list[str]:
     ("study1", "### Study 1 rerun", 2, 7 + 9),
     ("study2", "## Study 2 results", 3, 3 + 11 + 10),
     ("gate", "## Result", 3, 2 + 2 + 6),
+    ("gate2", "## Result", 3, 2 + 9 + 5),
 ])
 def test_a_study_s_published_files_reproduce_every_number_of_its_results_in_the_docs(study, heading, tables, rows,
                                                                                    tmp_path):
@@ -586,3 +587,35 @@ def test_gate_errata_commit_times_and_each_start_s_code_are_the_repository_s(tmp
         code = code_version(tree / "src" / "concrete_jungle")
         assert (code["changed_count"], code["changes_sha256"]) == (recorded["changed_count"],
                                                                    recorded["changes_sha256"]), later
+
+
+def test_gate2_s_result_prose_is_its_published_files():
+    """Every number of docs/studies/gate2.md's "What the numbers say", recomputed by `study report` from
+    docs/studies/gate2/."""
+    from concrete_jungle.experiments import gate2
+    from concrete_jungle.experiments.published import load
+
+    design, world, items, seconds = load(DOCS / "studies" / "gate2")
+    result = gate2.summarise(design, items, seconds)
+    text = " ".join((DOCS / "studies" / "gate2.md").read_text().split())
+    a, b = result["controls"]
+    assert result["gated"] and a["passes"] and not b["passes"]
+    low, high = min(a["per_seed"]), max(a["per_seed"])
+    assert f"{low:+.2f} to {high:+.2f} points of SWAP, mean {a['mean']:+.2f}" in text
+    assert f"the seed-level interval {a['t_interval'][0]:+.2f} to {a['t_interval'][1]:+.2f}" in text
+    assert f"bootstrap {a['bootstrap']['ci95'][0]:+.2f} to {a['bootstrap']['ci95'][1]:+.2f}" in text
+    kept = world["controls"]["A"]
+    assert f"0 of {kept['ok']:,}" in text and sum(kept["anchor_true_of_negative"].values()) == 0
+    assert f"{b['mean']:+.2f} points [{b['t_interval'][0]:+.2f}, {b['t_interval'][1]:+.2f}]" in text
+    assert b["mean"] < design["margin"]["mean_at_least"] and b["t_interval"][0] > 0
+    add_att = b["subsets"]["add_att"]
+    assert not add_att["matched"] and add_att["blind"] == {"positive": 100.0, "control": 100.0}
+    assert f"the baseline's is {result['baseline_blind']['add_att']:.1f} %" in text
+    assert f"{-add_att['mean']:.2f} points below its control" in text
+    rel = [row["replace_rel"][0] for row in result["table"].values()]
+    assert f"({min(rel):.1f}–{max(rel):.1f} %)" in text
+    r = {label: row["text_retrieval_recall@1"][0] for label, row in result["table"].items()}
+    assert (f"({r['B: positive control']:.1f} and {r['B: control']:.1f} % against {r['CLIP baseline']:.1f} %)"
+            in text and f"A's arms less so ({r['A: positive control']:.1f} and {r['A: control']:.1f} %)" in text)
+    assert f"took {seconds / 60:.0f} minutes of wall time" in text
+    assert f"{world['projection']['seconds'] / 60:.1f} minutes (budget" in text

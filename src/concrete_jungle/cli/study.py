@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .args import int_list
+from .args import int_list, positive_int
 
 
 def add_parser(sub) -> None:
@@ -25,13 +25,17 @@ def add_parser(sub) -> None:
     )
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
     r = tasks.add_parser("run", help="run a study (its settings are its design's)")
-    r.add_argument("name", choices=["study1", "study2", "gate"], help="which study (gate: docs/studies/gate.md)")
+    r.add_argument("name", choices=["study1", "study2", "gate", "gate2"],
+                   help="which study (gate: docs/studies/gate.md; gate2: docs/studies/gate2.md)")
     r.add_argument("--profile", choices=["cpu", "gpu"], default="cpu",
                    help="cpu (default: 2 cores) or gpu (a larger world and model, one GPU)")
     r.add_argument("--out", help="output directory (default runs/<name>)")
     r.add_argument("--seeds", type=int_list, help="fine-tuning seeds, comma-separated (default 0,1,2)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
-    r.add_argument("--design", help="gate only: its pre-registered design file (default docs/studies/gate/design.json)")
+    r.add_argument("--design", help="gate and gate2 only: the pre-registered design file (default "
+                   "docs/studies/<name>/design.json)")
+    r.add_argument("--threads", type=positive_int, help="torch threads (default: torch's, one per core); recorded "
+                   "with the run where it is timed (gate2)")
     add_preregistration_flag(r)
     r = tasks.add_parser("report", help="recompute a study's report from its published files")
     r.add_argument("folder", metavar="DIR", help="a study's published folder")
@@ -67,7 +71,11 @@ def run(args, console: Console) -> int:
 def run_study(args, console: Console) -> int:
     from ..experiments import study, study2
 
-    if args.name == "gate":
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.name in ("gate", "gate2"):
         return run_gate(args, console)
     module, config, runner = (study, study.StudyConfig, study.Study) if args.name == "study1" else \
         (study2, study2.Study2Config, study2.Study2)
@@ -84,16 +92,28 @@ def run_study(args, console: Console) -> int:
 
 
 def run_gate(args, console: Console) -> int:
-    from ..experiments import gate
+    from ..experiments import gate, gate2
 
     if args.profile != "cpu" or args.seeds:
-        console.print("study run gate: the ladder, the seeds and the sizes are its pre-registered design's "
+        console.print(f"study run {args.name}: the seeds and the sizes are its pre-registered design's "
                       "(--design FILE); --profile gpu and --seeds do not apply", highlight=False)
         return 2
-    out = args.out or "runs/gate"
-    config = gate.GateConfig(out=out, **({"design": args.design} if args.design else {}))
-    checked = preregistration(args, gate, [Path(config.design)], config)
-    result = gate.Gate(config, progress=not args.no_progress, console=console, preregistration=checked).run()
+    module, config, runner = (gate, gate.GateConfig, gate.Gate) if args.name == "gate" else \
+        (gate2, gate2.Gate2Config, gate2.Gate2)
+    out = args.out or f"runs/{args.name}"
+    config = config(out=out, **({"design": args.design} if args.design else {}))
+    checked = preregistration(args, module, [Path(config.design)], config)
+    result = runner(config, progress=not args.no_progress, console=console, preregistration=checked).run()
+    if module is gate2:
+        for c in result["controls"]:
+            console.print(f"control {c['control']}: " + ("no matched subset" if c["mean"] is None else
+                          f"positive control - control {c['mean']:+.2f} points, seed-level "
+                          f"{100 * result['design']['margin']['confidence']:.1f} % interval [{c['t_interval'][0]:+.2f},"
+                          f" {c['t_interval'][1]:+.2f}]") + f" -> {'passes' if c['passes'] else 'does not pass'}",
+                          highlight=False)
+        console.print(f"gate 2 {'passes' if result['gated'] else 'does not pass'}; report: {out}/study.md",
+                      highlight=False)
+        return 0
     for r in result["rungs"]:
         console.print(f"{r['rung']} ({r['model']}, {r['pretrain_steps']} pretraining steps): positive control - "
                       f"control {r['mean']:+.2f} points, seed-level 95 % interval [{r['t95'][0]:+.2f}, "
@@ -103,15 +123,15 @@ def run_gate(args, console: Console) -> int:
 
 
 def report(args, console: Console) -> int:
-    from ..experiments import gate, study, study2
+    from ..experiments import gate, gate2, study, study2
     from ..experiments.published import RESTORE, PublishedError, check_rows, load, run_record
     from ..records import atomic_write_json, atomic_write_text
 
     design, world_info, items, seconds = load(args.folder)
-    module = {"study2": study2, "gate": gate}.get(design.get("study"), study)
+    module = {"study2": study2, "gate": gate, "gate2": gate2}.get(design.get("study"), study)
     try:
-        if module is gate:
-            gate.check_answers(args.folder, design, items)
+        if module in (gate, gate2):
+            module.check_answers(args.folder, design, items)
         else:
             check_rows(args.folder, items, module.CONTRASTED, design["config"]["seeds"])
         result = module.summarise(design, items, seconds)

@@ -93,10 +93,11 @@ def outcomes_of(data: dict, correct: list[bool], splits: dict) -> dict:
     return {"series": answers, "metrics": recipes(list(data["items"])) | parts}
 
 
-def evaluate(encoder: Encoder, data: dict) -> dict:
+def evaluate(encoder: Encoder, data: dict, blind_answers: bool = False) -> dict:
     """Accuracy per subset and the macro averages; ``outcomes`` holds each item's answer (1 correct) under its
     key, with its image (`stats`); the bag-of-words splits' counts (``bag_of_words``), the labelled averages
-    (``averages``) and the blind baseline (``blind``: `validity.blind`)."""
+    (``averages``) and the blind baseline (``blind``: `validity.blind`; with ``blind_answers``, also each item's
+    blind answer, a series per subset under ``blind["series"]``)."""
     items = [it for s in data["items"] for it in data["items"][s]]
     images = encoder.images([it[1] for it in items])
     pos = encoder.texts([it[2] for it in items])
@@ -109,7 +110,10 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
     if items:
         names = [it[1] for it in items]
         blind_right = blind(right, mean_picture(images, names), len(items), pos, neg)
-        result["blind"] = blind_block(outcomes_of(data, blind_right, splits), len(set(names)))
+        blind_outcomes = outcomes_of(data, blind_right, splits)
+        result["blind"] = blind_block(blind_outcomes, len(set(names)))
+        if blind_answers:
+            result["blind"]["series"] = {s: blind_outcomes["series"][s] for s in data["items"]}
     return result
 
 

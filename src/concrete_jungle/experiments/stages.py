@@ -28,11 +28,14 @@ class Finetune:
     mode: str  # the ConcreteBatch it trains on: hc | lc | wo
     negatives: bool = True  # False: the control, the same anchors and steps with every negative masked
     apart: bool = False  # True: the augmentation control, each negative pair in the batch after its anchor's
+    # True: the anchor caption's logit against a negative picture of which it is true is masked (loss.mask_entailed)
+    mask_entailed: bool = False
 
 
 # the fine-tune that separates "hard negatives teach" from "more training on these captions teaches"
 CONTROL = Finetune("control (D_hc anchors, no negatives)", "infonce", "hc", negatives=False)
 BASELINE = "CLIP baseline"
+BLIND = "blind:"  # the prefix of a subset's blind answers among a checkpoint's outcomes (`Stages.evaluate`)
 STAGE_SECONDS = "seconds.json"  # in a stage's folder: the seconds the stage took when it was made
 # the toy world's decider of anchor_true_of_negative, by class path (the registered name needs installed metadata)
 VIEWER, VIEWER_RULE = "concrete_jungle.toyworld.entailment:ViewerScorer", "viewer_anchor_true>=1"
@@ -303,21 +306,26 @@ class Stages:
         settings = {"baseline": str(baseline), "data": str(data), "loss": row.loss, "seed": seed,
                     "batch_size": batch_size, "steps": steps, "lr": c.finetune_lr} | (
             {} if row.negatives else {"negatives": False}) | ({"apart": True} if row.apart else {}) | (
-            {"save_every": save_every} if save_every else {}) | self.text_setting()
-        kind = "-control" if not row.negatives else "-apart" if row.apart else ""
+            {"save_every": save_every} if save_every else {}) | (
+            {"mask_entailed": True} if row.mask_entailed else {}) | self.text_setting()
+        kind = "-control" if not row.negatives else "-apart" if row.apart else \
+            "-mask-entailed" if row.mask_entailed else ""
         name = f"finetune-{data.name}-{row.loss}{kind}-s{seed}"
         return self.train(name, settings, lambda out: TrainConfig(
             out=out, model=ModelConfig(name=None, pretrained=None, checkpoint=str(baseline), precision="fp32",
                                        trim_text=c.trim_text),
             data=DataConfig(concretebatch=[str(data)], workers=0, negatives=row.negatives, negatives_apart=row.apart),
-            loss=LossConfig(name=row.loss), optim=OptimConfig(lr=c.finetune_lr, warmup=5, weight_decay=0.1),
+            loss=LossConfig(name=row.loss, mask_entailed=row.mask_entailed),
+            optim=OptimConfig(lr=c.finetune_lr, warmup=5, weight_decay=0.1),
             batch_size=batch_size, steps=steps, seed=seed, save_every=save_every),
             label=f"{row.label}, seed {seed}")
 
-    def evaluate(self, checkpoint: Path, test: dict, name: str = "toy_eval.json", per_item: bool = False) -> dict:
+    def evaluate(self, checkpoint: Path, test: dict, name: str = "toy_eval.json", per_item: bool = False,
+                 blind: bool = False) -> dict:
         """Metrics of a checkpoint on held-out data (`test_data`), kept in the checkpoint's folder as ``name`` (a
         saved checkpoint never changes); with ``per_item``, also every item's answer and every query's rank (its
-        outcomes, `stats`)."""
+        outcomes, `stats`); with ``blind``, each compositional item's blind answer too (the test's mean picture in
+        place of its own: `sugarcrepe.evaluate`), as the series and metric ``blind:<subset>``."""
         import torch
 
         from ..evaluation import retrieval, sugarcrepe
@@ -333,11 +341,17 @@ class Stages:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         encoder = Encoder(load_model(checkpoint=checkpoint, device=device), device=device, batch_size=256,
                           progress=False, trim_text=self.c.trim_text)
-        scored = sugarcrepe.evaluate(encoder, test["sugarcrepe"])
+        scored = sugarcrepe.evaluate(encoder, test["sugarcrepe"], blind_answers=blind)
         ranked = retrieval.evaluate(encoder, test["retrieval"])
         metrics = scored["metrics"] | ranked["metrics"]
         # both benchmarks' answers as one set of outcomes: the series and recipes have distinct names
         outcomes = {part: scored["outcomes"][part] | ranked["outcomes"][part] for part in ("series", "metrics")}
+        if blind:
+            blind_series = {f"{BLIND}{s}": v for s, v in scored["blind"]["series"].items()}
+            outcomes["series"] |= blind_series
+            outcomes["metrics"] |= {name: {"mean": name} for name in blind_series}
+            metrics |= {f"{BLIND}{s}": v for s, v in scored["blind"]["metrics"].items() if s in test["sugarcrepe"]
+                        ["items"]}
         result = {"metrics": metrics, "outcomes": outcomes} if per_item else metrics
         self.account("evaluate", record, start, False)  # before the answers, whose file marks it finished
         atomic_write_json(path, result)
