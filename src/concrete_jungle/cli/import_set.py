@@ -46,6 +46,9 @@ def add_parser(sub) -> None:
     g.add_argument("--max-attempts", type=positive_int, default=3, help="rewrites tried per keyword (default 3)")
     g.add_argument("--split", help="Karpathy split(s) to read, e.g. train or train,restval (default: all)")
     g.add_argument("--caption-format", choices=CAPTION_FORMATS, help="the captions' format (default: detected)")
+    g.add_argument("--positives", type=positive_int, default=1,
+                   help="captions of a picture kept as its positives, in one record (COCO has 5; default 1: each "
+                   "caption a record of its own)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
 
@@ -61,7 +64,7 @@ def run(args, console: Console) -> int:
         format=args.format, inputs=list(args.inputs), out=args.out, images=args.images,
         samples_per_shard=args.samples_per_shard, scale=args.scale, spacy_model=args.spacy_model, limit=args.limit,
         hard_images=args.hard_images, swaps=args.swaps, seed=args.seed, max_attempts=args.max_attempts,
-        split=args.split, caption_format=args.caption_format)
+        split=args.split, caption_format=args.caption_format, positives=args.positives)
     config.check_inputs()  # files, folders, the first images: before anything is written or loaded
     summary = run_import(config, progress=not args.no_progress)
     table = Table(title=f"ConcreteBatch imported from {args.format}")

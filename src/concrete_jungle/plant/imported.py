@@ -38,14 +38,15 @@ ENTRY = re.compile(r"shard-\d{6,}\.tar|manifests|manifest\.jsonl|rejects\.jsonl|
 JPEG = b"\xff\xd8\xff"  # a picture in these bytes is stored as it is (others are encoded, as the plant does)
 # settings that one format alone reads, with their defaults: given to another format they are an error, not ignored
 ONLY_FOR = {"hard_images": ("negclip", False), "swaps": ("coco-swaps", 1), "split": ("coco-swaps", None),
-            "caption_format": ("coco-swaps", None)}
+            "caption_format": ("coco-swaps", None), "positives": ("coco-swaps", 1)}
 
 
 @dataclass(frozen=True)
 class ImportConfig:
     """What defines an imported dataset. ``images``: the folder the records' image paths are relative to;
     ``hard_images``: NegCLIP's hard-image negatives too; ``swaps``, ``seed``, ``max_attempts``, ``split`` and
-    ``caption_format``: how ``coco-swaps`` reads its captions and makes its negatives."""
+    ``caption_format``: how ``coco-swaps`` reads its captions and makes its negatives; ``positives``: how many of a
+    picture's captions its record keeps (coco-swaps; 1: each caption a record)."""
 
     format: str
     inputs: list[str]
@@ -61,11 +62,12 @@ class ImportConfig:
     max_attempts: int = 3
     split: str | None = None
     caption_format: str | None = None
+    positives: int = 1
 
     def __post_init__(self):
         if self.format not in FORMATS:
             raise ConfigError(f"format {self.format!r} is not one of {', '.join(FORMATS)}")
-        for name in ("samples_per_shard", "swaps", "max_attempts"):
+        for name in ("samples_per_shard", "swaps", "max_attempts", "positives"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.limit is not None and self.limit < 1:
@@ -101,7 +103,8 @@ class ImportConfig:
         return files, root
 
     def options(self) -> PeerOptions:
-        return PeerOptions(hard_images=self.hard_images, split=self.split, caption_format=self.caption_format)
+        return PeerOptions(hard_images=self.hard_images, split=self.split, caption_format=self.caption_format,
+                           positives=self.positives)
 
 
 def check_images(fmt: str, files: list[Path], root: Path, options: PeerOptions, limit: int | None,
@@ -223,7 +226,8 @@ class Importer:
                 "negatives": [n["meta"] for n in negatives]} | ({"dropped_negatives": dropped} if dropped else {})
         anchor_bytes = anchor if anchor[:3] == JPEG else encode_jpeg(image)
         more = [(n["picture"], n["caption"]) for n in negatives[1:]]
-        return row, (key, anchor_bytes, record.caption, first["picture"], first["caption"], meta, more)
+        return row, (key, anchor_bytes, record.caption, first["picture"], first["caption"], meta, more,
+                     record.positives)
 
     def negatives(self, record, doc) -> tuple[list[dict], list[dict]]:
         """(usable negatives: caption, picture bytes or None, json entry; dropped ones: caption and reason)."""

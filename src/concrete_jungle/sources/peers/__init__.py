@@ -107,7 +107,7 @@ def _valid_text(record: PeerRecord) -> PeerRecord:
         if negative.error is None and (not isinstance(negative.caption, str) or not negative.caption.strip()):
             negative.error = f"empty negative caption ({negative.caption!r})"
     try:
-        json.dumps([record.id, record.caption, record.image, record.fields,
+        json.dumps([record.id, record.caption, record.image, record.fields, record.positives,
                     [[n.caption, n.image, n.fields] for n in record.negatives]], ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return PeerRecord(record.id.encode("utf-8", "backslashreplace").decode("utf-8"), source=record.source,
