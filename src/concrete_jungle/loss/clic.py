@@ -7,8 +7,8 @@ negative, and a uni-modal term pulling the first two positives together.
 Transcribed from the released code at commit dc845c7 (dc845c75f867be8194a5ddc188975174cccff4e4, 2025-06-19):
 ``losses.py`` class ``CLIPLoss`` (``_compute_loss_with_hard_negatives`` with ``hard_negatives_separate`` and
 ``uni_modal_loss``, the recipe of ``trigger_train.sh``), ``models.py`` (the logits, features gathered with their
-gradient) and ``data_loading.py`` / ``utils/data_utils.py`` (the batch; here `concrete-jungle import clic`,
-`sources.peers.clic`). With the picture v_a, its P positive captions t_a^i (i = 0 the anchor's caption; m_a^i: it
+gradient) and ``data_loading.py`` / ``utils/data_utils.py`` (its batch; here any set with several positives per
+picture, docs/peers.md). With the picture v_a, its P positive captions t_a^i (i = 0 the anchor's caption; m_a^i: it
 exists), its negatives t_ak (K = 1 in CLIC's data), scale s, over the global batch of N pictures:
 
     i2t_a^i  = -log softmax_{b : m_b^i}(s <v_a, t_b^i>)[a]         (the released code: each positive's own set)
@@ -19,7 +19,7 @@ exists), its negatives t_ak (K = 1 in CLIC's data), scale s, over the global bat
 
 each mean over the (a, i) that exist. With every positive present the means are the released code's (a mean per
 positive, then their mean) term for term; the negative's picture, where a batch has one, is not read. docs/peers.md
-says what else differs (the released recipe's alternating plain CLIP steps).
+says what else differs (the released recipe's alternating plain CLIP steps, its concatenated pictures).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from ..text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
 from .config import (TrainConfig, capped_workers, check_config, check_loss_data, check_resumable, count_records,
                      reads_negative_images, warmup_warning)
 from .data import EpochBatches, data_path, epoch_batches, in_memory, source_set
-from .objective import POSITIVE_EXTRAS, Objective, Positives, extras, placed
+from .objective import POSITIVE_EXTRAS, Objective, Positives, extras, placed, unused_data
 from .process import StopSignals, distributed
 from .regime import Regime
 from .state import how_to_continue, load_trainer_state, lr_at, param_groups, save_trainer_state
@@ -154,9 +154,8 @@ class Run:
         stored = source_set(config.data, self.clip, skip_log=self.out / "skipped_pairs.jsonl",
                             negative_images=reads_pictures)
         check_loss_data(config.loss, stored.negative_pictures)  # before a preload decodes the whole set
-        if stored.negative_pictures and not reads_pictures and self.rank == 0:
-            print(f"data: loss {config.loss.name} reads no negative picture: the set's are neither decoded nor "
-                  "encoded", file=sys.stderr)
+        for note in unused_data(config.loss, stored) if self.rank == 0 else []:
+            print(note, file=sys.stderr)
         self.dataset = in_memory(stored, config.data, progress=self.progress and self.rank == 0)
         if len(self.dataset) < config.batch_size:
             raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(self.dataset)} "

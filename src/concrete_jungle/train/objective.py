@@ -13,7 +13,7 @@ from torch import nn
 
 from ..loss import LOSSES, CementLoss
 from ..loss_options import LOSS_SCHEDULES
-from .config import LossConfig
+from .config import LossConfig, reads_negative_images
 from .ema import EmaTeacher
 
 TOKEN_EXTRAS = frozenset({"image_tokens", "text_tokens", "text_token_mask"})
@@ -36,6 +36,18 @@ def make_loss(loss: LossConfig, rank: int = 0, world_size: int = 1) -> nn.Module
         return CementLoss(schedule, **parallel, **params)
     cls, _ = LOSSES[loss.name]
     return cls(getattr(loss, loss.name), **parallel)
+
+
+def unused_data(loss: LossConfig, stored) -> list[str]:
+    """One line per part of a training set the loss does not read (and the run therefore neither decodes nor
+    encodes): negative pictures, a picture's positive captions beyond the first."""
+    notes = []
+    if stored.negative_pictures and not reads_negative_images(loss):
+        notes.append(f"data: loss {loss.name} reads no negative picture: the set's are neither decoded nor encoded")
+    if getattr(stored, "p", 1) > 1 and not (loss.name in LOSSES and POSITIVE_EXTRAS <= LOSSES[loss.name][0].needs):
+        notes.append(f"data: loss {loss.name} reads one caption per picture: the set's other positives (up to "
+                     f"{stored.p - 1} a picture) are not encoded")
+    return notes
 
 
 class TokenCLIP(nn.Module):
