@@ -782,7 +782,7 @@ def test_ceclip_rewrites_sit_in_their_type_s_slot_and_its_thresholds_stay_per_ty
     clip = load_model("cj-tiny", "none")
     dataset = source_set(DataConfig(concretebatch=[str(out)], workers=0), clip)
     order = sorted(range(len(dataset)), key=lambda i: dataset.parts[0][i]["meta"]["fields"]["id"])
-    image, _, tokens, negative_tokens, c, has_negative, _, _ = torch.utils.data.default_collate(
+    image, _, tokens, negative_tokens, c, has_negative, *_ = torch.utils.data.default_collate(
         [dataset[i] for i in order])
     assert has_negative.tolist() == [[True, True, False, False], [False, True, False, False]]
     adjective = clip.tokenizer([items[1]["adj_aug_caption"]])[0]
@@ -884,3 +884,38 @@ def test_several_positives_per_picture_go_through_import_cache_training_and_eval
     assert [r["step"] for r in rows if "loss" in r] == [1, 2] and all(np.isfinite(r["loss"]) for r in rows
                                                                       if "loss" in r)
     assert any(0 <= r.get("eval/sugarcrepe/M.Avg", -1) <= 1 for r in rows)
+
+
+@pytest.mark.system_packages
+def test_clic_pairs_join_two_pictures_and_their_captions_with_a_swap_negative(tmp_path):
+    """CLIC's batch as an import: each record two of the source's pictures side by side (224 x 224), p1 the two
+    first captions joined, p2 the other order, then the pictures' next captions joined; one negative, a word
+    swapped between the two captions; the same seed pairs the same way."""
+    from concrete_jungle.sources.peers.clic import joined
+
+    captions = benchmark_fixtures.write_coco_captions(tmp_path / "captions_train2017.json")
+    data = json.loads(captions.read_text())
+    data["annotations"] += [{"id": 10**6 + image["id"], "image_id": image["id"], "caption": f"a photo {image['id']}"}
+                            for image in data["images"]]
+    captions.write_text(json.dumps(data))
+    by_image = {}
+    for a in data["annotations"]:
+        by_image.setdefault(str(a["image_id"]), []).append(a["caption"])
+    images = benchmark_fixtures.write_images(tmp_path / "train2017")
+    outs = [tmp_path / name for name in ("cb", "again")]
+    for out in outs:
+        assert main(["import", "clic", str(captions), "--images", str(images), "--out", str(out), "--positives", "3",
+                     "--no-progress"]) == 0
+    got = members(outs[0])
+    assert got.keys() == members(outs[1]).keys() and len(got) >= 10
+    assert any("odd number" in reason for reason in rejects(outs[0]).values())
+    for sid, record in got.items():
+        first, second = sid.split("+")
+        c1, c2 = by_image[first][0], by_image[second][0]
+        assert record["txt"].decode() == joined([c1, c2]) and record["pos2.txt"].decode() == joined([c2, c1])
+        assert record["pos3.txt"].decode() in (joined([by_image[first][1], by_image[second][1]]),
+                                               joined([by_image[second][1], by_image[first][1]]))
+        assert Image.open(io.BytesIO(record["jpg"])).size == (224, 224)
+        negative = record["neg.txt"].decode()
+        assert negative not in (record["txt"].decode(), record["pos2.txt"].decode())
+        assert set(negative.replace(".", " ").split()) <= set(record["txt"].decode().replace(".", " ").split())
