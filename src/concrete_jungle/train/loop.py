@@ -437,13 +437,14 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
         images = torch.cat([images, neg_image.to(device, non_blocking=True)[has_negative_image.to(device)]])
     texts = torch.cat([texts, neg_text.to(device, non_blocking=True)[has_negative.to(device)]])
     positives = Positives(getattr(loss_fn, "needs", frozenset()), batch, device)
+    texts = positives.tokens(texts)  # the layout's captions, then the other positives a loss reads (cut alike)
     if normalize is not None:
         images = normalize(images)
     if trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
         texts = trim_tokens(model, texts)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
-        outputs = dist_model(images, positives.tokens(texts))
+        outputs = dist_model(images, texts)
         image_features, (text_features, more), logit_scale = outputs[0], positives.extras(outputs[1]), outputs[2]
         if needs := getattr(loss_fn, "needs", frozenset()) - POSITIVE_EXTRAS:
             more |= extras(needs, outputs, teacher, images, texts, image_rows, text_rows)

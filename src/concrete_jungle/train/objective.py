@@ -149,7 +149,7 @@ class Positives:
     """The other positive captions of a batch (`data.Batch`'s last two fields) for a loss that reads them
     (``needs`` holds `POSITIVE_EXTRAS`): `tokens` appends those that exist to the step's captions, `extras` takes
     their features back off the encoded rows and puts them at their places (n x (P - 1) x D, zeros where a record
-    has fewer, which ``has_positive`` masks)."""
+    has fewer, which ``has_positive`` masks). No loss reads both them and token or teacher features (`extras`)."""
 
     def __init__(self, needs: frozenset, batch: tuple, device):
         self.reads = bool(needs & POSITIVE_EXTRAS)
