@@ -79,6 +79,9 @@ def make_batch(n: int, k: int, pictures: bool, d: int, needs: set[str], seed: in
     for name in ("teacher_image_features", "teacher_text_features"):
         if name in needs:
             extras[name] = unit(rows, d)
+    if "positive_text_features" in needs:  # CLIC's: P = 4 positives per picture, as its recipe
+        extras["positive_text_features"] = unit(n, 3, d).requires_grad_()
+        extras["has_positive"] = torch.ones(n, 3, dtype=torch.bool)
     return batch
 
 

@@ -79,3 +79,28 @@ def test_cache_starts_no_more_workers_than_the_cpus_and_says_so_once(planted, tm
     notes = [line for line in capsys.readouterr().err.splitlines() if "--workers" in line]
     assert notes == [f"note: --workers {asked} is more than the {usable_cpus()} CPU(s) this process may use: "
                      f"{usable_cpus()} worker process(es)"]
+
+
+def test_a_cache_of_format_3_without_positives_is_still_read_as_one_positive_per_picture(planted, tmp_path):
+    """Format 4 added the other positives' tokens (positives.i32); a format-3 cache, which lacks them, serves the
+    same batch as before: its records have one positive each."""
+    import json
+    import shutil
+
+    import torch
+
+    from concrete_jungle.models import load_model
+    from concrete_jungle.train.image_cache import CachedSet, build_cache, cache_is_current, source_digest
+
+    data = tmp_path / "cb"
+    shutil.copytree(planted, data, ignore=shutil.ignore_patterns("cache", ".*.lock"))
+    folder = build_cache(data, load_model("cj-tiny", "none"), progress=False)
+    current = CachedSet([folder]).batch([0, 1, 2])
+    meta = json.loads((folder / "cache.json").read_text())
+    assert meta["format"] == 4 and meta["positives"] == 1
+    (folder / "positives.i32").unlink()
+    del meta["files"]["positives.i32"], meta["positives"]
+    (folder / "cache.json").write_text(json.dumps(meta | {"format": 3}))
+    assert cache_is_current(folder, source_digest(data))
+    old = CachedSet([folder])
+    assert old.p == 1 and all(torch.equal(a, b) for a, b in zip(old.batch([0, 1, 2]), current, strict=True))

@@ -782,7 +782,7 @@ def test_ceclip_rewrites_sit_in_their_type_s_slot_and_its_thresholds_stay_per_ty
     clip = load_model("cj-tiny", "none")
     dataset = source_set(DataConfig(concretebatch=[str(out)], workers=0), clip)
     order = sorted(range(len(dataset)), key=lambda i: dataset.parts[0][i]["meta"]["fields"]["id"])
-    image, _, tokens, negative_tokens, c, has_negative, _, _ = torch.utils.data.default_collate(
+    image, _, tokens, negative_tokens, c, has_negative, *_ = torch.utils.data.default_collate(
         [dataset[i] for i in order])
     assert has_negative.tolist() == [[True, True, False, False], [False, True, False, False]]
     adjective = clip.tokenizer([items[1]["adj_aug_caption"]])[0]
@@ -822,3 +822,100 @@ def test_ceclip_rewrites_sit_in_their_type_s_slot_and_its_thresholds_stay_per_ty
     options = loss.options
     torch.testing.assert_close(first, ce_clip_reference(pictures, reference_texts, s, by_type, [0.0] * k, options))
     torch.testing.assert_close(second, ce_clip_reference(images, reference_texts, s, by_type, tau, options))
+
+
+@pytest.mark.slow
+@pytest.mark.system_packages
+def test_several_positives_per_picture_go_through_import_cache_training_and_evaluation(tmp_path, data_root):
+    """COCO's captions of a picture as its positives (P = 3; some pictures have one, so the others are masked):
+    the record holds them in order, the image cache serves the tokens the decoded path makes, and CLIC, which
+    reads them, trains on the cache and evaluates."""
+    import torch
+
+    from concrete_jungle.models import load_model
+    from concrete_jungle.train.config import DataConfig, LossConfig, load_config
+    from concrete_jungle.train.data import TrainingSet, data_path, source_set
+    from concrete_jungle.train.image_cache import build_cache
+    from concrete_jungle.train.loop import train
+    from concrete_jungle.train.objective import unused_data
+
+    captions = benchmark_fixtures.write_coco_captions(tmp_path / "captions_train2017.json")
+    data = json.loads(captions.read_text())
+    for image in data["images"][::2]:  # every other picture gets two more captions
+        first = next(a["caption"] for a in data["annotations"] if a["image_id"] == image["id"])
+        data["annotations"] += [{"id": 10**6 + 2 * image["id"] + j, "image_id": image["id"], "caption": text}
+                                for j, text in enumerate([f"{first} in a photo", f"a picture: {first}"])]
+    captions.write_text(json.dumps(data))
+    by_image = {}
+    for a in data["annotations"]:
+        by_image.setdefault(str(a["image_id"]), []).append(a["caption"])
+    images = benchmark_fixtures.write_images(tmp_path / "train2017")
+    out = tmp_path / "cb"
+    assert main(["import", "coco-swaps", str(captions), "--images", str(images), "--out", str(out), "--positives",
+                 "3", "--no-progress"]) == 0
+    got = members(out)
+    assert len(got) > 16 and set(got) <= set(by_image)
+    for sid, record in got.items():
+        stored = [record[m].decode() for m in ("txt", "pos2.txt", "pos3.txt") if m in record]
+        assert stored == by_image[sid][:3]
+
+    clip = load_model("cj-tiny", "none")
+    decoded = TrainingSet([IndexedConcreteBatch([out])], clip.preprocess, clip.tokenizer)
+    build_cache(out, clip, progress=False)
+    cached = source_set(DataConfig(concretebatch=[str(out)], workers=0), clip)
+    assert data_path(cached, 0)[0] == "cache" and decoded.p == cached.p == 3
+    batch = cached.batch(list(range(len(cached))))
+    items = torch.utils.data.default_collate([decoded[i] for i in range(len(decoded))])
+    for field in (2, 3, 8, 9):  # tokens, negative tokens, the other positives' tokens and which exist
+        assert torch.equal(batch[field], items[field])
+    assert batch[9].sum(dim=1).tolist() == [len(by_image[decoded.parts[0][i]["meta"]["id"]]) - 1
+                                            for i in range(len(decoded))]
+    assert 0 < int(batch[9].sum()) < batch[9].numel()
+    # a loss that reads one caption per picture is told it leaves the others; CLIC reads them
+    assert "other positives (up to 2 a picture) are not encoded" in unused_data(LossConfig(name="negclip"), cached)[0]
+    assert unused_data(LossConfig(name="clic"), cached) == []
+
+    config = load_config(None, [f"out={tmp_path / 'run'}", "model.name=cj-tiny", "model.pretrained=none",
+                                "model.precision=fp32", f"data.concretebatch=['{out}']", "loss.name=clic",
+                                "data.workers=0", "batch_size=8", "steps=2", "save_every=2", "eval.every=2",
+                                "eval.benchmarks=[sugarcrepe]", f"eval.data_root={data_root}", "eval.subset=3"])
+    train(config, progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2] and all(np.isfinite(r["loss"]) for r in rows
+                                                                      if "loss" in r)
+    assert any(0 <= r.get("eval/sugarcrepe/M.Avg", -1) <= 1 for r in rows)
+
+
+@pytest.mark.system_packages
+def test_clic_pairs_join_two_pictures_and_their_captions_with_a_swap_negative(tmp_path):
+    """CLIC's batch as an import: each record two of the source's pictures side by side (224 x 224), p1 the two
+    first captions joined, p2 the other order, then the pictures' next captions joined; one negative, a word
+    swapped between the two captions; the same seed pairs the same way."""
+    from concrete_jungle.sources.peers.clic import joined
+
+    captions = benchmark_fixtures.write_coco_captions(tmp_path / "captions_train2017.json")
+    data = json.loads(captions.read_text())
+    data["annotations"] += [{"id": 10**6 + image["id"], "image_id": image["id"], "caption": f"a photo {image['id']}"}
+                            for image in data["images"]]
+    captions.write_text(json.dumps(data))
+    by_image = {}
+    for a in data["annotations"]:
+        by_image.setdefault(str(a["image_id"]), []).append(a["caption"])
+    images = benchmark_fixtures.write_images(tmp_path / "train2017")
+    outs = [tmp_path / name for name in ("cb", "again")]
+    for out in outs:
+        assert main(["import", "clic", str(captions), "--images", str(images), "--out", str(out), "--positives", "3",
+                     "--no-progress"]) == 0
+    got = members(outs[0])
+    assert got.keys() == members(outs[1]).keys() and len(got) >= 10
+    assert any("odd number" in reason for reason in rejects(outs[0]).values())
+    for sid, record in got.items():
+        first, second = sid.split("+")
+        c1, c2 = by_image[first][0], by_image[second][0]
+        assert record["txt"].decode() == joined([c1, c2]) and record["pos2.txt"].decode() == joined([c2, c1])
+        assert record["pos3.txt"].decode() in (joined([by_image[first][1], by_image[second][1]]),
+                                               joined([by_image[second][1], by_image[first][1]]))
+        assert Image.open(io.BytesIO(record["jpg"])).size == (224, 224)
+        negative = record["neg.txt"].decode()
+        assert negative not in (record["txt"].decode(), record["pos2.txt"].decode())
+        assert set(negative.replace(".", " ").split()) <= set(record["txt"].decode().replace(".", " ").split())

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from concrete_jungle.loss import (LOSSES, CEClipLoss, CEClipOptions, CementLoss, NegCLIPLoss, NegCLIPOptions,
-                                  TripletCLIPLoss)
+from concrete_jungle.loss import (LOSSES, CEClipLoss, CEClipOptions, CementLoss, CLICLoss, CLICOptions, NegCLIPLoss,
+                                  NegCLIPOptions, TripletCLIPLoss)
 from concrete_jungle.loss.degla import DeGLALoss, DeGLAOptions
 from concrete_jungle.loss.fsc_clip import FSCCLIPLoss, FSCCLIPOptions, calibrated_focal_loss
 
@@ -714,6 +714,126 @@ def test_degla_options_name_the_bad_key(key, value):
 # ----------------------------------------------------------------------------- every loss: missing rows
 
 
+# ----------------------------------------------------------------------------- CLIC
+
+
+def positives_batch(n, p, d=16, seed=3, has_positive=None, missing=float("nan")):
+    """The other P - 1 positive captions of n pictures (float64 leaves, L2-normalised; a missing one holds
+    ``missing``) and which exist (n x (P - 1); some missing by default)."""
+    g = torch.Generator().manual_seed(seed)
+    features = F.normalize(torch.randn(n, p - 1, d, generator=g, dtype=torch.float64), dim=2)
+    if has_positive is None:
+        has_positive = torch.rand(n, p - 1, generator=g) > 0.3
+    features[~has_positive] = missing
+    return features.requires_grad_(), has_positive
+
+
+def clic_released(images, positives, negative, s, o=CLICOptions()):
+    """CLIC's released ``CLIPLoss`` (losses.py at dc845c7: ``_compute_loss_with_hard_negatives`` with
+    hard_negatives_separate and uni_modal_loss) on one process, on its batch as its train.py concatenates it:
+    B pictures, texts [p_1 (B rows); ...; p_P; the negatives (B)]; logits as its models.py makes them."""
+    b, p = positives.shape[:2]
+    texts = torch.cat([positives[:, i] for i in range(p)] + [negative])
+    logits_per_image, logits_per_text = s * images @ texts.T, s * texts @ images.T
+    labels = torch.arange(b)
+    negative_logits = logits_per_image[labels, labels + p * b]
+    i2t, t2i, sneg = [], [], []
+    for i in range(p):
+        i2t.append(F.cross_entropy(logits_per_image[:, i * b:(i + 1) * b], labels))
+        own = logits_per_image[labels, labels + i * b]
+        sneg.append(F.cross_entropy(torch.stack([own, negative_logits], dim=1), torch.zeros(b, dtype=torch.long)))
+        t2i.append(F.cross_entropy(logits_per_text[i * b:(i + 1) * b], labels))
+    contrastive = (sum(i2t) / p + sum(t2i) / p) / 2
+    uni = F.mse_loss(texts[:b], texts[b:2 * b], reduction="none").sum(dim=1).mean()
+    return o.contrastive_weight * contrastive + o.negative_weight * sum(sneg) / p + o.uni_weight * uni
+
+
+def clic_reference(images, captions, exists, negatives, has_negative, s, o=CLICOptions()):
+    """Our formula row by row (the module docstring): every mean over the (picture, positive) pairs that exist;
+    ``captions`` n x P x D (positive 0 the anchor's), ``negatives`` n x K x D."""
+    n, p = exists.shape
+    pairs = [(a, i) for a in range(n) for i in range(p) if exists[a, i]]
+    i2t = [lse([s * images[a] @ captions[b, i] for b in range(n) if exists[b, i]]) - s * images[a] @ captions[a, i]
+           for a, i in pairs]
+    t2i = [lse([s * captions[a, i] @ images[b] for b in range(n)]) - s * images[a] @ captions[a, i]
+           for a, i in pairs]
+    chosen = [(a, i) for a, i in pairs if has_negative[a].any()]
+    neg = [lse([s * images[a] @ captions[a, i]] + [s * images[a] @ negatives[a, j] for j in range(negatives.shape[1])
+                                                   if has_negative[a, j]]) - s * images[a] @ captions[a, i]
+           for a, i in chosen]
+    uni = [(captions[a, 0] - captions[a, 1]).pow(2).sum() for a in range(n) if p > 1 and exists[a, 1]]
+    total = o.contrastive_weight * (sum(i2t) / len(pairs) + sum(t2i) / len(pairs)) / 2
+    total = total + o.negative_weight * (sum(neg) / len(chosen) if chosen else 0)
+    return total + o.uni_weight * (sum(uni) / len(uni) if uni else 0)
+
+
+CLIC_OPTIONS = [CLICOptions(), CLICOptions(contrastive_weight=1.0, negative_weight=0.0, uni_weight=0.3),
+                CLICOptions(negative_weight=2.0, uni_weight=0.0)]
+
+
+@pytest.mark.parametrize("options", CLIC_OPTIONS)
+@pytest.mark.parametrize("n, p, seed", [(6, 4, 0), (5, 2, 1), (8, 3, 2)])
+def test_clic_is_the_released_loss_on_its_batch(options, n, p, seed):
+    """One negative and every positive present (CLIC's batch): the value and gradients of the released code's
+    dense formula, to 1e-6 in float64."""
+    image, text, s, c, has_negative, has_image = hard_negative_batch(n, 1, seed=seed)
+    more, has_positive = positives_batch(n, p, seed=seed, has_positive=torch.ones(n, p - 1, dtype=torch.bool))
+    ours = CLICLoss(options)(image, text, s, c, has_negative, has_image, positive_text_features=more,
+                             has_positive=has_positive)
+    want = clic_released(image[:n], torch.cat([text[:n, None], more], dim=1), text[n:], s, options)
+    assert_same([ours.detach(), *torch.autograd.grad(ours, (image, text, s, more))],
+                [want.detach(), *torch.autograd.grad(want, (image, text, s, more))])
+
+
+@pytest.mark.parametrize("options", CLIC_OPTIONS)
+@pytest.mark.parametrize("local_loss", [False, True])
+def test_clic_masks_missing_positives_and_negatives_as_its_formula_says(options, local_loss):
+    """K = 3 negatives and P = 4 positives, some of each missing (holding NaN): the formula row by row, values and
+    gradients; what a missing row holds reaches neither."""
+    n, k = MASKED.shape
+    image, text, s, c, has_negative, has_image = hard_negative_batch(n, k, has_negative=MASKED)
+    more, has_positive = positives_batch(n, 4, seed=4)
+    assert not has_positive.all() and has_positive[:, 0].any()
+    loss = CLICLoss(options, local_loss=local_loss)
+    ours = loss(image, text, s, c, has_negative, has_image, positive_text_features=more, has_positive=has_positive)
+    clean = torch.nan_to_num(more, nan=0.0)
+    exists = torch.cat([torch.ones(n, 1, dtype=torch.bool), has_positive], dim=1)
+    negatives = torch.nan_to_num(text[n:], nan=0.0).reshape(n, k, -1)
+    want = clic_reference(image[:n], torch.cat([text[:n, None], clean], dim=1), exists, negatives, has_negative, s,
+                          options)
+    got = [ours.detach(), *torch.autograd.grad(ours, (image, text, s, more), allow_unused=True,
+                                               materialize_grads=True)]
+    assert all(torch.isfinite(g).all() for g in got)
+    want_grads = torch.autograd.grad(want, (image, text, s, more), allow_unused=True, materialize_grads=True)
+    for g, w in zip(got, [want.detach(), *want_grads]):
+        torch.testing.assert_close(torch.nan_to_num(g), torch.nan_to_num(w), **TOL)
+
+
+def test_clic_a_positive_set_no_picture_has_leaves_a_finite_gradient():
+    """A batch where no picture has its third positive (a set of columns with no caption): finite gradients."""
+    n = 4
+    image, text, s, c, has_negative, has_image = hard_negative_batch(n, 1)
+    more, has_positive = positives_batch(n, 3, has_positive=torch.tensor([[1, 0]] * n, dtype=torch.bool))
+    loss = CLICLoss()(image, text, s, c, has_negative, has_image, positive_text_features=more,
+                      has_positive=has_positive)
+    assert all(torch.isfinite(g).all() for g in torch.autograd.grad(loss, (image, text, more)))
+
+
+def test_clic_s_uni_modal_term_refuses_a_batch_with_one_positive_per_picture():
+    n = 3
+    image, text, s, c, has_negative, has_image = hard_negative_batch(n, 1)
+    with pytest.raises(ValueError, match="uni_weight: 0"):
+        CLICLoss()(image, text, s, c, has_negative, has_image)
+    assert torch.isfinite(CLICLoss(CLICOptions(uni_weight=0.0))(image, text, s, c, has_negative, has_image))
+
+
+@pytest.mark.parametrize("key, value", [("contrastive_weight", -1.0), ("negative_weight", float("nan")),
+                                        ("uni_weight", True)])
+def test_clic_options_name_the_bad_key(key, value):
+    with pytest.raises(ValueError, match=f"loss.clic.{key}"):
+        CLICOptions(**{key: value})
+
+
 def missing_rows_filled(fill):
     """The K = 3 batch with missing captions and pictures (MASKED, MASKED_IMAGES), every missing row of the
     features, of the token features and of the teacher's features holding ``fill``; the rows that exist are the
@@ -726,9 +846,11 @@ def missing_rows_filled(fill):
         tokens[n:][~has_negative.flatten()] = fill
     teacher_image, teacher_text = teacher_batch(torch.nan_to_num(image, nan=0.0), text, has_negative)
     teacher_image[n:], teacher_text[n:][~has_negative.flatten()] = fill, fill
+    positives, has_positive = positives_batch(n, 3, missing=fill)
     extras = {"image_tokens": patches, "text_tokens": tokens, "text_token_mask": mask,
-              "teacher_image_features": teacher_image, "teacher_text_features": teacher_text}
-    return (image, text, s, patches, tokens), (c, has_negative, has_image), extras
+              "teacher_image_features": teacher_image, "teacher_text_features": teacher_text,
+              "positive_text_features": positives, "has_positive": has_positive}
+    return (image, text, s, patches, tokens, positives), (c, has_negative, has_image), extras
 
 
 EVERY_LOSS = {"cement": lambda **kw: CementLoss("adaptive", **kw), "infonce": lambda **kw: CementLoss("none", **kw),
@@ -811,10 +933,12 @@ def test_a_masked_entailed_logit_of_1e6_changes_no_loss_and_gets_no_gradient(nam
     entailed[1, 0] = True
     patches, tokens, mask = fsc_tokens(n, k, has_negative)
     teacher_image, teacher_text = teacher_batch(image.detach(), text.detach(), has_negative)
+    positives, has_positive = positives_batch(n, 2)
     t, pushed = entailed_logit_at(image, text, s, row(n, k, 1, 0), 1, 1e6)
     assert (s * pushed(t) @ text.T)[row(n, k, 1, 0), 1].item() == pytest.approx(1e6)
     extras = {"image_tokens": patches, "text_tokens": tokens, "text_token_mask": mask,
-              "teacher_image_features": teacher_image, "teacher_text_features": teacher_text}
+              "teacher_image_features": teacher_image, "teacher_text_features": teacher_text,
+              "positive_text_features": positives, "has_positive": has_positive}
 
     def value(mask_entailed, at):
         loss = EVERY_LOSS[name](mask_entailed=mask_entailed)
@@ -857,6 +981,9 @@ HAS_NEGATIVE_IMAGE = torch.tensor([[1, 0], [1, 0], [0, 1], [0, 1], [0, 0], [0, 0
 ENTAILED = torch.tensor([[1, 0], [0, 0], [0, 1], [0, 1], [0, 0], [1, 0], [0, 0], [1, 1]], dtype=torch.bool)
 # (local_loss, gather_with_grad); local_loss without gather_with_grad loses the gradient of the keys, as in open_clip
 CONFIGS = [(False, True), (True, True), (False, False)]
+# P = 3 positives per picture: the anchor's caption and two more, some missing on each rank
+HAS_POSITIVE = torch.tensor([[1, 1], [1, 0], [0, 0], [1, 1], [1, 1], [0, 1], [1, 0], [1, 1]], dtype=torch.bool)
+PER_PICTURE = ("positive_text", "has_positive")  # one row per anchor, not [anchors; negatives]
 
 
 def _global_batch():
@@ -869,7 +996,8 @@ def _global_batch():
            "text_tokens": torch.randn(rows, TOKENS + 1, 10, generator=g, dtype=f64),
            "text_token_mask": torch.rand(rows, TOKENS + 1, generator=g) > 0.3,
            "teacher_image_features": F.normalize(torch.randn(rows, DIM, generator=g, dtype=f64), dim=1),
-           "teacher_text_features": F.normalize(torch.randn(rows, DIM, generator=g, dtype=f64), dim=1)}
+           "teacher_text_features": F.normalize(torch.randn(rows, DIM, generator=g, dtype=f64), dim=1),
+           "positive_text": torch.randn(WORLD * N_LOCAL, 2, 10, generator=g, dtype=f64), "has_positive": HAS_POSITIVE}
     raw["text_token_mask"][:, 0] = True
     c = 1 + 4 * torch.rand(WORLD * N_LOCAL, K, generator=g, dtype=f64)
     return raw, c
@@ -885,8 +1013,9 @@ def _step(model, loss_fn, raw, c, has_negative, has_image, entailed=None):
     features = {"image": F.normalize(model["image"](raw["image"]), dim=-1),
                 "text": F.normalize(model["text"](raw["text"]), dim=-1),
                 "image_tokens": F.normalize(model["image"](raw["image_tokens"]), dim=-1),
-                "text_tokens": F.normalize(model["text"](raw["text_tokens"]), dim=-1)}
-    extras = {name: features.get(name, raw[name]) for name in getattr(loss_fn, "needs", ())}
+                "text_tokens": F.normalize(model["text"](raw["text_tokens"]), dim=-1),
+                "positive_text_features": F.normalize(model["text"](raw["positive_text"]), dim=-1)}
+    extras = {name: features[name] if name in features else raw[name] for name in getattr(loss_fn, "needs", ())}
     losses = []
     for _ in range(2):
         loss = loss_fn(features["image"], features["text"], 1 / 0.07, c, has_negative, has_image,
@@ -910,7 +1039,7 @@ def _worker(rank, port, out_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     raw, c = _global_batch()
     mine = slice(rank * N_LOCAL, (rank + 1) * N_LOCAL)
-    local_raw = {name: _local(x, rank) for name, x in raw.items()}
+    local_raw = {name: x[mine] if name in PER_PICTURE else _local(x, rank) for name, x in raw.items()}
     for (name, (loss_class, options_class)), masked in itertools.product(LOSSES.items(), (False, True)):
         for local_loss, gather_with_grad in CONFIGS:
             loss_fn = loss_class(options_class(), local_loss=local_loss, gather_with_grad=gather_with_grad,

@@ -273,8 +273,13 @@ def test_a_shard_cut_between_two_records_is_an_error_naming_it_not_fewer_records
             read([tmp_path / "cb"])
 
 
-def test_a_record_with_a_gap_in_its_negatives_is_an_error_naming_it(tmp_path):
-    """``neg.txt`` and ``neg3.txt`` without ``neg2.txt`` read as one negative, the third lost."""
+@pytest.mark.parametrize("member, message", [
+    ("r1.neg3.txt", r"record 'r1' holds neg3\.txt but only 1 negative caption\(s\) and 1 positive"),
+    ("r1.pos3.txt", r"record 'r1' holds pos3\.txt but only 1 negative caption\(s\) and 1 positive")],
+    ids=["negatives", "positives"])
+def test_a_record_with_a_gap_in_its_negatives_or_positives_is_an_error_naming_it(tmp_path, member, message):
+    """``neg.txt`` and ``neg3.txt`` without ``neg2.txt`` read as one negative, the third lost (``pos3.txt``
+    without ``pos2.txt`` alike)."""
     from concrete_jungle.concretebatch import IndexedConcreteBatch
     from concrete_jungle.errors import DatasetError
 
@@ -282,10 +287,10 @@ def test_a_record_with_a_gap_in_its_negatives_is_an_error_naming_it(tmp_path):
     with tarfile.open(shard) as tar:
         members = [(m, tar.extractfile(m).read()) for m in tar]
     with tarfile.open(shard, "w") as tar:
-        for member, data in members + [(tarfile.TarInfo("r1.neg3.txt"), b"a bird")]:
-            member.size = len(data)
-            tar.addfile(member, io.BytesIO(data))
-    with pytest.raises(DatasetError, match=r"record 'r1' holds neg3\.txt but only 1 negative caption"):
+        for info, data in members + [(tarfile.TarInfo(member), b"a bird")]:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(DatasetError, match=message):
         IndexedConcreteBatch([tmp_path / "cb"])
 
 

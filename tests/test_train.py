@@ -338,7 +338,7 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
         assert len(got) == len(apart) - start and len(fetched) == 8 * (len(got) + (start > 0))
         for mine, reference in zip(got, apart[start:]):
             assert all(torch.equal(a, b) for a, b in zip(mine, reference))
-    image, neg_image, text, neg_text, c, has_negative, _, _ = apart[0]
+    image, neg_image, text, neg_text, c, has_negative, *_ = apart[0]
     with torch.no_grad():
         i, t, scale = clip.model(torch.cat([image, neg_image[:, 0]]), torch.cat([text, neg_text[:, 0]]))[:3]
         ours = CementLoss(margin="none")(i, t, scale, c, has_negative)
@@ -615,7 +615,8 @@ def test_k_negatives_with_missing_pictures_batch_alike_decoded_preloaded_and_cac
     assert (decoded.k, decoded.pictures) == (2, 2)
     indices = [3, 0, 7, 10, 5, 12]
     reference = torch.utils.data.default_collate([decoded[i] for i in indices])
-    image, neg_image, text, neg_text, c, has_negative, has_image, entailed = reference
+    image, neg_image, text, neg_text, c, has_negative, has_image, entailed, positives, has_positive = reference
+    assert positives.shape[1] == has_positive.shape[1] == 0  # one positive per picture: P - 1 = 0
     assert has_negative.tolist() == [[True, i % 3 != 0] for i in indices]
     assert has_image.tolist() == [[i % 2 == 0, i % 4 == 1 and i % 3 != 0] for i in indices]
     assert entailed.tolist() == [[entailed_in_set(i, 0), entailed_in_set(i, 1)] for i in indices]

@@ -94,3 +94,40 @@ def test_the_logit_scale_clamp_is_the_recipe_s_setting(tmp_path, planted, overri
 def test_the_logit_scale_clamp_must_be_a_temperature():
     with pytest.raises(ConfigError, match="clamp_logit_scale must be a finite number >= 1"):
         load_config(None, ["out=x", "clamp_logit_scale=0.5"])
+
+
+@pytest.mark.parametrize("trim", [False, True])
+def test_a_training_step_gives_a_loss_that_reads_them_each_picture_s_positives_at_their_places(trim):
+    """The batch's other positives (some missing, some longer than every caption of the batch) are encoded in the
+    step's forward, cut with its captions, and reach CLIC at their (picture, positive) places: its loss equals CLIC
+    on features encoded apart, tower by tower."""
+    import torch.nn.functional as F
+
+    from concrete_jungle.loss import CLICLoss
+    from concrete_jungle.text_encoding import TrimmedTextCLIP
+    from concrete_jungle.models import load_model
+    from concrete_jungle.train.loop import training_step
+
+    clip = load_model("cj-tiny", "none", seed=3)
+    model = clip.model.eval()
+    g = torch.Generator().manual_seed(1)
+    caps = [f"a red ball number {i}" for i in range(6)]
+    positives = clip.tokenizer([f"{c} on the green grass beside a tall old tree" for c in caps]
+                               + [f"{c} in a photo" for c in caps])
+    positives = positives.reshape(2, 6, -1).transpose(0, 1).clone()
+    has_positive = torch.tensor([[1, 1], [1, 0], [0, 0], [1, 1], [0, 1], [1, 0]], dtype=torch.bool)
+    positives[~has_positive] = 0  # a missing one's tokens are zeros, as the batch serves them
+    batch = (torch.randn(6, 3, 64, 64, generator=g), torch.zeros(6, 0, 3, 64, 64), clip.tokenizer(caps),
+             clip.tokenizer([c.replace("red", "blue") for c in caps])[:, None], torch.full((6, 1), 4.5),
+             torch.ones(6, 1, dtype=torch.bool), torch.zeros(6, 1, dtype=torch.bool),
+             torch.zeros(6, 1, dtype=torch.bool), positives, has_positive)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    out = training_step(TrimmedTextCLIP(model) if trim else model, model, CLICLoss(), optimizer, batch, 0.0, None,
+                        "cpu", False, trim_text=trim)
+    with torch.no_grad():
+        images = F.normalize(model.encode_image(batch[0]), dim=-1)
+        texts = F.normalize(model.encode_text(torch.cat([batch[2], batch[3][:, 0]])), dim=-1)
+        more = F.normalize(model.encode_text(positives.flatten(0, 1)), dim=-1).reshape(6, 2, -1)
+        want = CLICLoss()(torch.cat([images, torch.zeros_like(images)]), texts, model.logit_scale.exp(),
+                          batch[4], batch[5], batch[6], positive_text_features=more, has_positive=has_positive)
+    assert out["contrastive_loss"].item() == pytest.approx(want.item(), abs=1e-5)

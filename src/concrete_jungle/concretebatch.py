@@ -3,7 +3,8 @@
 Layout of a dataset directory::
 
     shard-000000.tar ...         one record per anchor: __key__, jpg, txt, neg.jpg, neg.txt, json; a record
-                                 with K > 1 negatives adds neg2.jpg, neg2.txt ... negK.jpg, negK.txt (`NEGATIVES`)
+                                 with K > 1 negatives adds neg2.jpg, neg2.txt ... negK.jpg, negK.txt, one with
+                                 P > 1 positive captions of its picture (``txt`` the first) pos2.txt ... posP.txt
     manifests/shard-000000.jsonl one row per processed sample of that shard (ok or rejected), written
                                  atomically after its tar, so a shard is either complete or absent
     manifest.jsonl, rejects.jsonl, summary.json, config.yaml   (when every part is done)
@@ -28,6 +29,7 @@ import math
 import os
 import re
 from collections.abc import Iterator
+from itertools import count
 from pathlib import Path
 
 from PIL import Image
@@ -51,8 +53,7 @@ def sample_key(sample_id: str) -> str:
 
 
 def encode_jpeg(image: Image.Image, quality: int = 95) -> bytes:
-    buf = io.BytesIO()
-    image.convert("RGB").save(buf, format="JPEG", quality=quality)
+    image.convert("RGB").save(buf := io.BytesIO(), format="JPEG", quality=quality)
     return buf.getvalue()
 
 
@@ -88,9 +89,11 @@ class ShardWriter:
         self.count = 0
 
     def write(self, key: str, image: bytes, caption: str, neg_image: bytes | None, neg_caption: str, meta: dict,
-              more_negatives: list[tuple[bytes | None, str]] = ()) -> None:
-        """One record: the anchor, its first negative, and ``more_negatives`` as (picture or None, caption)."""
+              more_negatives: list[tuple[bytes | None, str]] = (), more_positives: list[str] = ()) -> None:
+        """One record: the anchor, its first negative, ``more_negatives`` as (picture or None, caption), and
+        ``more_positives``, the picture's other true captions."""
         sample = {"__key__": key, "jpg": image, "txt": caption.encode("utf-8")}
+        sample |= {positive_member(j): text.encode("utf-8") for j, text in enumerate(more_positives, 1)}
         for k, (picture_bytes, text) in enumerate([(neg_image, neg_caption), *more_negatives]):
             jpg, txt = negative_members(k)
             sample[txt] = text.encode("utf-8")
@@ -128,12 +131,23 @@ def negative_members(k: int) -> tuple[str, str]:
     return f"{stem}.jpg", f"{stem}.txt"
 
 
+def positive_member(j: int) -> str:
+    """The member of a record's j-th positive caption (0-based): ``txt``, then ``pos2.txt`` ... (its picture's
+    other true captions, as COCO's five per image)."""
+    return "txt" if j == 0 else f"pos{j + 1}.txt"
+
+
 def negative_count(members) -> int:
     """K: how many negative captions a record's members hold (``neg.txt``, ``neg2.txt``, ... without a gap)."""
     k = 0
     while negative_members(k)[1] in members:
         k += 1
     return k
+
+
+def positive_count(members) -> int:
+    """P: how many positive captions a record's members hold (``txt``, ``pos2.txt``, ... without a gap)."""
+    return next(p for p in count(1) if positive_member(p) not in members)
 
 
 def anchor_truth(entry: dict, record_id, k: int) -> tuple[bool | None, dict | None]:
@@ -198,21 +212,24 @@ def negative_slots(parts) -> tuple[int, int]:
     return k, k if any(p.has_negative_pictures() for p in parts) else 0
 
 
+def positives_per_record(parts) -> int:
+    """P: the most positive captions a record of these parts holds (plain pairs keep one)."""
+    return max([1] + [p.positives_per_record() for p in parts if hasattr(p, "positives_per_record")])
+
+
 def shard_name(shard_index: int) -> str:
     return SHARD_PATTERN.format(shard_index)
 
 
 def shard_files(root: Path, shard_index: int) -> tuple[Path, Path, Path]:
     """The files of one shard: the tar, its manifest rows, its recorded sha256."""
-    name = shard_name(shard_index)
-    stem = Path(name).stem
-    return root / name, root / "manifests" / f"{stem}.jsonl", root / "manifests" / f"{stem}.sha256"
+    stem = Path(shard_name(shard_index)).stem
+    return root / shard_name(shard_index), root / "manifests" / f"{stem}.jsonl", root / "manifests" / f"{stem}.sha256"
 
 
 def recorded_digest(root: Path, shard_index: int) -> str | None:
     """The sha256 written with a shard when it was completed; None for a shard written by other tools."""
-    digest = shard_files(root, shard_index)[2]
-    return digest.read_text().split()[0] if digest.is_file() else None
+    return d.read_text().split()[0] if (d := shard_files(root, shard_index)[2]).is_file() else None
 
 
 def dataset_digest(root: str | Path) -> str:
@@ -235,12 +252,8 @@ def write_shard_manifest(root: Path, shard_index: int, rows: list[dict], digest:
 
 def read_shard_manifests(root: Path, shard_indices=None) -> dict[int, list[dict]]:
     """The complete shards' manifest rows, by shard index."""
-    out = {}
-    for path in sorted((root / "manifests").glob("shard-*.jsonl")):
-        index = int(path.stem.split("-")[1])
-        if shard_indices is None or index in shard_indices:
-            out[index] = read_jsonl(path)
-    return out
+    paths = {int(path.stem.split("-")[1]): path for path in sorted((root / "manifests").glob("shard-*.jsonl"))}
+    return {index: read_jsonl(path) for index, path in paths.items() if shard_indices is None or index in shard_indices}
 
 
 def shard_problem(root: Path, shard_index: int) -> str | None:
@@ -318,9 +331,9 @@ def picture(data: bytes, where: str) -> Image.Image:
 
 def record_fields(meta: dict, members, read: callable, where: str, negative_pictures: bool = True) -> dict:
     """The decoded fields of a record whose members ``read(ext)`` returns as bytes: image, caption, the first
-    negative as neg_image (None without a picture), neg_caption and concreteness, and every negative in
-    ``negatives`` (`negatives_of`). ``negative_pictures`` false: no negative's picture is read or decoded (each is
-    None), for a reader that uses none."""
+    negative as neg_image (None without a picture), neg_caption and concreteness, every negative in ``negatives``
+    (`negatives_of`) and every positive caption in ``positives`` (the caption first). ``negative_pictures`` false:
+    no negative's picture is read or decoded (each is None), for a reader that uses none."""
     def read_picture(ext: str, k: int):
         if not negative_pictures:
             return None
@@ -330,6 +343,7 @@ def record_fields(meta: dict, members, read: callable, where: str, negative_pict
     return {
         "image": picture(read("jpg"), f"the image of {where}"),
         "caption": read("txt").decode("utf-8"),
+        "positives": [read(positive_member(j)).decode("utf-8") for j in range(positive_count(members))],
         "neg_image": negatives[0]["image"],
         "neg_caption": negatives[0]["caption"],
         "concreteness": negatives[0]["concreteness"],
@@ -381,7 +395,7 @@ def read_manifest(root: str | Path) -> list[dict]:
 
 
 MEMBERS = frozenset({"jpg", "txt", "neg.txt", "json"})  # a negative's picture may be absent
-NEGATIVE_MEMBER = re.compile(r"neg\d*\.(jpg|txt)")
+NUMBERED_MEMBER = re.compile(r"neg\d*\.(jpg|txt)|pos\d+\.txt")
 
 
 def index_shards(urls: list[str]) -> list[dict[str, tuple[str, int, int]]]:
@@ -421,13 +435,13 @@ def index_shards(urls: list[str]) -> list[dict[str, tuple[str, int, int]]]:
             if not MEMBERS <= members.keys():
                 raise DatasetError(f"{url}: record {key!r} lacks {sorted(MEMBERS - members.keys())}; "
                                    "is this a ConcreteBatch shard?")
-            k = negative_count(members)
-            stray = sorted(ext for ext in members if NEGATIVE_MEMBER.fullmatch(ext)
-                           and ext not in {m for i in range(k) for m in negative_members(i)})
+            k, p = negative_count(members), positive_count(members)
+            numbered = [m for i in range(k) for m in negative_members(i)] + [positive_member(j) for j in range(p)]
+            stray = sorted(ext for ext in members if NUMBERED_MEMBER.fullmatch(ext) and ext not in numbered)
             if stray:
-                raise DatasetError(f"{url}: record {key!r} holds {', '.join(stray)} but only {k} negative "
-                                   f"caption(s) without a gap ({', '.join(negative_members(i)[1] for i in range(k))})"
-                                   "; the shard is damaged: re-make the dataset")
+                raise DatasetError(f"{url}: record {key!r} holds {', '.join(stray)} but only {k} negative caption(s) "
+                                   f"and {p} positive(s) without a gap ({', '.join(numbered)}); the shard is damaged: "
+                                   "re-make the dataset")
         seen.update(in_shard)
         records.extend(in_shard.values())
     return records
@@ -445,10 +459,9 @@ def ids_under_key(key: str, urls: list[str]) -> list:
 
 
 def read_member(location: tuple[str, int, int]) -> bytes:
-    path, offset, size = location
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(size)
+    with open(location[0], "rb") as f:
+        f.seek(location[1])
+        return f.read(location[2])
 
 
 class IndexedConcreteBatch:
@@ -469,6 +482,10 @@ class IndexedConcreteBatch:
         """K: the most negatives a record holds (read from the index, no record decoded), or the number of types of
         a format whose negatives sit in their type's slot (`slots_of`; its summary.json names them)."""
         return max([negative_count(r) for r in self.records] + self.typed_slots, default=0)
+
+    def positives_per_record(self) -> int:
+        """P: the most positive captions a record holds (read from the index)."""
+        return max([positive_count(r) for r in self.records], default=1)
 
     def has_negative_pictures(self) -> bool:
         """Whether any negative of any record has its picture (sets of captions-only negatives have none)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 # margin, InfoNCE no margin, and the paper's two ablations
 LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
 # the field's losses (`loss.LOSSES`), each configured by its section loss.<name>
-PEER_LOSSES = ("negclip", "tripletclip", "ce_clip", "fsc_clip", "degla")
+PEER_LOSSES = ("negclip", "tripletclip", "ce_clip", "fsc_clip", "degla", "clic")
 LOSS_NAMES = (*LOSS_SCHEDULES, *PEER_LOSSES)
 
 THRESHOLDS = ("mean", "max", "fixed")
@@ -191,3 +191,26 @@ class DeGLAOptions:
                                    "distill_weight are 0, and only those terms read one",
                                    "give one of them a weight")
         return problems
+
+
+@dataclass(frozen=True)
+class CLICOptions:
+    """CLIC's weights (equation 7 of its paper); defaults are its released recipe (``utils/train_args.py``
+    defaults, the flags of ``trigger_train.sh`` in brackets). A weight of 0 switches its term off."""
+
+    contrastive_weight: float = 0.5  # the contrastive terms, one per positive [--cont 0.5]
+    negative_weight: float = 0.5  # each positive against the hard negative [--sneg 0.5, --hard_negatives_separate]
+    uni_weight: float = 1.0  # squared distance of the first two positives [--uni 1, --uni_modal_loss]
+
+    def __post_init__(self):
+        for key in ("contrastive_weight", "negative_weight", "uni_weight"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"loss.clic.{key} must be a finite number >= 0 (0 switches the term off), got "
+                                 f"{value!r}")
+        if not (self.contrastive_weight or self.negative_weight or self.uni_weight):
+            raise ValueError("loss.clic: every weight is 0, so the loss is 0; give one of contrastive_weight, "
+                             "negative_weight and uni_weight a weight")
+
+    def unread(self) -> list[str]:
+        return []

@@ -9,6 +9,7 @@ output_dict=False)``; with ``output_dict`` a dict with ``contrastive_loss`` and 
 from .cement import (SCHEDULES, AdaptiveMargin, CementLoss, InverseMargin, NoMargin, StaticMargin,
                      hard_negative_diagnostics, make_schedule)
 from .ce_clip import CEClipLoss, CEClipOptions
+from .clic import CLICLoss, CLICOptions
 from .degla import DeGLALoss, DeGLAOptions
 from .fsc_clip import FSCCLIPLoss, FSCCLIPOptions
 from .layout import anchors_then_negatives
@@ -22,9 +23,11 @@ LOSSES: dict[str, tuple[type, type]] = {
     "ce_clip": (CEClipLoss, CEClipOptions),
     "fsc_clip": (FSCCLIPLoss, FSCCLIPOptions),
     "degla": (DeGLALoss, DeGLAOptions),
+    "clic": (CLICLoss, CLICOptions),
 }
 
-__all__ = ["LOSSES", "SCHEDULES", "AdaptiveMargin", "CEClipLoss", "CEClipOptions", "CementLoss", "DeGLALoss",
+__all__ = ["LOSSES", "SCHEDULES", "AdaptiveMargin", "CEClipLoss", "CEClipOptions", "CLICLoss", "CLICOptions",
+           "CementLoss", "DeGLALoss",
            "DeGLAOptions", "FSCCLIPLoss", "FSCCLIPOptions", "InverseMargin",
            "NegCLIPLoss", "NegCLIPOptions", "NoMargin", "StaticMargin", "TripletCLIPLoss", "TripletCLIPOptions",
            "anchors_then_negatives", "hard_negative_diagnostics", "make_schedule"]

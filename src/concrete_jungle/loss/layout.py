@@ -12,6 +12,11 @@ the loss nor its gradient. Vectors of shape (n,) are read as K = 1, the layout o
 decision; unknown counts as false). Such a picture is a false negative for the image side: with ``mask_entailed``
 the logit of the anchor's caption against it is -inf in both directions where a loss reads it (`entailed_pairs`).
 
+A picture may have P >= 1 positive captions (COCO's five; CLIC's joined captions): the anchor's caption (its row
+above) and P - 1 more, given apart as ``positive_text_features`` (n x (P - 1) x D) with ``has_positive``
+(n x (P - 1) bool), to a loss that reads them (its ``needs``): a missing one is masked the same way, never a
+zero-filled caption (`picture_positives`).
+
 Data parallel follows open_clip's `ClipLoss` (`gather_features`, `local_loss`, `gather_with_grad`): the gathered
 ``[a_0; n_0; a_1; n_1; ...]`` rows are re-ordered to ``[a_0; a_1; ...; n_0; n_1; ...]``, so that row indices
 are global: anchor ``a`` of rank ``r`` is row ``r * n + a``, its k-th negative ``N + (r * n + a) * K + k``.
@@ -41,6 +46,23 @@ def per_sample(values: torch.Tensor | None, n: int, k: int, name: str, dtype: to
             raise ValueError(f"{name} must be a bool tensor, got {values.dtype}")
         values = values.to(dtype)
     return values
+
+
+def picture_positives(captions: torch.Tensor, more: torch.Tensor | None,
+                      has_more: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n x P x D, n x P bool): each picture's positive captions, the anchor's first, and which exist; a missing
+    one's features replaced by zeros through `torch.where` (whatever it held, NaN included, reaches no gradient).
+    ``more`` None: P = 1."""
+    n, d = captions.shape
+    if more is None:
+        more = captions.new_zeros(n, 0, d)
+    if more.ndim != 3 or more.shape[0] != n or more.shape[2] != d:
+        raise ValueError(f"positive_text_features has shape {tuple(more.shape)}; expected ({n}, P - 1, {d})")
+    has_more = per_sample(has_more, n, more.shape[1], "has_positive", torch.bool, captions.device) \
+        if more.shape[1] else torch.zeros(n, 0, dtype=torch.bool, device=captions.device)
+    exists = torch.cat([torch.ones(n, 1, dtype=torch.bool, device=captions.device), has_more], dim=1)
+    more = torch.where(has_more[..., None], more, torch.zeros((), dtype=more.dtype, device=more.device))
+    return torch.cat([captions[:, None], more.to(captions.dtype)], dim=1), exists
 
 
 def at_least_float32(x: torch.Tensor) -> torch.Tensor:

@@ -29,23 +29,24 @@ from ..configs import ConfigError
 from ..errors import PlantError
 from ..locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, file_digest
-from ..sources.peers import (FORMATS, NAMES_IMAGE_FILES, SLOT_TYPES, PeerOptions, image_root, input_files,
-                             read_records)
+from ..sources.peers import (CAPTION_FILES, FORMATS, NAMES_IMAGE_FILES, SLOT_TYPES, PeerNegative, PeerOptions,
+                             image_root, input_files, read_records)
 from .captioners.validation import CLIP_CONTEXT, clip_tokenizer
 from .stages import load_image, package_versions, reason_kind, summarize_manifest
 
 ENTRY = re.compile(r"shard-\d{6,}\.tar|manifests|manifest\.jsonl|rejects\.jsonl|summary\.(json|md)|config\.yaml|cache")
 JPEG = b"\xff\xd8\xff"  # a picture in these bytes is stored as it is (others are encoded, as the plant does)
 # settings that one format alone reads, with their defaults: given to another format they are an error, not ignored
-ONLY_FOR = {"hard_images": ("negclip", False), "swaps": ("coco-swaps", 1), "split": ("coco-swaps", None),
-            "caption_format": ("coco-swaps", None)}
+ONLY_FOR = {"hard_images": (("negclip",), False), "swaps": (("coco-swaps",), 1), "split": (CAPTION_FILES, None),
+            "caption_format": (CAPTION_FILES, None), "positives": (CAPTION_FILES, 1)}
 
 
 @dataclass(frozen=True)
 class ImportConfig:
     """What defines an imported dataset. ``images``: the folder the records' image paths are relative to;
     ``hard_images``: NegCLIP's hard-image negatives too; ``swaps``, ``seed``, ``max_attempts``, ``split`` and
-    ``caption_format``: how ``coco-swaps`` reads its captions and makes its negatives."""
+    ``caption_format``: how ``coco-swaps`` reads its captions and makes its negatives; ``positives``: how many of a
+    picture's captions its record keeps (coco-swaps; 1: each caption a record)."""
 
     format: str
     inputs: list[str]
@@ -61,19 +62,21 @@ class ImportConfig:
     max_attempts: int = 3
     split: str | None = None
     caption_format: str | None = None
+    positives: int = 1
 
     def __post_init__(self):
         if self.format not in FORMATS:
             raise ConfigError(f"format {self.format!r} is not one of {', '.join(FORMATS)}")
-        for name in ("samples_per_shard", "swaps", "max_attempts"):
+        for name in ("samples_per_shard", "swaps", "max_attempts", "positives"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit must be >= 1 (or none: every record), got {self.limit}")
-        wrong = [k for k, (fmt, default) in ONLY_FOR.items() if fmt != self.format and getattr(self, k) != default]
+        wrong = [k for k, (formats, default) in ONLY_FOR.items()
+                 if self.format not in formats and getattr(self, k) != default]
         if wrong:
             raise ConfigError(f"{', '.join(k.replace('_', '-') for k in wrong)}: only for format "
-                              f"{ONLY_FOR[wrong[0]][0]}, not {self.format}")
+                              f"{' and '.join(ONLY_FOR[wrong[0]][0])}, not {self.format}")
 
     def settings(self) -> dict:
         """What defines the dataset: a resume with other settings is refused."""
@@ -96,12 +99,13 @@ class ImportConfig:
             raise PlantError(f"image directory not found: {root}; pass the folder the records' image paths are "
                              "relative to with --images")
         check_import_folder(Path(self.out))
-        if self.format in NAMES_IMAGE_FILES or self.format == "coco-swaps":
+        if self.format in NAMES_IMAGE_FILES or self.format in CAPTION_FILES:
             check_images(self.format, files, root, self.options(), self.limit)
         return files, root
 
     def options(self) -> PeerOptions:
-        return PeerOptions(hard_images=self.hard_images, split=self.split, caption_format=self.caption_format)
+        return PeerOptions(hard_images=self.hard_images, split=self.split, caption_format=self.caption_format,
+                           positives=self.positives, seed=self.seed)
 
 
 def check_images(fmt: str, files: list[Path], root: Path, options: PeerOptions, limit: int | None,
@@ -205,6 +209,8 @@ class Importer:
             return row | {"status": "rejected", "reason": f"duplicate id: {seen[key]!r} has its key"}, None
         seen[key] = record.id
         image, anchor, reason = load_image(self.root, record.image)
+        if reason is None and self.config.format == "clic":
+            image, anchor, reason = self.joined_picture(record, image)
         if reason is not None:
             return row | {"status": "rejected", "reason": reason}, None
         negatives, dropped = self.negatives(record, doc)
@@ -223,11 +229,31 @@ class Importer:
                 "negatives": [n["meta"] for n in negatives]} | ({"dropped_negatives": dropped} if dropped else {})
         anchor_bytes = anchor if anchor[:3] == JPEG else encode_jpeg(image)
         more = [(n["picture"], n["caption"]) for n in negatives[1:]]
-        return row, (key, anchor_bytes, record.caption, first["picture"], first["caption"], meta, more)
+        return row, (key, anchor_bytes, record.caption, first["picture"], first["caption"], meta, more,
+                     record.positives)
+
+    def joined_picture(self, record, first) -> tuple:
+        """A `clic` pair's picture, its two pictures side by side (`sources.peers.clic.join_pictures`)."""
+        from ..sources.peers.clic import join_pictures
+
+        second, _, reason = load_image(self.root, record.fields["images"][1])
+        if reason is not None:
+            return None, None, f"its second picture: {reason}"
+        joined = join_pictures(first, second, record.fields["second_first"])
+        return joined, encode_jpeg(joined), None
 
     def negatives(self, record, doc) -> tuple[list[dict], list[dict]]:
         """(usable negatives: caption, picture bytes or None, json entry; dropped ones: caption and reason)."""
         from .keywords import extract_candidates
+
+        if self.config.format == "clic":  # a word swapped between the pair's captions (`clic.swap_negative`)
+            import random
+
+            from ..sources.peers.clic import swap_negative
+
+            first, second = self.nlp.pipe(record.fields["captions"])
+            record.negatives = [PeerNegative(swap_negative(first, second, random.Random(
+                record.fields["negative_seed"])), kind="swap")]
 
         candidates = extract_candidates(doc, self.ratings)
         if self.captioner is not None:

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
-from ..loss_options import (LOSS_NAMES, LOSS_SCHEDULES, PEER_LOSSES, CEClipOptions, DeGLAOptions, FSCCLIPOptions,
-                            NegCLIPOptions, TripletCLIPOptions)
+from ..loss_options import (LOSS_NAMES, LOSS_SCHEDULES, PEER_LOSSES, CEClipOptions, CLICOptions, DeGLAOptions,
+                            FSCCLIPOptions, NegCLIPOptions, TripletCLIPOptions)
 from ..sources import SourceError, expand_paths
 
 # the margin parameters each margin schedule reads (docs/method.md §5); the field's losses read none of them
@@ -92,7 +92,7 @@ class DataConfig:
 @dataclass(frozen=True)
 class LossConfig:
     # cement (adaptive margin) | infonce | static | inverse, or one of the field's losses, each with its section
-    # below (docs/peers.md): negclip | tripletclip | ce_clip | fsc_clip | degla
+    # below (docs/peers.md): negclip | tripletclip | ce_clip | fsc_clip | degla | clic
     name: str = "cement"
     m_min: float = -2.0
     m_max: float = 2.0
@@ -107,6 +107,7 @@ class LossConfig:
     ce_clip: CEClipOptions = field(default_factory=CEClipOptions)
     fsc_clip: FSCCLIPOptions = field(default_factory=FSCCLIPOptions)
     degla: DeGLAOptions = field(default_factory=DeGLAOptions)
+    clic: CLICOptions = field(default_factory=CLICOptions)
 
     def __post_init__(self):
         problems = []
@@ -144,11 +145,9 @@ class LossConfig:
 
 def reads_negative_images(loss: LossConfig) -> bool:
     """Whether the loss reads the negatives' pictures: Cement (every schedule), TripletCLIP, and NegCLIP's later
-    version do; CE-CLIP, FSC-CLIP and DeGLA have none in their data and read none, so a run of them neither decodes
-    nor encodes a picture it would not use."""
-    if loss.name == "negclip":
-        return loss.negclip.negative_images
-    return loss.name in LOSS_SCHEDULES or loss.name == "tripletclip"
+    version do; CE-CLIP, FSC-CLIP, DeGLA and CLIC have none in their data and read none, so a run of them neither
+    decodes nor encodes a picture it would not use."""
+    return loss.negclip.negative_images if loss.name == "negclip" else loss.name in (*LOSS_SCHEDULES, "tripletclip")
 
 
 def check_loss_data(loss: LossConfig, negative_pictures: bool) -> None:

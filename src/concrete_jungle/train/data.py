@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..concretebatch import negative_slots, slots_of
+from ..concretebatch import negative_slots, positives_per_record, slots_of
 from ..errors import TrainingError
 from .pairs import PairsDataset
 from .config import DataConfig
@@ -29,9 +29,11 @@ from .config import DataConfig
 # with P = K, or P = 0 when no negative of the set has a picture, tokens (n, L), negative tokens (n, K, L),
 # concreteness (n, K), has_negative (n, K), has_negative_image (n, K) and anchor_true_of_negative (n, K: the record
 # says the anchor's caption is true of that negative's picture; unknown is false). A missing negative's slots hold
-# zeros that no step encodes: the masks leave them out of the forward and the loss.
+# zeros that no step encodes: the masks leave them out of the forward and the loss. Then the picture's other positive
+# captions: their tokens (n, P - 1, L) and has_positive (n, P - 1), P the most of any record (a missing one: zeros,
+# masked), encoded only for a loss that reads them (`objective.POSITIVE_EXTRAS`).
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-              torch.Tensor]
+              torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class TrainingSet(torch.utils.data.Dataset):
@@ -42,6 +44,7 @@ class TrainingSet(torch.utils.data.Dataset):
     def __init__(self, parts, preprocess, tokenizer, negatives: bool = True, negative_images: bool = True):
         self.parts, self.preprocess, self.tokenizer, self.negatives = parts, preprocess, tokenizer, negatives
         self.k, pictures = negative_slots(parts)
+        self.p = positives_per_record(parts)
         self.negative_pictures = pictures > 0  # the data holds some
         self.pictures = pictures if negative_images else 0
         self.offsets = [0]
@@ -68,10 +71,14 @@ class TrainingSet(torch.utils.data.Dataset):
             if negative["image"] is not None and self.pictures:
                 has_image[slot] = True
                 pictures[slot] = self.preprocess(negative["image"])
-        tokens = self.tokenizer([r["caption"]] + [n["caption"] for n in negatives])
+        positives = r.get("positives", [])[1:]
+        tokens = self.tokenizer([r["caption"]] + [n["caption"] for n in negatives] + positives)
         neg_tokens = torch.zeros(self.k, tokens.shape[1], dtype=tokens.dtype)
-        neg_tokens[slots] = tokens[1:]
-        return image, pictures, tokens[0], neg_tokens, c, has_negative, has_image, entailed
+        neg_tokens[slots] = tokens[1: 1 + len(negatives)]
+        pos_tokens = torch.zeros(self.p - 1, tokens.shape[1], dtype=tokens.dtype)
+        pos_tokens[: len(positives)] = tokens[1 + len(negatives):]
+        has_positive = torch.arange(self.p - 1) < len(positives)
+        return image, pictures, tokens[0], neg_tokens, c, has_negative, has_image, entailed, pos_tokens, has_positive
 
     def bytes_in_memory(self) -> int:
         """What `PreloadedSet` would hold: both preprocessed images and both token rows of every item."""
@@ -88,9 +95,9 @@ class PreloadedSet:
         from tqdm import tqdm
 
         loader = torch.utils.data.DataLoader(dataset, batch_size=256, num_workers=workers)
-        columns: list[list[torch.Tensor]] = [[] for _ in range(8)]
+        columns: list[list[torch.Tensor]] = [[] for _ in range(10)]
         for batch in tqdm(loader, desc="preload", unit="batch", disable=not progress, leave=False):
-            for column, tensor in zip(columns, batch):
+            for column, tensor in zip(columns, batch, strict=True):
                 column.append(tensor)
         self.tensors = tuple(torch.cat(c) for c in columns)
 
@@ -216,8 +223,9 @@ def epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool
 
 
 def _with_negatives_of(anchors: Batch, later: Batch) -> Batch:
-    """``anchors``'s anchor pairs with ``later``'s negative pairs, as ordinary pairs (`epoch_batches`)."""
-    return anchors[0], later[1], anchors[2], later[3], later[4], later[5], later[6], later[7]
+    """``anchors``'s anchor pairs (and their other positives) with ``later``'s negative pairs, as ordinary pairs
+    (`epoch_batches`)."""
+    return anchors[0], later[1], anchors[2], later[3], later[4], later[5], later[6], later[7], anchors[8], anchors[9]
 
 
 def _epoch_batches(dataset, batches: EpochBatches, workers: int, pin_memory: bool) -> Iterator[Batch]:

@@ -11,7 +11,9 @@ Layout: ``<dataset>/cache/<key>/`` holds ``images.u8`` (n x (1 + P) x 3 x H x W 
 negative picture, P = K, or none for pairs and for sets whose negatives are captions only), ``tokens.i32``
 (n x (1 + K) x context), ``values.f32`` (n x K concreteness values), ``masks.u8`` (n x K x 3: whether each
 negative's caption and picture exist, and whether its record says the anchor's caption is true of that picture;
-a missing one's slots hold zeros) and ``cache.json`` (shapes, the
+a missing one's slots hold zeros), ``positives.i32`` (n x (P - 1) x context: the tokens of the picture's other
+positive captions, zeros where a record has fewer: a caption's tokens never are, they hold its start token) and
+``cache.json`` (shapes, the
 normalisation, the dataset's shard digests, each file's size and digest), written last; ``<key>`` is a hash of the
 transform and
 tokenizer, so one dataset keeps a cache per model family. Built in a temporary folder and renamed when complete; a
@@ -40,13 +42,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..concretebatch import IndexedConcreteBatch, dataset_digest, negative_slots, slots_of
+from ..concretebatch import IndexedConcreteBatch, dataset_digest, negative_slots, positives_per_record, slots_of
 from ..errors import DatasetError
 from ..locks import locked
 from ..records import atomic_write_json
 
-FILES = ("images.u8", "tokens.i32", "values.f32", "masks.u8")
-FORMAT = 3  # 2: K negatives and their masks; 3: and anchor_true_of_negative. Another format is stale and rebuilt
+FILES = ("images.u8", "tokens.i32", "values.f32", "masks.u8", "positives.i32")
+# 2: K negatives and their masks; 3: and anchor_true_of_negative; 4: and P positives. A format-3 cache is read as one
+# of P = 1 (it lacks positives.i32); an older format is stale and rebuilt
+FORMAT = 4
+READ_FORMATS = (3, 4)
 CHUNK = 64 * 2**20
 
 
@@ -98,8 +103,8 @@ class _Geometric(torch.utils.data.Dataset):
     missing), its captions (K negatives, "" where missing), ratings and masks: from ConcreteBatch records or plain
     pairs (`pairs.PairsDataset`), which both index as dicts."""
 
-    def __init__(self, records, geometric, k: int, pictures: int):
-        self.records, self.geometric, self.k, self.pictures = records, geometric, k, pictures
+    def __init__(self, records, geometric, k: int, pictures: int, p: int = 1):
+        self.records, self.geometric, self.k, self.pictures, self.p = records, geometric, k, pictures, p
 
     def __len__(self):
         return len(self.records)
@@ -122,8 +127,9 @@ class _Geometric(torch.utils.data.Dataset):
         for k, negative in enumerate(negatives[: self.pictures]):
             if negative["image"] is not None:
                 pixels[1 + k] = self._pixels(negative["image"])
+        positives = (r.get("positives", [])[1:] + [""] * self.p)[: self.p - 1]  # "": none, zero tokens
         return (pixels, r["caption"], [n["caption"] for n in negatives],
-                torch.tensor([n["concreteness"] for n in negatives], dtype=torch.float32), masks)
+                torch.tensor([n["concreteness"] for n in negatives], dtype=torch.float32), masks, positives)
 
 
 def is_pairs_store(root: Path) -> bool:
@@ -184,7 +190,8 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
         IndexedConcreteBatch([root], partial)
     n = len(records)
     k, pictures = negative_slots([records])
-    geometric_records = _Geometric(records, geometric, k, pictures)
+    p = positives_per_record([records])
+    geometric_records = _Geometric(records, geometric, k, pictures, p)
     first = geometric_records[0][0]
     context = int(clip.tokenizer(["a"]).shape[1])
     shape = [n, 1 + pictures, *first.shape[1:]]  # pairs, and captions-only negatives, store the anchor alone
@@ -192,10 +199,11 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
     tokens = np.memmap(tmp / "tokens.i32", dtype=np.int32, mode="w+", shape=(n, 1 + k, context))
     values = np.memmap(tmp / "values.f32", dtype=np.float32, mode="w+", shape=(n, k))
     masks = np.memmap(tmp / "masks.u8", dtype=np.uint8, mode="w+", shape=(n, k, 3))
+    positive_tokens = np.memmap(tmp / "positives.i32", dtype=np.int32, mode="w+", shape=(n, max(p - 1, 1), context))
     loader = torch.utils.data.DataLoader(geometric_records, batch_size=batch_size, num_workers=workers)
     at = 0
-    for pixels, captions, neg_captions, concreteness, mask in tqdm(loader, desc=f"cache {root.name}", unit="batch",
-                                                                   disable=not progress):
+    for pixels, captions, neg_captions, concreteness, mask, positives in tqdm(
+            loader, desc=f"cache {root.name}", unit="batch", disable=not progress):
         rows = slice(at, at + len(pixels))
         images[rows] = pixels.numpy()
         tokens[rows, 0] = clip.tokenizer(list(captions)).numpy()
@@ -203,12 +211,16 @@ def _build(root: Path, folder: Path, digest: str, clip, workers: int, batch_size
             tokens[rows, 1 + j] = clip.tokenizer(list(column)).numpy() * mask[:, j, :1].numpy()
         values[rows] = concreteness.numpy()
         masks[rows] = mask.numpy()
+        for j, column in enumerate(positives):  # a missing positive ("") keeps its zeros
+            present = np.array([bool(text) for text in column])[:, None]
+            positive_tokens[rows, j] = clip.tokenizer(list(column)).numpy() * present
         at += len(pixels)
-    for array in (images, tokens, values, masks):
+    for array in (images, tokens, values, masks, positive_tokens):
         array.flush()
-    del images, tokens, values, masks  # closed before they are digested and renamed
+    del images, tokens, values, masks, positive_tokens  # closed before they are digested and renamed
     files = {name: {"bytes": (tmp / name).stat().st_size, "sha1": file_digest(tmp / name)} for name in FILES}
-    atomic_write_json(tmp / "cache.json", {"format": FORMAT, "records": n, "negatives": k, "images": shape,
+    atomic_write_json(tmp / "cache.json", {"format": FORMAT, "records": n, "negatives": k, "positives": p,
+                                           "images": shape,
                                            "context": context,
                                            "mean": mean.flatten().tolist(), "std": std.flatten().tolist(),
                                            "dataset": digest, "transform": repr(geometric), "files": files,
@@ -224,7 +236,7 @@ def cache_is_current(folder: Path, digest: str) -> bool:
     if not meta.is_file():
         return False
     written = json.loads(meta.read_text())
-    return written.get("dataset") == digest and written.get("format") == FORMAT
+    return written.get("dataset") == digest and written.get("format") in READ_FORMATS
 
 
 def file_digest(path: Path) -> str:
@@ -244,7 +256,7 @@ def check_cache(folder: Path) -> None:
     """Every file of the cache has the size and digest its build wrote; else `CacheDamaged` naming the file."""
     written = json.loads((folder / "cache.json").read_text())["files"]
     fix = f"rebuild it with `concrete-jungle cache {folder.parent.parent}` and the same model"
-    for name in FILES:
+    for name in [f for f in FILES if f in written or f != "positives.i32"]:  # format 3 has no positives
         path, expected = folder / name, written[name]
         if not path.is_file():
             raise CacheDamaged(f"damaged image cache: {path} is missing; {fix}")
@@ -281,9 +293,13 @@ class CachedSet:
                                np.memmap(folder / "tokens.i32", dtype=np.int32, mode="r",
                                          shape=(n, 1 + k, meta["context"])),
                                np.memmap(folder / "values.f32", dtype=np.float32, mode="r", shape=(n, k)),
-                               np.memmap(folder / "masks.u8", dtype=np.uint8, mode="r", shape=(n, k, 3))))
+                               np.memmap(folder / "masks.u8", dtype=np.uint8, mode="r", shape=(n, k, 3)),
+                               np.memmap(folder / "positives.i32", dtype=np.int32, mode="r",
+                                         shape=(n, max(meta["positives"] - 1, 1), meta["context"]))
+                               if meta.get("positives", 1) > 1 else None))
             metas.append(meta)
         self.k = max([1] + [m["negatives"] for m in metas])
+        self.p = max([1] + [m.get("positives", 1) for m in metas])
         self.negative_pictures = any(m["images"][1] > 1 for m in metas)  # the data holds some
         # negative_images false (a loss that reads none): none is gathered, nor encoded
         self.pictures = self.k if self.negative_pictures and negative_images else 0
@@ -297,7 +313,8 @@ class CachedSet:
 
     def batch(self, indices: list[int]):
         """(images u8, negative images u8, tokens, negative tokens, concreteness, has_negative,
-        has_negative_image, anchor_true_of_negative) of these records (`data.Batch`)."""
+        has_negative_image, anchor_true_of_negative, positive tokens, has_positive) of these records
+        (`data.Batch`)."""
         index = np.asarray(indices)
         part = np.searchsorted(self.offsets, index, side="right") - 1
         shape = self.parts[0][0].shape[2:]
@@ -305,17 +322,22 @@ class CachedSet:
         tokens = np.zeros((len(index), 1 + self.k, self.parts[0][1].shape[2]), dtype=np.int32)
         values = np.zeros((len(index), self.k), dtype=np.float32)
         masks = np.zeros((len(index), self.k, 3), dtype=np.uint8)
-        for p, (imgs, toks, vals, msks) in enumerate(self.parts):
+        positives = np.zeros((len(index), self.p - 1, tokens.shape[2]), dtype=np.int32)
+        for p, (imgs, toks, vals, msks, pos) in enumerate(self.parts):
             rows = np.nonzero(part == p)[0]
             local = index[rows] - self.offsets[p]
             slots, k = min(imgs.shape[1], 1 + self.pictures), vals.shape[1]
             images[rows, :slots], tokens[rows, : 1 + k] = imgs[local, :slots], toks[local]
             values[rows, :k] = vals[local]
             masks[rows, :k] = msks[local]
+            if pos is not None:
+                positives[rows, : pos.shape[1]] = pos[local]
         images, tokens, masks = torch.from_numpy(images), torch.from_numpy(tokens).long(), torch.from_numpy(masks)
         has_negative = masks[..., 0].bool() & self.negatives
+        positives = torch.from_numpy(positives).long()
         return (images[:, 0], images[:, 1:], tokens[:, 0], tokens[:, 1:], torch.from_numpy(values), has_negative,
-                masks[..., 1].bool() & has_negative & (self.pictures > 0), masks[..., 2].bool() & has_negative)
+                masks[..., 1].bool() & has_negative & (self.pictures > 0), masks[..., 2].bool() & has_negative,
+                positives, positives.any(dim=2))
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 pictures -> the model's float input: the same operations as to-tensor and Normalize."""

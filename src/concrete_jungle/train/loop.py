@@ -39,7 +39,7 @@ from ..text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
 from .config import (TrainConfig, capped_workers, check_config, check_loss_data, check_resumable, count_records,
                      reads_negative_images, warmup_warning)
 from .data import EpochBatches, data_path, epoch_batches, in_memory, source_set
-from .objective import Objective, extras, placed
+from .objective import POSITIVE_EXTRAS, Objective, Positives, extras, placed, unused_data
 from .process import StopSignals, distributed
 from .regime import Regime
 from .state import how_to_continue, load_trainer_state, lr_at, param_groups, save_trainer_state
@@ -154,9 +154,8 @@ class Run:
         stored = source_set(config.data, self.clip, skip_log=self.out / "skipped_pairs.jsonl",
                             negative_images=reads_pictures)
         check_loss_data(config.loss, stored.negative_pictures)  # before a preload decodes the whole set
-        if stored.negative_pictures and not reads_pictures and self.rank == 0:
-            print(f"data: loss {config.loss.name} reads no negative picture: the set's are neither decoded nor "
-                  "encoded", file=sys.stderr)
+        for note in unused_data(config.loss, stored) if self.rank == 0 else []:
+            print(note, file=sys.stderr)
         self.dataset = in_memory(stored, config.data, progress=self.progress and self.rank == 0)
         if len(self.dataset) < config.batch_size:
             raise ConfigError(f"batch_size {config.batch_size} is larger than the dataset ({len(self.dataset)} "
@@ -425,7 +424,7 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
     the forward (`objective.TokenCLIP`) and from ``teacher``, which follows the model after the step. A non-finite
     loss takes no step and comes back with ``non_finite`` set.
     """
-    image, neg_image, text, neg_text, c, has_negative, has_negative_image, entailed = batch
+    image, neg_image, text, neg_text, c, has_negative, has_negative_image, entailed = batch[:8]
     has_negative_image = has_negative_image & has_negative
     for g in optimizer.param_groups:
         g["lr"] = lr
@@ -437,6 +436,8 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
     if bool(has_negative_image.any()):
         images = torch.cat([images, neg_image.to(device, non_blocking=True)[has_negative_image.to(device)]])
     texts = torch.cat([texts, neg_text.to(device, non_blocking=True)[has_negative.to(device)]])
+    positives = Positives(getattr(loss_fn, "needs", frozenset()), batch, device)
+    texts = positives.tokens(texts)  # the layout's captions, then the other positives a loss reads (cut alike)
     if normalize is not None:
         images = normalize(images)
     if trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
@@ -444,9 +445,9 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
         outputs = dist_model(images, texts)
-        image_features, text_features, logit_scale = outputs[:3]
-        needs = getattr(loss_fn, "needs", frozenset())
-        more = extras(needs, outputs, teacher, images, texts, image_rows, text_rows) if needs else {}
+        image_features, (text_features, more), logit_scale = outputs[0], positives.extras(outputs[1]), outputs[2]
+        if needs := getattr(loss_fn, "needs", frozenset()) - POSITIVE_EXTRAS:
+            more |= extras(needs, outputs, teacher, images, texts, image_rows, text_rows)
         out = loss_fn(placed(image_features.float(), image_rows), placed(text_features.float(), text_rows),
                       logit_scale.float(), c.to(device), has_negative.to(device), has_negative_image.to(device),
                       output_dict=True, anchor_true_of_negative=entailed.to(device), **more)

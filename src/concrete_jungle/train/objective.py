@@ -13,11 +13,14 @@ from torch import nn
 
 from ..loss import LOSSES, CementLoss
 from ..loss_options import LOSS_SCHEDULES
-from .config import LossConfig
+from .config import LossConfig, reads_negative_images
 from .ema import EmaTeacher
 
 TOKEN_EXTRAS = frozenset({"image_tokens", "text_tokens", "text_token_mask"})
 TEACHER_EXTRAS = frozenset({"teacher_image_features", "teacher_text_features"})
+# the picture's other positive captions (`data.Batch`): encoded, in the same forward as the batch's captions, only
+# for a loss that reads them
+POSITIVE_EXTRAS = frozenset({"positive_text_features", "has_positive"})
 TEACHER_FILE = "ema_teacher.safetensors"  # in a checkpoint's folder, beside the trainer state
 LOSS_STATE_FILE = "loss_state.safetensors"  # a loss's own running state (CE-CLIP's adaptive thresholds)
 
@@ -33,6 +36,18 @@ def make_loss(loss: LossConfig, rank: int = 0, world_size: int = 1) -> nn.Module
         return CementLoss(schedule, **parallel, **params)
     cls, _ = LOSSES[loss.name]
     return cls(getattr(loss, loss.name), **parallel)
+
+
+def unused_data(loss: LossConfig, stored) -> list[str]:
+    """One line per part of a training set the loss does not read (and the run therefore neither decodes nor
+    encodes): negative pictures, a picture's positive captions beyond the first."""
+    notes = []
+    if stored.negative_pictures and not reads_negative_images(loss):
+        notes.append(f"data: loss {loss.name} reads no negative picture: the set's are neither decoded nor encoded")
+    if getattr(stored, "p", 1) > 1 and not (loss.name in LOSSES and POSITIVE_EXTRAS <= LOSSES[loss.name][0].needs):
+        notes.append(f"data: loss {loss.name} reads one caption per picture: the set's other positives (up to "
+                     f"{stored.p - 1} a picture) are not encoded")
+    return notes
 
 
 class TokenCLIP(nn.Module):
@@ -128,3 +143,28 @@ def extras(needs: frozenset, outputs: tuple, teacher: EmaTeacher | None, images:
                                                    image_rows)
             out["teacher_text_features"] = placed(teacher.model.encode_text(texts, normalize=True).float(), text_rows)
     return out
+
+
+class Positives:
+    """The other positive captions of a batch (`data.Batch`'s last two fields) for a loss that reads them
+    (``needs`` holds `POSITIVE_EXTRAS`): `tokens` appends those that exist to the step's captions, `extras` takes
+    their features back off the encoded rows and puts them at their places (n x (P - 1) x D, zeros where a record
+    has fewer, which ``has_positive`` masks). No loss reads both them and token or teacher features (`extras`)."""
+
+    def __init__(self, needs: frozenset, batch: tuple, device):
+        self.reads = bool(needs & POSITIVE_EXTRAS)
+        self.has = batch[9].to(device) if self.reads else None
+        self.tokens_present = batch[8].to(device, non_blocking=True)[self.has] if self.reads else None
+
+    def tokens(self, texts: torch.Tensor) -> torch.Tensor:
+        return torch.cat([texts, self.tokens_present]) if self.reads else texts
+
+    def extras(self, text_features: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(the batch's own caption features, the positives' extras)."""
+        if not self.reads:
+            return text_features, {}
+        count = len(self.tokens_present)
+        own, features = text_features[: len(text_features) - count], text_features[len(text_features) - count:]
+        flat = placed(features.float(), self.has.flatten()) if count else \
+            features.new_zeros(self.has.numel(), features.shape[1]).float()
+        return own, {"positive_text_features": flat.reshape(*self.has.shape, -1), "has_positive": self.has}

@@ -6,7 +6,9 @@
 - ``tripletclip``: TripletCLIP's TripletData (WebDataset shards), `tripletclip`;
 - ``vismin``: VisMin's training JSON, `vismin`;
 - ``ce-clip``: CE-CLIP's COCO hard negatives (``processed_dataset*.npy`` from its ``prepare_dataset.sh``), `ceclip`;
-- ``coco-swaps``: COCO-style captions; their negatives are made by rule swaps during the import, `coco_swaps`.
+- ``coco-swaps``: COCO-style captions; their negatives are made by rule swaps during the import, `coco_swaps`;
+- ``clic``: COCO-style captions, two pictures side by side with their captions joined, as CLIC makes its batch;
+  the joined picture and the swap negative are made during the import, `clic`.
 
 A file that cannot be read as a whole raises `SourceError` naming it and the fix; a record that cannot be read is
 yielded with ``error`` set (the import writes it to the rejects with that reason), never dropped.
@@ -21,20 +23,21 @@ from pathlib import Path
 
 from ..base import SourceError
 from ..stores import store_root, stores_folder
-from . import ceclip, coco_swaps, negclip, tripletclip, vismin
+from . import ceclip, clic, coco_swaps, negclip, tripletclip, vismin
 from .base import PeerNegative, PeerOptions, PeerRecord
 
 __all__ = ["FORMATS", "SLOT_TYPES", "PeerNegative", "PeerOptions", "PeerRecord", "image_root", "input_files",
            "read_records"]
 
 FORMATS = {"negclip": negclip, "tripletclip": tripletclip, "vismin": vismin, "ce-clip": ceclip,
-           "coco-swaps": coco_swaps}
+           "coco-swaps": coco_swaps, "clic": clic}
 # the formats whose negatives are of fixed types, in this order: a batch gives each type its own slot, so that a
 # record without one (CE-CLIP's missing relation swap) leaves that slot empty instead of shifting the next type in
 SLOT_TYPES = {"ce-clip": ceclip.KINDS}
 # the formats whose records name image files under --images (TripletData holds its pictures; coco-swaps reads
 # them from its stores when every input is one)
 NAMES_IMAGE_FILES = ("negclip", "vismin", "ce-clip")
+CAPTION_FILES = ("coco-swaps", "clic")  # the formats that read any caption file or store (`sources.read_samples`)
 
 
 def _module(fmt: str):
@@ -46,7 +49,7 @@ def _module(fmt: str):
 def input_files(fmt: str, inputs: list[str | Path]) -> list[Path]:
     """The files an import of ``fmt`` reads from ``inputs`` (files, folders, brace notation), in order."""
     module = _module(fmt)
-    if fmt == "coco-swaps":
+    if fmt in CAPTION_FILES:
         from .. import expand_paths
 
         return expand_paths(inputs)
@@ -62,7 +65,7 @@ def image_root(fmt: str, files: list[Path], images: str | Path | None) -> Path |
         return stores_folder(files)
     if images is not None:
         return Path(images)
-    return store_root(files) if fmt == "coco-swaps" else None
+    return store_root(files) if fmt in CAPTION_FILES else None
 
 
 def read_records(fmt: str, files: list[Path], options: PeerOptions = PeerOptions()) -> Iterator[PeerRecord]:
@@ -107,7 +110,7 @@ def _valid_text(record: PeerRecord) -> PeerRecord:
         if negative.error is None and (not isinstance(negative.caption, str) or not negative.caption.strip()):
             negative.error = f"empty negative caption ({negative.caption!r})"
     try:
-        json.dumps([record.id, record.caption, record.image, record.fields,
+        json.dumps([record.id, record.caption, record.image, record.fields, record.positives,
                     [[n.caption, n.image, n.fields] for n in record.negatives]], ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return PeerRecord(record.id.encode("utf-8", "backslashreplace").decode("utf-8"), source=record.source,

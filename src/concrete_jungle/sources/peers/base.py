@@ -36,16 +36,21 @@ class PeerRecord:
     fields: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)
     error: str | None = None
+    positives: list[str] = field(default_factory=list)  # the picture's other true captions, after ``caption``
 
 
 @dataclass(frozen=True)
 class PeerOptions:
     """What a reader may need beyond its files: ``hard_images`` adds NegCLIP's hard-image negatives; ``split``
-    and ``caption_format`` choose what `coco_swaps` reads from a caption file (`sources.read_samples`)."""
+    and ``caption_format`` choose what `coco_swaps` reads from a caption file (`sources.read_samples`), and
+    ``positives`` how many of a picture's captions one record keeps (1: each caption a record of its own); ``seed``
+    how `clic` pairs its pictures."""
 
     hard_images: bool = False
     split: str | None = None
     caption_format: str | None = None
+    positives: int = 1
+    seed: int = 0  # the pairing of `clic`
     root: Path | None = None  # the folder a store's locators are relative to (set by `read_records`)
 
 
