@@ -22,26 +22,36 @@ class Benchmark:
 COMPOSITIONAL, RECOGNITION = "compositional", "recognition"
 
 BENCHMARKS: dict[str, Benchmark] = {
-    "sugarcrepe": Benchmark(COMPOSITIONAL, ("M.Avg",), ("sugarcrepe/*.json",),
-                            "sugarcrepe/*.json (official SugarCrepe JSON), images in coco/val2017/"),
-    "sugarcrepe_pp": Benchmark(COMPOSITIONAL, ("M.Avg/ITT",), ("sugarcrepe_pp/*.json",),
-                               "sugarcrepe_pp/*.json (official SugarCrepe++ JSON), images in coco/val2017/"),
-    "winoground": Benchmark(COMPOSITIONAL, ("group",), ("winoground/examples.jsonl",),
-                            "winoground/examples.jsonl + winoground/images/<image>.png"),
+    "sugarcrepe": Benchmark(COMPOSITIONAL, ("M.Avg",), ("sugarcrepe/*.json", "sugarcrepe/data/*.json"),
+                            "sugarcrepe/data/*.json (git clone https://github.com/RAIVNLab/sugar-crepe sugarcrepe; "
+                            "or the JSON in sugarcrepe/), images in coco/val2017/"),
+    "sugarcrepe_pp": Benchmark(COMPOSITIONAL, ("M.Avg/ITT",), ("sugarcrepe_pp/*.json", "sugarcrepe_pp/data/*.json"),
+                               "sugarcrepe_pp/data/*.json (git clone https://github.com/Sri-Harsha/scpp "
+                               "sugarcrepe_pp; or the JSON in sugarcrepe_pp/), images in coco/val2017/"),
+    "winoground": Benchmark(COMPOSITIONAL, ("group",), ("winoground/examples.jsonl", "winoground/data/examples.jsonl",
+                                                        "winoground/**/test-*.parquet"),
+                            "winoground/data/{examples.jsonl,images/} (huggingface-cli download facebook/winoground "
+                            "--repo-type dataset --local-dir winoground, data/images.zip unzipped in data/), or its "
+                            "data/test-*.parquet alone (read offline into winoground/examples.jsonl + images/ once)"),
     "aro": Benchmark(COMPOSITIONAL, ("VG-Relation", "VG-Relation (all relations)", "VG-Attribution"),
                      ("aro/visual_genome_relation.json", "aro/visual_genome_attribution.json"),
-                     "aro/visual_genome_{relation,attribution}.json + aro/images/ (+ aro/vg_relation_symmetric.txt)"),
+                     "aro/visual_genome_{relation,attribution}.json + aro/images/ (the ARO loaders' download: "
+                     "vgr_vga_images.zip unzipped in aro/) (+ aro/vg_relation_symmetric.txt)"),
     "aro_order": Benchmark(COMPOSITIONAL, ("coco_order", "flickr30k_order"), reader="load",
                            markers=("coco/dataset_coco.json", "flickr30k/dataset_flickr30k.json"),
                            layout="COCO-Order and Flickr30k-Order from coco/dataset_coco.json and "
                            "flickr30k/dataset_flickr30k.json (the Karpathy files)"),
-    "valse": Benchmark(COMPOSITIONAL, ("VALSE",), ("valse/*.json",), "valse/<piece>.json + valse/images/<image_file>"),
+    "valse": Benchmark(COMPOSITIONAL, ("VALSE",), ("valse/*.json", "valse/data/*.json"),
+                       "valse/data/<piece>.json (git clone https://github.com/Heidelberg-NLP/VALSE valse; or the "
+                       "pieces in valse/) + the pictures in valse/images/ or each piece's config.py folder beside "
+                       "the pieces (foil-it: coco/val2014/)"),
     "whatsup": Benchmark(COMPOSITIONAL, ("controlled_a", "controlled_b", "coco_qa_one", "coco_qa_two", "vg_qa_one",
                                          "vg_qa_two"),
                          ("whatsup/controlled_images_dataset.json", "whatsup/controlled_clevr_dataset.json",
                           "whatsup/*_qa_*_obj.json"),
                          "whatsup/controlled_{images,clevr}_dataset.json + whatsup/controlled_{images,clevr}/; "
-                         "whatsup/{coco,vg}_qa_{one,two}_obj.json + coco/val2017/, whatsup/vg_images/"),
+                         "whatsup/{coco,vg}_qa_{one,two}_obj.json + whatsup/val2017/ (or coco/val2017/), "
+                         "whatsup/vg_images/ (the release's Drive folder in whatsup/, its archives unpacked there)"),
     "bivlc": Benchmark(COMPOSITIONAL, ("group",), ("bivlc/examples.jsonl", "bivlc/**/test-*.parquet"),
                        "bivlc/ (huggingface-cli download imirandam/BiVLC --repo-type dataset --local-dir bivlc: "
                        "its Parquet files, read offline into bivlc/examples.jsonl + bivlc/images/ once)"),
@@ -69,10 +79,13 @@ BENCHMARKS: dict[str, Benchmark] = {
                            ("imagecode/valid_data.json", "imagecode/data/valid_data.json"),
                            "imagecode/data/{valid_data.json,image-sets/<set>/img<N>.jpg} (the repository's data/, "
                            "image-sets.zip unzipped in it; or its files in imagecode/)"),
-    "crepe": Benchmark(COMPOSITIONAL, ("CREPE",), ("crepe/prod_hard_negatives/*/",),
-                       "crepe/prod_hard_negatives/<type>/*.csv (productivity) + crepe/vg/{VG_100K,VG_100K_2}/"),
+    "crepe": Benchmark(COMPOSITIONAL, ("CREPE",), ("crepe/prod_hard_negatives/*/", "crepe/data/prod_hard_negatives/*/"),
+                       "crepe/data/prod_hard_negatives/<type>/*.csv (productivity; git clone "
+                       "https://github.com/RAIVNLab/CREPE crepe, data/prod_hard_negatives.zip unzipped in data/; or "
+                       "prod_hard_negatives/ in crepe/) + crepe/vg/{VG_100K,VG_100K_2}/"),
     "vl_checklist": Benchmark(COMPOSITIONAL, ("VL-CheckList",), ("vl_checklist/data/",),
-                              "vl_checklist/data/ (the release's JSON) + vl_checklist/{vg,swig,hake}/"),
+                              "vl_checklist/data/ (git clone https://github.com/om-ai-lab/VL-CheckList "
+                              "vl_checklist) + vl_checklist/{vg,swig,hake}/ (its DATASETS.md)"),
     "spec": Benchmark(COMPOSITIONAL, ("i2t", "t2i"), ("spec/*/image2text.json", "spec/data/*/image2text.json"),
                       "spec/data/<subset>/{image2text,text2image}.json + the pictures they name (data.zip extracted "
                       "in spec/; or the subsets in spec/)"),
@@ -84,7 +97,8 @@ BENCHMARKS: dict[str, Benchmark] = {
                                 "and data/images/ (ARO's VG images)"),
     "retrieval": Benchmark(RECOGNITION, ("image_retrieval_recall@1", "text_retrieval_recall@1"),
                            ("flickr30k/dataset_flickr30k.json",),
-                           "flickr30k/dataset_flickr30k.json + flickr30k/images/ (the Karpathy test split)"),
+                           "flickr30k/dataset_flickr30k.json (Karpathy's caption_datasets.zip) + "
+                           "flickr30k/flickr30k-images/ (flickr30k-images.tar.gz unpacked; or images/)"),
     "coco_retrieval": Benchmark(RECOGNITION, ("image_retrieval_recall@1", "text_retrieval_recall@1"),
                                 ("coco/dataset_coco.json",),
                                 "coco/dataset_coco.json + coco/val2014/ (the Karpathy 5k test split)",
