@@ -40,7 +40,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "aro_order": Benchmark(COMPOSITIONAL, ("coco_order", "flickr30k_order"), reader="load",
                            markers=("coco/dataset_coco.json", "flickr30k/dataset_flickr30k.json"),
                            layout="COCO-Order and Flickr30k-Order from coco/dataset_coco.json and "
-                           "flickr30k/dataset_flickr30k.json (the Karpathy files)"),
+                           "flickr30k/dataset_flickr30k.json (the Karpathy files, their pictures as coco_retrieval and "
+                           "retrieval read them)"),
     "valse": Benchmark(COMPOSITIONAL, ("VALSE",), ("valse/*.json", "valse/data/*.json"),
                        "valse/data/<piece>.json (git clone https://github.com/Heidelberg-NLP/VALSE valse; or the "
                        "pieces in valse/) + the pictures in valse/images/ or each piece's config.py folder beside "
@@ -60,9 +61,11 @@ BENCHMARKS: dict[str, Benchmark] = {
                         "vismin: its save_to_disk data/, read offline into vismin/examples.jsonl + images/ once)",
                         rule=2),  # 2: each category rounded as metric.py before the macro
     "naturalbench": Benchmark(COMPOSITIONAL, ("group",), ("naturalbench/NaturalBench-Retrieval/metadata.json",),
-                              "naturalbench/NaturalBench-Retrieval/{metadata.json,images/} (the unzipped release)"),
+                              "naturalbench/NaturalBench-Retrieval/{metadata.json,images/} (NaturalBench-Retrieval.zip "
+                              "of the Hub dataset BaiqiL/NaturalBench unzipped in naturalbench/)"),
     "mmvp_vlm": Benchmark(COMPOSITIONAL, ("macro",), ("mmvp_vlm/Questions.csv",),
-                          "mmvp_vlm/Questions.csv + mmvp_vlm/MLLM_VLM Images/<Type>/<id>.jpg (the MMVP_VLM release)"),
+                          "mmvp_vlm/Questions.csv + mmvp_vlm/MLLM_VLM Images/<Type>/<id>.jpg (huggingface-cli download "
+                          "MMVP/MMVP_VLM --repo-type dataset --local-dir mmvp_vlm)"),
     "eqben": Benchmark(COMPOSITIONAL, ("micro/group",), ("eqben/all_select.json", "eqben/eqben_vllm/all_select.json"),
                        "eqben/eqben_vllm/{all_select.json,images/} (eqben_vllm.zip unzipped in eqben/eqben_vllm/, as "
                        "t2v_metrics unzips it; or its files in eqben/)",
@@ -90,10 +93,12 @@ BENCHMARKS: dict[str, Benchmark] = {
                       "spec/data/<subset>/{image2text,text2image}.json + the pictures they name (data.zip extracted "
                       "in spec/; or the subsets in spec/)"),
     "svo_probes": Benchmark(COMPOSITIONAL, ("SVO-Probes",), ("svo_probes/svo_probes.csv",),
-                            "svo_probes/svo_probes.csv + svo_probes/images/<image id>.jpg",
+                            "svo_probes/svo_probes.csv (git clone https://github.com/google-deepmind/svo_probes "
+                            "svo_probes) + svo_probes/images/<image id>.jpg (fetched by you from its image_urls.txt)",
                             rule=2),  # 2: the official notebook's kinds and de-duplication
     "hard_positives": Benchmark(COMPOSITIONAL, ("augmented",), ("hard_positives/data/*.json",),
-                                "hard_positives/{data,swapped_data}/*.json (the release) + its data/VG_100K{,_2}/ "
+                                "hard_positives/{data,swapped_data}/*.json (git clone https://github.com/amitakamath/"
+                                "hard_positives hard_positives) + its data/VG_100K{,_2}/ "
                                 "and data/images/ (ARO's VG images)"),
     "retrieval": Benchmark(RECOGNITION, ("image_retrieval_recall@1", "text_retrieval_recall@1"),
                            ("flickr30k/dataset_flickr30k.json",),
@@ -101,12 +106,13 @@ BENCHMARKS: dict[str, Benchmark] = {
                            "flickr30k/flickr30k-images/ (flickr30k-images.tar.gz unpacked; or images/)"),
     "coco_retrieval": Benchmark(RECOGNITION, ("image_retrieval_recall@1", "text_retrieval_recall@1"),
                                 ("coco/dataset_coco.json",),
-                                "coco/dataset_coco.json + coco/val2014/ (the Karpathy 5k test split)",
+                                "coco/dataset_coco.json (Karpathy's caption_datasets.zip) + coco/val2014/ (COCO's "
+                                "val2014.zip unzipped in coco/): the Karpathy 5k test split",
                                 module="retrieval", reader="load_coco_root"),
     "zeroshot": Benchmark(RECOGNITION, ("acc1 (mean over datasets)",), ("zeroshot/*/",),
                           "zeroshot/<dataset>/test/<class>/ (+ classnames.txt, templates.txt; else clip_benchmark's)"),
     "linear_probe": Benchmark(RECOGNITION, ("top1",), ("imagenet/train/",), "imagenet/{train,val}/<class>/ "
-                              "(ImageFolder)", reader="load_imagenet_root"),
+                              "(ImageFolder; not ImageNet's own archives)", reader="load_imagenet_root"),
     "coco_probe": Benchmark(RECOGNITION, ("mAP",), ("coco/annotations/instances_train2017.json",),
                             "coco/annotations/instances_{train,val}2017.json + coco/{train,val}2017/",
                             module="linear_probe", reader="load_coco_root"),
