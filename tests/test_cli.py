@@ -114,7 +114,8 @@ def test_every_option_has_help_and_there_is_a_version(capsys):
     assert capsys.readouterr().out.strip() == f"concrete-jungle {__version__}"
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
-    assert "sugarcrepe/*.json" in capsys.readouterr().out  # the data layout is in the help itself
+    assert "sugarcrepe/data/*.json (git clone https://github.com/RAIVNLab/sugar-crepe" in " ".join(
+        capsys.readouterr().out.split())  # the data layout, with its download, is in the help itself
     with pytest.raises(SystemExit):
         main(["analyze", "gradient-share", "--help"])
     assert "--batch-sizes" in capsys.readouterr().out

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import open_clip
@@ -949,7 +950,7 @@ def test_eval_benchmarks_all_takes_the_data_root_s_benchmarks_and_names_the_othe
     assert main(["eval", "--benchmarks", "all", "--data-root", str(empty), "--check"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert err.startswith(f"error: --benchmarks all: no benchmark's data is under --data-root {empty} (none of "
-                          "sugarcrepe/*.json;")
+                          "sugarcrepe/*.json or sugarcrepe/data/*.json;")
     assert main(["eval", "--benchmarks", "sugarcrepe,everything", "--data-root", str(root), "--check"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "unknown benchmark(s) ['everything']" in err and "or all (alone: every benchmark whose data is under" in err
@@ -1044,11 +1045,12 @@ def test_every_benchmark_s_series_keys_its_items_once(tmp_path, nlp):
 
 
 @pytest.mark.parametrize("name, inner", [("eqben", "eqben_vllm"), ("colorswap", "data"), ("imagecode", "data"),
-                                         ("spec", "data")])
+                                         ("spec", "data"), ("winoground", "data")])
 def test_a_release_is_read_where_its_own_download_leaves_it(tmp_path, capsys, name, inner):
     """EqBen's eqben_vllm.zip unzipped as t2v_metrics unzips it (``eqben/eqben_vllm/``), ColorSwap's archive,
-    ImageCoDe's repository folder and SPEC's data.zip (each a ``data/``): read where they lie, the same items as the
-    files one level up; both copies at once is an error."""
+    ImageCoDe's repository folder, SPEC's data.zip and Winoground's Hugging Face download with its images.zip
+    unzipped (each a ``data/``): read where they lie, the same items as the files one level up; both copies at once
+    is an error."""
     from concrete_jungle import evaluation
 
     write = every_benchmark_writer()[name]
@@ -1058,10 +1060,156 @@ def test_a_release_is_read_where_its_own_download_leaves_it(tmp_path, capsys, na
     release.mkdir(parents=True)
     shutil.move(tmp_path / "staged" / name, release / inner)
     flat, released = (evaluation.read_benchmark(name, tmp_path / root, False) for root in ("flat", "release"))
-    assert {part: [it[0] for it in items] for part, items in released["items"].items()} == {
-        part: [it[0] for it in items] for part, items in flat["items"].items()} and released["items"]
+    assert keys_of(released["items"]) == keys_of(flat["items"]) and released["items"]
     assert main(["eval", "--benchmarks", name, "--data-root", str(tmp_path / "release"), "--check"]) == 0
     assert f"| {name} | 0 |" not in capsys.readouterr().out
     shutil.copytree(tmp_path / "flat" / name, release, dirs_exist_ok=True)
     with pytest.raises(BenchmarkDataError, match=f"{name} and .*{name}/{inner} both hold .*: two copies"):
         evaluation.read_benchmark(name, tmp_path / "release", False)
+
+
+def keys_of(items) -> dict | list:
+    """The keys of a benchmark's items, per part where it has parts (each item's first field, Winoground's id)."""
+    if isinstance(items, dict):
+        return {part: keys_of(rows) for part, rows in items.items()}
+    return [str(it["id"]) if isinstance(it, dict) else it[0].name if isinstance(it[0], Path) else it[0]
+            for it in items]
+
+
+def clone_sugarcrepe(root):
+    """``git clone https://github.com/RAIVNLab/sugar-crepe sugarcrepe`` (commit 0047054): the seven files in
+    ``data/``, the unrefined ones in ``data_unrefined/``; and ``git clone https://github.com/Sri-Harsha/scpp
+    sugarcrepe_pp`` (commit c083bbf): the five in ``data/``, the generated ones in ``generated_data/``, a
+    ``croissant_metadata.json`` at the top."""
+    for name, other in (("sugarcrepe", "data_unrefined"), ("sugarcrepe_pp", "generated_data")):
+        clone = root / name
+        (clone / "data").mkdir()
+        (clone / other).mkdir()
+        for path in sorted(clone.glob("*.json")):
+            shutil.copy(path, clone / other / path.name)
+            path.rename(clone / "data" / path.name)
+        (clone / "README.md").write_text("the repository's README")
+    (root / "sugarcrepe_pp" / "croissant_metadata.json").write_text("{}")
+
+
+def unpack_whatsup(root):
+    """The What'sUp Drive folder in ``whatsup/`` with its archives unpacked there (``dataset_zoo/aro_datasets.py``,
+    commit 7c1f255): COCO-QA's pictures in its own ``val2017/``, the archives beside."""
+    shutil.move(root / "coco" / "val2017", root / "whatsup" / "val2017")
+    for archive in ("controlled_images.tar.gz", "val2017.zip"):
+        (root / "whatsup" / archive).write_bytes(b"the archive")
+
+
+def clone_valse(root):
+    """``git clone https://github.com/Heidelberg-NLP/VALSE valse`` (commit 2152d90): the pieces in ``data/``, each
+    piece's pictures in the folder its ``config.py`` names (relations: ``data/relations/test_images/``), FOIL-it's
+    in COCO val2014."""
+    clone = root / "valse"
+    (clone / "data" / "relations").mkdir(parents=True)
+    shutil.move(clone / "relations.json", clone / "data" / "relations.json")
+    shutil.move(clone / "images", clone / "data" / "relations" / "test_images")
+    (root / "coco" / "val2014").mkdir(parents=True)
+    noise_image(root / "coco" / "val2014" / "COCO_val2014_000000000001.jpg", 3)
+    foil = {"f0": {"image_file": "COCO_val2014_000000000001.jpg", "caption": "a dog on a sofa", "foil": "a cat on a "
+                   "sofa", "linguistic_phenomena": "noun phrases", "mturk": {"caption": 2}}}
+    (clone / "data" / "foil-it.json").write_text(json.dumps(foil))
+    (clone / "config.py").write_text("DATA = {}")
+
+
+def clone_crepe(root):
+    """``git clone https://github.com/RAIVNLab/CREPE crepe`` (commit 1fa81c4) with its
+    ``data/prod_hard_negatives.zip`` unzipped in ``data/``; Visual Genome in ``crepe/vg/``."""
+    clone = root / "crepe"
+    (clone / "data").mkdir()
+    shutil.move(clone / "prod_hard_negatives", clone / "data" / "prod_hard_negatives")
+    for archive in ("prod_hard_negatives.zip", "syst_hard_negatives.zip"):
+        (clone / "data" / archive).write_bytes(b"the archive")
+
+
+def unpack_flickr30k(root):
+    """Flickr30k's ``flickr30k-images.tar.gz`` unpacked beside Karpathy's ``dataset_flickr30k.json``."""
+    shutil.move(root / "flickr30k" / "images", root / "flickr30k" / "flickr30k-images")
+
+
+def write_karpathy_roots(root):
+    """COCO's and Flickr30k's Karpathy files with their pictures (ARO's order tasks read both)."""
+    from test_compositional_benchmarks import write_coco_karpathy
+
+    write_coco_karpathy(root)
+    write_retrieval(root)
+
+
+@pytest.mark.parametrize("name, unpack", [
+    ("sugarcrepe", clone_sugarcrepe), ("sugarcrepe_pp", clone_sugarcrepe), ("whatsup", unpack_whatsup),
+    ("valse", clone_valse), ("crepe", clone_crepe), ("retrieval", unpack_flickr30k), ("aro_order", unpack_flickr30k)])
+def test_a_release_tree_as_its_download_leaves_it_is_read_unmoved(tmp_path, capsys, nlp, name, unpack):
+    """Each release as its official download leaves it (the repository cloned, the archives unpacked where its own
+    code unpacks them): read where it lies, every item of the files one level up (VALSE: and FOIL-it's piece,
+    whose pictures are COCO's); ``nlp``: ARO's order tasks read spaCy's pipeline."""
+    from concrete_jungle import evaluation
+
+    write = write_karpathy_roots if name == "aro_order" else every_benchmark_writer()[name]
+    write(tmp_path / "flat")
+    write(tmp_path / "release")
+    unpack(tmp_path / "release")
+    flat, released = (keys_of(evaluation.read_benchmark(name, tmp_path / root, False)["items"])
+                      for root in ("flat", "release"))
+    if name == "aro_order":  # its keys name the picture's folder (``images/0.jpg#0``): compare the pictures
+        flat, released = ({part: [k.split("/")[-1] for k in keys] for part, keys in got.items()}
+                          for got in (flat, released))
+    assert released == (flat | {"foil-it": ["f0"]} if name == "valse" else flat) and released
+    assert main(["eval", "--benchmarks", name, "--data-root", str(tmp_path / "release"), "--check"]) == 0
+    assert f"| {name} | 0 |" not in capsys.readouterr().out
+
+
+def test_two_copies_of_a_release_s_pictures_are_an_error_naming_both(tmp_path):
+    """What'sUp's own val2017/ beside COCO's, Flickr30k's flickr30k-images/ beside images/, a VALSE picture in its
+    piece's folder and in the one folder: which copy is meant is not guessed."""
+    from concrete_jungle import evaluation
+
+    writers = every_benchmark_writer()
+    for name, unpack in (("whatsup", unpack_whatsup), ("retrieval", unpack_flickr30k), ("valse", clone_valse)):
+        writers[name](tmp_path / name)
+        unpack(tmp_path / name)
+    writers["whatsup"](tmp_path / "again")
+    shutil.move(tmp_path / "again" / "coco" / "val2017", tmp_path / "whatsup" / "coco" / "val2017")
+    with pytest.raises(BenchmarkDataError, match=r"whatsup/val2017 and .*coco/val2017 both hold COCO val2017 images "
+                                                 r"for What'sUp's COCO-QA: two copies; keep one"):
+        evaluation.read_benchmark("whatsup", tmp_path / "whatsup", False)
+    (tmp_path / "retrieval" / "flickr30k" / "images").mkdir()
+    with pytest.raises(BenchmarkDataError, match=r"flickr30k-images and .*flickr30k/images both hold Flickr30k "
+                                                 r"pictures: two copies; keep one"):
+        evaluation.read_benchmark("retrieval", tmp_path / "retrieval", False)
+    (tmp_path / "valse" / "valse" / "images").mkdir()
+    shutil.copy(tmp_path / "valse" / "valse" / "data" / "relations" / "test_images" / "a.jpg",
+                tmp_path / "valse" / "valse" / "images" / "a.jpg")
+    with pytest.raises(BenchmarkDataError, match=r"valse/images/a\.jpg and .*relations/test_images/a\.jpg are both "
+                                                 r"the VALSE picture 'a\.jpg': two copies; keep one"):
+        evaluation.read_benchmark("valse", tmp_path / "valse", False)
+
+
+def test_winoground_is_read_from_the_parquet_files_of_its_download(tmp_path, clip):
+    """facebook/winoground downloaded with its test split as Parquet (``data/test-00000-of-00001.parquet``, the
+    pictures inside as ``{bytes, path}``) and no examples.jsonl: written once into examples.jsonl + images/, the
+    pictures' bytes unchanged, and scored as the same examples in the JSON-lines layout."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    rows = write_winoground(tmp_path / "jsonl", "a dog {} on a cat", "a cat {} on a dog")
+    pictures = tmp_path / "jsonl" / "images"
+    table = [{"id": r["id"], "caption_0": r["caption_0"], "caption_1": r["caption_1"], "tag": "Object",
+              "secondary_tag": "", "num_main_preds": 1, "collapsed_tag": r.get("collapsed_tag", "Object")}
+             | {f"image_{k}": {"bytes": (pictures / f"{r[f'image_{k}']}.png").read_bytes(), "path": None}
+                for k in (0, 1)} for r in rows]
+    release = tmp_path / "release" / "winoground" / "data"
+    release.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(table), release / "test-00000-of-00001.parquet")
+    data = winoground.load_root(tmp_path / "release")
+    assert [it["id"] for it in data["items"]] == [r["id"] for r in rows]
+    assert "written from the downloaded dataset (data/test-00000-of-00001.parquet)" in data["notes"][0]
+    assert sorted(p.read_bytes() for p in (tmp_path / "release" / "winoground" / "images").iterdir()) == sorted(
+        p.read_bytes() for p in pictures.iterdir())
+    encoder = Encoder(clip, progress=False)
+    assert winoground.evaluate(encoder, data)["metrics"] == winoground.evaluate(
+        encoder, winoground.load(tmp_path / "jsonl"))["metrics"]
+    assert winoground.load_root(tmp_path / "release")["notes"] == []  # written once

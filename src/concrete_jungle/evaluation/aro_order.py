@@ -2,10 +2,11 @@
 words in a scrambled order?
 
 Data: the Karpathy split files the retrieval benchmarks read (``coco/dataset_coco.json`` with ``coco/val2014/``,
-``flickr30k/dataset_flickr30k.json`` with ``flickr30k/images/``), test split: every caption of every image listed
-is an item, in the file's order. The official rule (`mertyg/vision-language-models-are-bows`: ``main_aro.py``,
-``COCO_Order``/``Flickr30k_Order`` in ``dataset_zoo/aro_datasets.py``, ``TextShuffler`` in
-``dataset_zoo/perturbations.py``): five options, the caption then four perturbations of it, in this order:
+``flickr30k/dataset_flickr30k.json`` with ``flickr30k/flickr30k-images/`` or ``images/``), test split: every
+caption of every image listed is an item, in the file's order. The official rule
+(`mertyg/vision-language-models-are-bows`: ``main_aro.py``, ``COCO_Order``/``Flickr30k_Order`` in
+``dataset_zoo/aro_datasets.py``, ``TextShuffler`` in ``dataset_zoo/perturbations.py``): five options, the caption
+then four perturbations of it, in this order:
 
 1. nouns shuffled among themselves, then adjectives among themselves (spaCy's tags; ``numpy.random.permutation``);
 2. every other token shuffled (``numpy.random.permutation``);
@@ -43,7 +44,7 @@ import numpy as np
 from ..stats import reported, series
 from .choice import subset_picks
 from .encoding import Crop, Encoder, check_images, unit_of
-from .retrieval import LAYOUT, listings
+from .retrieval import LAYOUT, flickr30k_images, listings
 from .chance import pick_chance
 from .validity import blind_block
 
@@ -52,7 +53,7 @@ MAX_WORDS = 30
 NOUNS = {"NN", "NNS", "NNP", "NNPS"}
 ADJECTIVES = {"JJ", "JJR", "JJS"}
 SOURCES = {"coco_order": ("coco/dataset_coco.json", "coco"),
-           "flickr30k_order": ("flickr30k/dataset_flickr30k.json", "flickr30k/images")}
+           "flickr30k_order": ("flickr30k/dataset_flickr30k.json", "flickr30k")}  # its pictures: `flickr30k_images`
 
 
 def pre_caption(caption: str, max_words: int = MAX_WORDS) -> str:
@@ -137,7 +138,8 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     from .encoding import BenchmarkDataError
 
     root = Path(root)
-    found = {name: (root / f, root / images) for name, (f, images) in SOURCES.items() if (root / f).is_file()}
+    found = {name: (root / f, flickr30k_images(root / images) if name == "flickr30k_order" else root / images)
+             for name, (f, images) in SOURCES.items() if (root / f).is_file()}
     if not found:
         raise BenchmarkDataError(f"neither {' nor '.join(str(root / f) for f, _ in SOURCES.values())} exists; "
                                  "ARO's order tasks read the Karpathy split files of coco_retrieval and retrieval")

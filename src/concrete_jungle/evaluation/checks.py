@@ -102,14 +102,17 @@ def boxes_outside(parts: dict[str, list[tuple[str, object]]]) -> tuple[dict[str,
     return {part: len(keys) for part, keys in found.items()}, notes
 
 
-def release_folder(folder: Path, inner: str, marker: str) -> Path:
+def release_folder(folder: Path, inner: str, *markers: str) -> Path:
     """The folder a benchmark's release lies in: ``folder`` itself, or ``folder/inner``, where the release's own
-    download leaves its files (its ``data/``; EqBen's ``eqben_vllm/``), whichever holds ``marker`` (a glob), read as
-    it lies; both is an error naming both."""
-    here, there = any(folder.glob(marker)), any((folder / inner).glob(marker))
+    download leaves its files (its ``data/``; EqBen's ``eqben_vllm/``), whichever holds one of ``markers`` (globs),
+    read as it lies; both is an error naming both."""
+    def holds(place: Path) -> bool:
+        return any(any(place.glob(marker)) for marker in markers)
+
+    here, there = holds(folder), holds(folder / inner)
     if here and there:
-        raise BenchmarkDataError(f"{folder} and {folder / inner} both hold {marker}: two copies of the release; keep "
-                                 "one")
+        raise BenchmarkDataError(f"{folder} and {folder / inner} both hold {' or '.join(markers)}: two copies of the "
+                                 "release; keep one")
     return folder / inner if there else folder
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from ..records import file_digest
 from ..stats import reported, series
 from .chance import pick_chance
-from .checks import boxes_outside, csv_rows, partial, shown
+from .checks import boxes_outside, csv_rows, partial, release_folder, shown
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
 from .validity import averages, blind_of_parts
 
@@ -56,8 +56,9 @@ KINDS = ("atom", "swap", "negate")
 COMPLEXITIES = range(4, 13)
 FOLDERS = ("VG_100K", "VG_100K_2")
 COLUMNS = ("image_id", "x", "y", "width", "height", "caption", "hard_negs")
-LAYOUT = ("<root>/crepe/prod_hard_negatives/{atom,swap,negate}/prod_vg_hard_negs_<type>_complexity_<4..12>.csv "
-          "(image_id, x, y, width, height, caption, hard_negs; the release's prod_hard_negatives.zip) and "
+LAYOUT = ("<root>/crepe/data/prod_hard_negatives/{atom,swap,negate}/prod_vg_hard_negs_<type>_complexity_<4..12>.csv "
+          "(image_id, x, y, width, height, caption, hard_negs; the repository cloned into <root>/crepe, its "
+          "data/prod_hard_negatives.zip unzipped in data/; or prod_hard_negatives/ in <root>/crepe/) and "
           "<root>/crepe/vg/{VG_100K,VG_100K_2}/<image_id>.jpg (Visual Genome)")
 
 
@@ -65,11 +66,12 @@ def load_root(root: Path, skip_missing: bool = False) -> dict:
     """Rows per kind and complexity (``atom/c4``): (key, Crop of the region, [caption, *hard negatives], picture);
     every file, row and picture checked before any model loads; ``missing``: the release's files not there."""
     folder = Path(root) / "crepe"
+    release = release_folder(folder, "data", "prod_hard_negatives/*/")  # the repository cloned into crepe/
     data: dict[str, list[tuple]] = {}
     files, missing = {}, []
     for kind in KINDS:
         for c in COMPLEXITIES:
-            path = folder / "prod_hard_negatives" / kind / f"prod_vg_hard_negs_{kind}_complexity_{c}.csv"
+            path = release / "prod_hard_negatives" / kind / f"prod_vg_hard_negs_{kind}_complexity_{c}.csv"
             if not path.is_file():
                 missing.append(f"{kind}/{path.name}")
                 continue

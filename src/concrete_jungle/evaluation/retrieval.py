@@ -82,9 +82,20 @@ def load(karpathy_json: str | Path, image_dir: str | Path, split: str = "test", 
             "files": {path: file_digest(path)} | sha256}
 
 
+def flickr30k_images(folder: Path) -> Path:
+    """Flickr30k's pictures in ``folder``: ``flickr30k-images/``, as its official archive (flickr30k-images.tar.gz)
+    unpacks, or ``images/``; both is an error naming both."""
+    release, renamed = folder / "flickr30k-images", folder / "images"
+    if release.is_dir() and renamed.is_dir():
+        raise BenchmarkDataError(f"{release} and {renamed} both hold Flickr30k pictures: two copies; keep one")
+    return release if release.is_dir() else renamed
+
+
 def load_root(root: Path, skip_missing: bool = False) -> dict:
-    """Flickr30k's Karpathy test split: ``<root>/flickr30k/dataset_flickr30k.json`` and ``images/``."""
-    return load(root / "flickr30k" / "dataset_flickr30k.json", root / "flickr30k" / "images", skip_missing=skip_missing)
+    """Flickr30k's Karpathy test split: ``<root>/flickr30k/dataset_flickr30k.json`` and the pictures
+    (`flickr30k_images`)."""
+    folder = Path(root) / "flickr30k"
+    return load(folder / "dataset_flickr30k.json", flickr30k_images(folder), skip_missing=skip_missing)
 
 
 def load_coco_root(root: Path, skip_missing: bool = False) -> dict:

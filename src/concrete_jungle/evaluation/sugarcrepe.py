@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..stats import metric_values, series
 from ..records import file_digest
-from .checks import checked_items
+from .checks import checked_items, release_folder
 from .encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
 from .chance import pick_chance
 from .validity import averages, bag_split, blind, blind_block, mean_picture
@@ -47,8 +47,10 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
-    """`load` of ``<root>/sugarcrepe`` with the images in ``<root>/coco/val2017``."""
-    return load(root / "sugarcrepe", root / "coco" / "val2017", skip_missing=skip_missing)
+    """`load` of ``<root>/sugarcrepe`` or, for the repository cloned there, its ``data/`` (`checks.release_folder`),
+    with the images in ``<root>/coco/val2017``."""
+    folder = release_folder(Path(root) / "sugarcrepe", "data", *(f"{s}.json" for s in SUBSETS))
+    return load(folder, Path(root) / "coco" / "val2017", skip_missing=skip_missing)
 
 
 def recipes(subsets: list[str]) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..stats import metric_values, series
 from ..records import file_digest
-from .checks import checked_items
+from .checks import checked_items, release_folder
 from .encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
 from .chance import below_chance
 from .validity import averages, blind, blind_block, mean_picture
@@ -41,8 +41,10 @@ def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
-    """`load` of ``<root>/sugarcrepe_pp`` with the images in ``<root>/coco/val2017``."""
-    return load(root / "sugarcrepe_pp", root / "coco" / "val2017", skip_missing=skip_missing)
+    """`load` of ``<root>/sugarcrepe_pp`` or, for the repository cloned there, its ``data/``
+    (`checks.release_folder`), with the images in ``<root>/coco/val2017``."""
+    folder = release_folder(Path(root) / "sugarcrepe_pp", "data", *(f"{s}.json" for s in SUBSETS))
+    return load(folder, Path(root) / "coco" / "val2017", skip_missing=skip_missing)
 
 
 def _dot(a, b):

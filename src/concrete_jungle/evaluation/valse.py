@@ -2,8 +2,11 @@
 plurality, counting, relations, actions, coreference, noun phrases).
 
 Data: the VALSE release, unchanged: one JSON per piece (``<root>/valse/*.json``, a dict keyed by item id with
-``image_file``, ``caption``, ``foil``, ``linguistic_phenomena`` and the annotators' votes ``mturk``) and the
-pictures of the source datasets in one folder, ``<root>/valse/images/<image_file>``.
+``image_file``, ``caption``, ``foil``, ``linguistic_phenomena`` and the annotators' votes ``mturk``), or the
+repository cloned into ``<root>/valse/`` (the pieces in its ``data/``). The pictures of the source datasets: in
+one folder, ``<root>/valse/images/<image_file>``, or each piece's in the folder the repository's ``config.py``
+gives it (`SOURCES`, beside the pieces: ``data/visual7w/images/``, ``data/actions/images_512/``, ...; FOIL-it's
+COCO val2014 in ``<root>/coco/val2014/``). A picture in both places is an error naming both.
 
 The rule for contrastive models (the paper's pairwise accuracy acc_r): an item is right when the picture scores
 the caption strictly above the foil (captions scored as [foil, caption], numpy's argmax: a tie is wrong). Only the
@@ -18,20 +21,33 @@ from pathlib import Path
 
 from ..stats import reported, series
 from ..records import file_digest
-from .checks import items_of, shown, text_of
+from .checks import items_of, release_folder, shown, text_of
 from .choice import subset_picks
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 from .chance import pick_chance
 from .validity import averages, blind_block
 
-LAYOUT = "<root>/valse/<piece>.json (the VALSE release) and <root>/valse/images/<image_file>"
+LAYOUT = ("<root>/valse/data/<piece>.json (git clone https://github.com/Heidelberg-NLP/VALSE <root>/valse; or the "
+          "pieces in <root>/valse/) and the pictures in <root>/valse/images/<image_file> or in the folder config.py "
+          "names per piece beside the pieces (data/visual7w/images/, data/plurals/test_images/, "
+          "data/relations/test_images/, data/actions/images_512/, data/coref/.../; foil-it: <root>/coco/val2014/)")
 MIN_VOTES = 2
+COCO = "coco/val2014"  # FOIL-it's pictures, under the data root
+# piece -> its pictures' folder beside the pieces, as the repository's config.py (commit 2152d90) gives it
+SOURCES = {"existence": "visual7w/images", "plurals": "plurals/test_images", "counting-hard": "visual7w/images",
+           "counting-small-quant": "visual7w/images", "counting-adversarial": "visual7w/images",
+           "relations": "relations/test_images", "action-replacement": "actions/images_512",
+           "actant-swap": "actions/images_512",
+           "coreference-standard": "coref/release_too_many_is_this_in_color/images",
+           "coreference-hard": "coref/release_v18/test_images", "foil-it": COCO}
 
 
-def load(root: str | Path, skip_missing: bool = False) -> dict:
-    """Valid items per piece: (key, Crop, foil, caption, phenomenon); ``filtered``: items not validated."""
+def load(root: str | Path, skip_missing: bool = False, coco: str | Path | None = None) -> dict:
+    """Valid items per piece: (key, Crop, foil, caption, phenomenon); ``filtered``: items not validated. ``root``:
+    the VALSE folder (its pieces in it or in its ``data/``); ``coco``: FOIL-it's COCO val2014 folder."""
     root = Path(root)
-    pieces = sorted(root.glob("*.json")) if root.is_dir() else []
+    pieces_dir = release_folder(root, "data", "*.json")
+    pieces = sorted(pieces_dir.glob("*.json")) if pieces_dir.is_dir() else []
     if not pieces:
         raise BenchmarkDataError(f"{root} holds no VALSE piece (*.json); expected layout: {LAYOUT}")
     data, filtered, files = {}, {}, {}
@@ -55,8 +71,9 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
             if caption_votes < MIN_VOTES:
                 dropped += 1
                 continue
-            rows.append((str(key), Crop(image_path(root / "images", item["image_file"])), item["foil"],
-                         item["caption"], str(item.get("linguistic_phenomena") or path.stem)))
+            picture = _picture(root / "images", _source(pieces_dir, path.stem, coco), item["image_file"])
+            rows.append((str(key), Crop(picture), item["foil"], item["caption"],
+                         str(item.get("linguistic_phenomena") or path.stem)))
         data[path.stem], filtered[path.stem] = rows, dropped
     problems, sha256 = check_images([it[1].path for items in data.values() for it in items], LAYOUT, skip_missing)
     # a piece whose every item the annotators rejected has no score: said, not left as a silent blank
@@ -69,8 +86,30 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
-    """`load` of ``<root>/valse``."""
-    return load(root / "valse", skip_missing=skip_missing)
+    """`load` of ``<root>/valse``, FOIL-it's pictures in ``<root>/coco/val2014``."""
+    return load(Path(root) / "valse", skip_missing=skip_missing, coco=Path(root) / COCO)
+
+
+def _source(pieces_dir: Path, piece: str, coco: Path | None) -> Path | None:
+    """The folder of a piece's pictures as the repository's config.py places it, or None for a piece it does not
+    name."""
+    if piece not in SOURCES:
+        return None
+    if SOURCES[piece] == COCO:
+        return coco
+    return pieces_dir / SOURCES[piece]
+
+
+def _picture(one: Path, source: Path | None, name: str) -> Path:
+    """A picture in the one folder of every piece or in its piece's source folder: where it is (both is an error
+    naming both); where neither holds it, the path reported missing is the one folder's when that folder exists."""
+    here = image_path(one, name)
+    there = image_path(source, name) if source is not None else None
+    if there is None:
+        return here
+    if here.is_file() and there.is_file():
+        raise BenchmarkDataError(f"{here} and {there} are both the VALSE picture {name!r}: two copies; keep one")
+    return there if there.is_file() or not one.is_dir() else here
 
 
 def evaluate(encoder: Encoder, data: dict) -> dict:

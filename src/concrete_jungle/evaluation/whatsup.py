@@ -4,9 +4,12 @@ Data: the What'sUp release, unchanged. Controlled-A (``controlled_images_dataset
 and Controlled-B (``controlled_clevr_dataset.json`` + ``controlled_clevr/``): items ``{image_path,
 caption_options}`` of four captions, the first right; the image is found by its file name in the subset's folder.
 COCO-QA and GQA-based VG-QA, one and two objects (``coco_qa_{one,two}_obj.json``, ``vg_qa_{one,two}_obj.json``):
-items ``[image id, right caption, wrong caption]``, images ``coco/val2017/<id:012d>.jpg`` and
-``whatsup/vg_images/<id>.jpg``. An id must name its image exactly: a COCO id is a whole number (``1.7`` is an
-error, not image 1), a VG id a whole number or the file name without ``.jpg``.
+items ``[image id, right caption, wrong caption]``, images ``<id:012d>.jpg`` in the release's ``val2017/`` (or
+COCO's own ``coco/val2017/``) and ``whatsup/vg_images/<id>.jpg``. The release is its Google Drive folder, as
+``dataset_zoo/aro_datasets.py`` downloads it into ``data/``: the JSON files, with ``controlled_images.tar.gz``,
+``controlled_clevr.tar.gz`` and ``vg_images.tar.gz`` untarred and ``val2017.zip`` unzipped beside them. An id
+must name its image exactly: a COCO id is a whole number (``1.7`` is an error, not image 1), a VG id a whole
+number or the file name without ``.jpg``.
 
 The official rule (`amitakamath/whatsup_vlms`, ``dataset_zoo/aro_datasets.py``): each picture is converted to RGB,
 the captions are scored in their listed order and the pick is numpy's argmax (`choice.picks`), so a tie goes to
@@ -33,8 +36,9 @@ CONTROLLED = {"controlled_a": ("controlled_images_dataset.json", "controlled_ima
 QA = {"coco_qa_one": "coco_qa_one_obj.json", "coco_qa_two": "coco_qa_two_obj.json",
       "vg_qa_one": "vg_qa_one_obj.json", "vg_qa_two": "vg_qa_two_obj.json"}
 LAYOUT = ("<root>/whatsup/{controlled_images_dataset,controlled_clevr_dataset}.json with controlled_images/ and "
-          "controlled_clevr/; <root>/whatsup/{coco,vg}_qa_{one,two}_obj.json with <root>/coco/val2017/ and "
-          "<root>/whatsup/vg_images/ (the What'sUp release)")
+          "controlled_clevr/; <root>/whatsup/{coco,vg}_qa_{one,two}_obj.json with <root>/whatsup/val2017/ (or "
+          "<root>/coco/val2017/) and <root>/whatsup/vg_images/ (the What'sUp release's Drive folder, its archives "
+          "unpacked in place)")
 
 
 def object_pair(name: str) -> tuple[str, str]:
@@ -72,8 +76,13 @@ def load(root: str | Path, coco_images: str | Path, skip_missing: bool = False) 
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
-    """`load` of ``<root>/whatsup`` with the COCO-QA images in ``<root>/coco/val2017``."""
-    return load(root / "whatsup", root / "coco" / "val2017", skip_missing=skip_missing)
+    """`load` of ``<root>/whatsup`` with the COCO-QA images in the release's own ``whatsup/val2017/`` (its
+    ``val2017.zip`` unzipped there) or in ``<root>/coco/val2017``; both at once is an error naming both."""
+    folder, release, coco = Path(root) / "whatsup", Path(root) / "whatsup" / "val2017", Path(root) / "coco" / "val2017"
+    if release.is_dir() and coco.is_dir() and any((folder / QA[s]).is_file() for s in QA if s.startswith("coco")):
+        raise BenchmarkDataError(f"{release} and {coco} both hold COCO val2017 images for What'sUp's COCO-QA: two "
+                                 f"copies; keep one (the release's val2017.zip unzipped in {folder}, or COCO's own)")
+    return load(folder, release if release.is_dir() else coco, skip_missing=skip_missing)
 
 
 def _controlled(subset: str, path: Path, n: int, item, folder: Path) -> tuple:

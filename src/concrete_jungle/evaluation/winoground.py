@@ -1,10 +1,15 @@
 """Winoground (Thrush et al. 2022): 400 items of two images and two captions with the same words.
 
-Data: a local folder ``<root>/examples.jsonl`` (``id, caption_0, caption_1, image_0, image_1,
-collapsed_tag``) with ``<root>/images/<image_k>.png``, or the gated HF dataset ``facebook/winoground``
-(token from ``HF_TOKEN``), which `export_hf` writes into that same layout once. Scores: text (each
-image prefers its own caption), image (each caption prefers its own image), group (both); overall and
-per ``collapsed_tag``.
+Data: the gated Hugging Face dataset ``facebook/winoground`` as downloaded into ``<root>/winoground/``
+(``huggingface-cli download facebook/winoground --repo-type dataset --local-dir <root>/winoground``): its
+``data/examples.jsonl`` (``id, caption_0, caption_1, image_0, image_1, collapsed_tag``) with
+``data/images/<image_k>.png`` (its ``data/images.zip`` unzipped in ``data/``), or, where ``examples.jsonl`` is not
+there, its test split's Parquet files (``data/test-*.parquet``, the pictures inside), read offline with pyarrow
+(`two_by_two.release_rows`) and written once into ``<root>/winoground/examples.jsonl`` and ``images/``, each
+picture as its bytes are there. ``examples.jsonl`` with ``images/`` directly in ``<root>/winoground/`` is read too
+(as `export_hf` writes it from the Hub); it and ``data/examples.jsonl`` at once is an error. Scores: text (each
+image prefers its own caption), image (each caption prefers its own image), group (both); overall and per
+``collapsed_tag``.
 """
 
 from __future__ import annotations
@@ -16,14 +21,20 @@ from pathlib import Path
 import torch
 
 from ..stats import metric_values, series
-from ..records import file_digest
-from .checks import numbered_lines, shown, text_of
+from ..records import atomic_write_jsonl, file_digest
+from . import two_by_two
+from .checks import numbered_lines, release_folder, shown, text_of
 from .encoding import BenchmarkDataError, Encoder, check_images, image_path
 from .chance import WINOGROUND
 from .validity import blind, blind_block, mean_picture
 
-LAYOUT = "<root>/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and " \
-         "<root>/images/<image_0>.png, <image_1>.png"
+LAYOUT = ("<root>/winoground/data/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and "
+          "data/images/<image_0>.png, <image_1>.png (facebook/winoground downloaded into <root>/winoground, "
+          "data/images.zip unzipped in data/), or its data/test-*.parquet alone (written once into "
+          "<root>/winoground/examples.jsonl + images/), or examples.jsonl + images/ in <root>/winoground/")
+# the image fields name a picture without its extension (``ex_0_img_0``); a file name written from the Parquet
+# files keeps the extension of its bytes
+NAMED = tuple(two_by_two.EXTENSIONS.values())
 
 
 def export_hf(root: str | Path) -> Path:
@@ -47,8 +58,25 @@ def export_hf(root: str | Path) -> Path:
     return root
 
 
-def load(root: str | Path, skip_missing: bool = False) -> dict:
+def write_layout(rows, root: str | Path) -> Path:
+    """``root/examples.jsonl`` and ``root/images/`` from the dataset's rows (``id``, ``image_0``, ``image_1`` as
+    ``{"bytes", "path"}``, the captions and tags), each picture as its bytes are (`two_by_two.save_image`)."""
     root = Path(root)
+    records = []
+    for row in rows:
+        images = {f"image_{k}": two_by_two.save_image(row[f"image_{k}"], root / "images") for k in (0, 1)}
+        records.append({"id": row["id"], "caption_0": row["caption_0"], "caption_1": row["caption_1"]} | images
+                       | {k: row[k] for k in ("tag", "secondary_tag", "num_main_preds", "collapsed_tag") if k in row})
+    atomic_write_jsonl(root / "examples.jsonl", records)  # last: a run stopped midway leaves no examples.jsonl
+    return root
+
+
+def load(root: str | Path, skip_missing: bool = False) -> dict:
+    """The items with both pictures, every picture checked before any model loads; from the download's
+    ``data/examples.jsonl``, or ``examples.jsonl`` in ``root`` (written from the Parquet files when neither is
+    there)."""
+    root = release_folder(Path(root), "data", "examples.jsonl")
+    notes = two_by_two.written_from_release(root, write_layout)
     path = root / "examples.jsonl"
     if not path.is_file():
         raise BenchmarkDataError(f"{path} not found; expected layout: {LAYOUT} (or export the HF dataset with "
@@ -72,13 +100,15 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
         for field in ("caption_0", "caption_1", "image_0", "image_1"):
             text_of(item.get(field), path, f"line {n}", field)
         for k in (0, 1):
-            item[f"path_{k}"] = image_path(root / "images", f"{item[f'image_{k}']}.png")
+            name = item[f"image_{k}"]
+            item[f"path_{k}"] = image_path(root / "images", name if name.endswith(NAMED) else f"{name}.png")
         items.append(item)
     if not items:
         raise BenchmarkDataError(f"{path} holds no examples; expected layout: {LAYOUT}")
     problems, sha256 = check_images([it[f"path_{k}"] for it in items for k in (0, 1)], LAYOUT, skip_missing)
     kept = [it for it in items if it["path_0"] not in problems and it["path_1"] not in problems]
-    return {"items": kept, "skipped": len(items) - len(kept), "files": {path: file_digest(path)} | sha256}
+    return {"items": kept, "skipped": len(items) - len(kept), "files": {path: file_digest(path)} | sha256,
+            "notes": notes}
 
 
 def load_root(root: Path, skip_missing: bool = False) -> dict:
