@@ -995,6 +995,7 @@ def every_benchmark_writer() -> dict:
     """A fixture writer of each benchmark (name -> a function of its data root)."""
     from benchmark_fixtures import write_data_root
     from test_compositional_benchmarks import write_aro, write_coco_karpathy, write_valse, write_whatsup
+    from test_counting_and_dense_caption_benchmarks import write_countbench, write_sdci
     from test_hard_positives import write_release
     from test_image_choice_benchmarks import write_bivlc, write_naturalbench, write_vismin
     from test_list_benchmarks import write_crepe, write_imagecode, write_spec, write_svo, write_vl_checklist
@@ -1010,6 +1011,7 @@ def every_benchmark_writer() -> dict:
         "eqben": write_eqben, "eqben_full": write_eqben_full, "colorswap": write_colorswap,
         "imagecode": write_imagecode, "crepe": write_crepe,
         "vl_checklist": write_vl_checklist, "spec": write_spec, "svo_probes": write_svo,
+        "countbench": lambda root: write_countbench(root / "countbench"), "sdci": write_sdci,
         "hard_positives": write_release, "negbench": write_negbench, "negbench_retrieval": write_negbench,
         "cola": write_cola, "coco_retrieval": write_coco_karpathy, "zeroshot": write_nested_zeroshot,
         "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train", "test"))}

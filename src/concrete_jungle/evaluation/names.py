@@ -113,6 +113,14 @@ BENCHMARKS: dict[str, Benchmark] = {
                                 "hard_positives/{data,swapped_data}/*.json (git clone https://github.com/amitakamath/"
                                 "hard_positives hard_positives) + its data/VG_100K{,_2}/ "
                                 "and data/images/ (ARO's VG images)"),
+    "countbench": Benchmark(COMPOSITIONAL, ("accuracy",), ("countbench/CountBench.json", "countbench/examples.jsonl",
+                                                           "countbench/**/train-*.parquet"),
+                            "countbench/ (huggingface-cli download nielsr/countbench --repo-type dataset --local-dir "
+                            "countbench: its Parquet file, read offline into countbench/examples.jsonl + images/ once; "
+                            "or the release's CountBench.json + images/<position>.jpg fetched by you)"),
+    "sdci": Benchmark(COMPOSITIONAL, ("all_swaps/SCM", "all_swaps/Neg"), ("sdci/densely_captioned_images/splits.json",),
+                      "sdci/densely_captioned_images/{splits.json,complete/,photos/} (DCI's dci.tar.gz extracted in "
+                      "sdci/, SA-1B's sa_000138.tar in its photos/)"),
     "retrieval": Benchmark(RECOGNITION, ("image_retrieval_recall@1", "text_retrieval_recall@1"),
                            ("flickr30k/dataset_flickr30k.json",),
                            "flickr30k/dataset_flickr30k.json (Karpathy's caption_datasets.zip) + "

@@ -203,12 +203,12 @@ def key_of(value, path: Path, where: str, field: str, layout: str) -> str:
     return str(value)
 
 
-def written_from_release(folder: Path, write) -> list[str]:
+def written_from_release(folder: Path, write, split: str = "test") -> list[str]:
     """``folder/examples.jsonl`` and ``folder/images/``: written once by ``write(rows, folder)`` from the Hugging Face
-    download in ``folder`` (`release_rows`, split test) when the file is not there yet; a note saying so, or none."""
+    download in ``folder`` (`release_rows` of ``split``) when the file is not there yet; a note saying so, or none."""
     if (folder / "examples.jsonl").is_file():
         return []
-    rows, files = release_rows(folder, "test")
+    rows, files = release_rows(folder, split)
     if not rows:
         return []
     write(rows, folder)
