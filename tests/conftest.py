@@ -23,6 +23,14 @@ def data_root(tmp_path_factory) -> Path:
     return benchmark_fixtures.write_data_root(tmp_path_factory.mktemp("bench"))
 
 
+@pytest.fixture(scope="module")
+def clip():
+    """The tiny random CLIP the benchmark tests score with (one per module: a test may change its weights)."""
+    from concrete_jungle.models import load_model
+
+    return load_model("cj-tiny", "none", seed=0)
+
+
 @pytest.fixture(scope="session")
 def nlp():
     from concrete_jungle.nlp import load_spacy

@@ -10,15 +10,9 @@ import torch.nn.functional as F
 from concrete_jungle.evaluation import bivlc, crepe, imagecode, mmvp_vlm, report, spec, svo_probes, vl_checklist
 from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.evaluation.validity import MACRO, MICRO
-from concrete_jungle.models import load_model
 from test_image_choice_benchmarks import write_bivlc
 from test_list_benchmarks import picture, text, write_crepe, write_imagecode, write_spec, write_svo, write_vl_checklist
 from test_pair_benchmarks import write_mmvp
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
 
 
 def mean_of(features: list[torch.Tensor]) -> torch.Tensor:

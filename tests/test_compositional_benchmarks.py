@@ -17,13 +17,7 @@ from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import aro, load_data, valse, whatsup
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
-from concrete_jungle.models import load_model
 from concrete_jungle.stats import metric_values
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
 
 
 @torch.no_grad()

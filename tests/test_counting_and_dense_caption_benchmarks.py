@@ -17,12 +17,7 @@ from concrete_jungle.cli import main
 from concrete_jungle.evaluation import countbench, load_data, sdci
 from concrete_jungle.evaluation.chance import levels
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
-from concrete_jungle.models import ClipModel, load_model
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
+from concrete_jungle.models import ClipModel
 
 
 @torch.no_grad()

@@ -24,11 +24,6 @@ from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
 
 
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
-
-
 class Reference:
     """The straightforward loop: every image and caption encoded alone, item by item."""
 

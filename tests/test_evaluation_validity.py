@@ -14,18 +14,12 @@ from benchmark_fixtures import noise_image, random_features, write_winoground
 from concrete_jungle.evaluation import aro, report, sugarcrepe, sugarcrepe_pp, valse, whatsup, winoground
 from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.evaluation.validity import MACRO, MICRO
-from concrete_jungle.models import load_model
 from test_compositional_benchmarks import write_aro, write_valse, write_whatsup
 
 # swap_obj: same words (case, a trailing period and the spaces around a comma aside), and words that differ
 SWAPS = [("A dog chasing a cat", "A cat chasing a dog."), ("a cup, on a saucer", "A saucer on a cup"),
          ("a young woman with an old man", "an old woman with a young man"),
          ("a horse pulling a cart", "a cart pulling the horse"), ("two birds on a wire", "a wire on two birds")]
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
 
 
 @pytest.fixture(scope="module")

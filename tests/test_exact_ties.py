@@ -10,13 +10,7 @@ import pytest
 from benchmark_fixtures import write_winoground
 from concrete_jungle.evaluation import bivlc, winoground
 from concrete_jungle.evaluation.encoding import Crop, Encoder
-from concrete_jungle.models import load_model
 from test_image_choice_benchmarks import write_bivlc
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
 
 
 @pytest.fixture

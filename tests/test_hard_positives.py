@@ -17,16 +17,10 @@ from concrete_jungle.cli import main
 from concrete_jungle.evaluation import hard_positives, load_data
 from concrete_jungle.evaluation.chance import levels
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
-from concrete_jungle.models import load_model
 
 # captions of many lengths and kinds (VARIED_CAPTIONS): with random weights a caption's score is mostly its own, so
 # items built from different captions come out right and wrong in every measure
 SIZES = {"swap": 6, "replace_att": 9, "replace_rel": 5}  # unequal: the macro and micro averages differ
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
 
 
 def write_release(root) -> dict[str, tuple[list[dict], list[dict]]]:

@@ -18,7 +18,6 @@ from concrete_jungle.cli import main
 from concrete_jungle.evaluation import bivlc, naturalbench, vismin
 from concrete_jungle.evaluation.chance import levels
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
-from concrete_jungle.models import load_model
 
 PAIRS = [("a dog chasing a cat on the grass", "a cat chasing a dog on the grass"),
          ("a red cup left of a blue plate", "a blue cup left of a red plate"),
@@ -34,11 +33,6 @@ PAIRS = [("a dog chasing a cat on the grass", "a cat chasing a dog on the grass"
          ("a pizza on a stove", "a pie on a stove"),
          ("a cat asleep on a sofa", "a dog asleep on a sofa"),
          ("a bike leaning on a wall", "a bike lying on the ground")]
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
 
 
 @torch.no_grad()

@@ -18,12 +18,6 @@ from concrete_jungle.evaluation import crepe, imagecode, load_data, spec, svo_pr
 from concrete_jungle.evaluation.chance import levels
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 from concrete_jungle.evaluation.validity import MACRO, MICRO
-from concrete_jungle.models import load_model
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
 
 
 @torch.no_grad()

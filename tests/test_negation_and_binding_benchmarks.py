@@ -17,12 +17,6 @@ from benchmark_fixtures import varied_picture as picture
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import cola, negbench
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
-from concrete_jungle.models import load_model
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return load_model("cj-tiny", "none", seed=0)
 
 
 def rgb(path) -> Image.Image:
