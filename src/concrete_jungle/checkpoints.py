@@ -58,3 +58,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def config_digest(config: dict) -> str:
     """The sha256 of an open_clip config as canonical JSON: key order and spacing do not count, any value does."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def checkpoint_digest(path: Path) -> str:
+    """A checkpoint's identity: a sha1 over its weights' sha1 and its config's."""
+    def sha1(file: Path) -> str:
+        with open(file, "rb") as f:
+            return hashlib.file_digest(f, "sha1").hexdigest()
+
+    return hashlib.sha1((sha1(path / WEIGHTS_FILE) + sha1(path / CONFIG_FILE)).encode()).hexdigest()

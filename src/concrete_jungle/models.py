@@ -39,7 +39,8 @@ from open_clip.pretrained import get_pretrained_cfg
 
 from . import registry
 from .registry import HF_HUB, HUB_WEIGHTS, ModelError, cached_weights, check_downloadable, hub_files
-from .checkpoints import ARCHITECTURE_FILE, CONFIG_FILE, WEIGHTS_FILE, config_digest, resolve_checkpoint
+from .checkpoints import (ARCHITECTURE_FILE, CONFIG_FILE, WEIGHTS_FILE, checkpoint_digest, config_digest,
+                          resolve_checkpoint)
 from .records import file_digest
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
@@ -137,8 +138,9 @@ def load_model(
 
     if name is None:
         raise ModelError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
-    if name.startswith(registry.PREFIX):
-        return load_peer(registry.find(name), device, precision)
+    if name.startswith(registry.PREFIX):  # a weights file as ``pretrained``: a local copy of the peer's
+        return load_peer(registry.find(name), device, precision,
+                         Path(pretrained) if pretrained and Path(pretrained).is_file() else None)
     if name.startswith(HF_HUB):
         return load_hub(name.removeprefix(HF_HUB), device, precision)
     tag, weights = open_clip_weights(name, pretrained)
@@ -208,13 +210,18 @@ def open_clip_weights(name: str, pretrained: str | None) -> tuple[str | None, Pa
     return tag, weights
 
 
-def load_peer(peer: registry.Peer, device: str, precision: str) -> ClipModel:
-    """A published checkpoint with the architecture its registry entry states, its file's digest checked where
-    one is published."""
-    weights = registry.loadable_weights(peer)
+def load_peer(peer: registry.Peer, device: str, precision: str, given: Path | None = None) -> ClipModel:
+    """A published checkpoint with the architecture its registry entry states, from its file in the peers' folder
+    or from ``given`` (a copy of it), the file's digest checked where one is published: another entry's file is
+    refused naming both."""
+    weights = registry.loadable_weights(peer, given)
     if weights is None:
         return load_hub(peer.hf_hub, device, precision, peer)
     digest = file_digest(weights)
+    other = registry.by_sha256(digest)
+    if other is not None and other != peer:
+        raise ModelError(f"{weights} is {other.method}'s published checkpoint (sha256 {digest[:12]}…), not "
+                         f"{peer.method}'s: use --model {registry.PREFIX}{other.name}, or {peer.method}'s own file")
     if peer.sha256 and digest != peer.sha256:
         raise ModelError(f"{weights} is not the {peer.method} file its authors published (sha256 {digest}, "
                          f"published {peer.sha256}): another version or an incomplete download; download it "
@@ -377,12 +384,6 @@ def lineage(state: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) 
     diff = sum(float((state[k].double() - reference[k].double()).pow(2).sum()) for k in shared)
     norm = sum(float(reference[k].double().pow(2).sum()) for k in shared)
     return (diff / norm) ** 0.5 if norm else float("inf")
-
-
-def checkpoint_digest(path: Path) -> str:
-    """A checkpoint's identity: a sha1 over its weights and its config."""
-    both = file_digest(path / WEIGHTS_FILE, "sha1") + file_digest(path / CONFIG_FILE, "sha1")
-    return hashlib.sha1(both.encode()).hexdigest()
 
 
 def check_architecture(path: Path) -> dict:

@@ -169,10 +169,13 @@ def by_file(path: Path) -> Peer | None:
     return next((p for p in PEERS if weights_file(p) == path), None)
 
 
-def loadable_weights(peer: Peer) -> Path | None:
-    """A published checkpoint's local weights file, None for one on the Hub; an error where there is none."""
+def loadable_weights(peer: Peer, given: Path | None = None) -> Path | None:
+    """A published checkpoint's local weights file (``given``: a copy of it elsewhere), None for one on the Hub; an
+    error where there is none."""
     if peer.architecture is None:
         raise PeerError(f"--model {PREFIX}{peer.name} ({peer.method}) cannot be loaded: {peer.note}")
+    if given is not None:
+        return given
     if peer.hf_hub:
         return None
     weights = weights_file(peer)

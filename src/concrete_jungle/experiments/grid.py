@@ -25,6 +25,7 @@ from ..configs import from_dict, load_yaml, raise_problems
 from ..records import atomic_write_json, atomic_write_text
 from ..stats import RESAMPLES
 from ..train.config import LossConfig, load_config
+from ..train.start import start_identity
 
 
 @dataclass(frozen=True)
@@ -139,19 +140,6 @@ def evaluate(clip, loaded: dict, out: Path, grid: GridConfig, device: str, log=p
     return files
 
 
-def start_digests(model) -> dict:
-    """What the start's settings do not show of it: the digest of a checkpoint's or weights file's content."""
-    from ..checkpoints import resolve_checkpoint
-    from ..models import checkpoint_digest
-    from ..records import file_digest
-
-    if model.checkpoint:
-        return {"checkpoint": checkpoint_digest(resolve_checkpoint(model.checkpoint))}
-    if model.pretrained and Path(model.pretrained).is_file():
-        return {"weights_sha256": file_digest(model.pretrained)}
-    return {}
-
-
 def cell_identity(config, start: dict) -> dict:
     """A cell's identity: its training config (where it is written aside), its datasets' digests, the start's."""
     from ..concretebatch import dataset_digest
@@ -183,7 +171,7 @@ def run_grid(grid: GridConfig, progress: bool = True, log=print, overwrite: bool
     loaded = eval_data(grid)  # checked before any training
     first = next(iter(configs.values()))
     model = first.model
-    start = start_digests(model)
+    start = start_identity(model)
     identities = {key: cell_identity(config, start) for key, config in configs.items()}
     for (dataset, loss), config in configs.items():  # every cell checked before any trains
         check_reusable(Path(config.out).parent, identities[(dataset, loss)], f"the grid's cell {dataset} x {loss}",

@@ -306,7 +306,7 @@ def warn_unnormalised(loss: nn.Module, image_features: torch.Tensor, text_featur
     images = torch.cat([anchors, (has_negative_image & has_negative).flatten()])
     with torch.no_grad():
         norms = torch.cat([image_features[images].norm(dim=1), text_features[texts].norm(dim=1)])
-        if (norms - 1).abs().max() > 1e-3:
+        if (norms - 1).abs().max() > 1e-2:  # unit vectors rounded to bf16 (autocast) are off by up to 5e-3
             loss._warned_unnormalised = True
             warnings.warn(f"{name}: features are not L2-normalised (norms {norms.min().item():.3g}.."
                           f"{norms.max().item():.3g}); the loss assumes cosine logits. Normalise them (open_clip: "

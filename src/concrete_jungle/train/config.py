@@ -17,6 +17,7 @@ from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_c
 from ..loss_options import (LOSS_NAMES, LOSS_SCHEDULES, PEER_LOSSES, CEClipOptions, CLICOptions, DeGLAOptions,
                             FSCCLIPOptions, NegCLIPOptions, TripletCLIPOptions)
 from ..sources import SourceError, expand_paths
+from .start import is_peer, start_identity, start_problems
 
 # the margin parameters each margin schedule reads (docs/method.md §5); the field's losses read none of them
 MARGIN_KEYS = ("m_min", "m_max", "center", "tau", "static_margin")
@@ -383,7 +384,7 @@ def check_config(config: TrainConfig) -> None:
     any model built (and before torch is imported). The pretrained tag is checked by `models.load_model`."""
     problems = []
     m = config.model
-    if m.checkpoint is None:
+    if m.checkpoint is None and not is_peer(m):
         if not m.name:
             problems.append("model: give model.name (flag --model) or model.checkpoint (flag --checkpoint)")
         elif m.name.startswith("local-dir:"):
@@ -392,14 +393,10 @@ def check_config(config: TrainConfig) -> None:
                 problems.append(f"model.name {m.name}: {folder} "
                                 + (does_not_exist(folder) if not Path(folder).exists() else "is not a directory"))
         elif not m.name.startswith("hf-hub:") and m.name not in open_clip_model_names():
-            problems.append(f"model.name {m.name!r} is not an open_clip model (see open_clip.list_models())")
+            problems.append(f"model.name {m.name!r} is not an open_clip model (see open_clip.list_models()), nor "
+                            "peer:NAME for a published checkpoint")
     else:
-        from ..checkpoints import CheckpointError, resolve_checkpoint
-
-        try:
-            resolve_checkpoint(m.checkpoint)
-        except CheckpointError as e:
-            problems.append(f"model.checkpoint: {e}")
+        problems += start_problems(m)  # a checkpoint folder, or a published checkpoint
     d = config.data
     if not d.concretebatch and not d.pairs:
         problems.append("no training data: pass --data DIR [DIR ...] (ConcreteBatch directories), or set "
@@ -475,7 +472,8 @@ def check_resumable(config: TrainConfig, resume: str | None) -> None:
                           "writes it before its first step); restore it, or start over with --overwrite")
     try:
         before = json.loads(recorded.read_text(encoding="utf-8"))
-        changed = changes(before, asdict(config), ignore=RESUMABLE, both=False)
+        now = asdict(config) | {"start": start_identity(config.model)}  # the weights it started from, as recorded
+        changed = changes(before, now, ignore=RESUMABLE, both=False)
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
         raise ConfigError(f"--resume {resume}: {recorded} is damaged ({e}); it records the run's settings: restore "
                           "it, or start over with --overwrite") from None

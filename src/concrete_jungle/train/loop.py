@@ -42,22 +42,8 @@ from .data import EpochBatches, data_path, epoch_batches, in_memory, source_set
 from .objective import POSITIVE_EXTRAS, Objective, Positives, extras, placed, unused_data
 from .process import StopSignals, distributed
 from .regime import Regime
+from .start import check_pretrained, start_identity
 from .state import how_to_continue, load_trainer_state, lr_at, param_groups, save_trainer_state
-
-
-def check_pretrained(config: TrainConfig) -> None:
-    """The pretrained tag exists for the model (needs open_clip, so it comes after `check_config`)."""
-    m = config.model
-    if m.checkpoint is not None or m.pretrained in (None, "none") or Path(m.pretrained).is_file():
-        return
-    import open_clip
-
-    from .. import models  # noqa: F401  (registers our model configs, e.g. cj-tiny)
-
-    tags = open_clip.list_pretrained_tags_by_model(m.name)
-    if m.pretrained not in tags:
-        raise ConfigError(f"model.pretrained {m.pretrained!r} does not exist for {m.name}; known: {tags} "
-                          "(or a weights file, or none)")
 
 
 def use_open_clip_cuda_settings() -> None:
@@ -74,7 +60,7 @@ def train(config: TrainConfig, resume: str | None = None, progress: bool = True,
     unless the run is resumed or ``overwrite`` starts it over (its checkpoints and metrics removed first); one
     job at a time writes into ``out``. A resumed run keeps its settings but for those `config.RESUMABLE` names."""
     check_config(config)
-    check_pretrained(config)
+    check_pretrained(config.model)
     check_resumable(config, resume)
     rank, _, _ = distributed()
     if rank != 0:  # rank 0 alone writes into out: it holds the lock
@@ -144,6 +130,7 @@ class Run:
 
         torch.manual_seed(config.seed)
         random.seed(config.seed)
+        self.start = start_identity(config.model)  # recorded in config.json, compared on resume
         self.clip = load_model(config.model.name, config.model.pretrained, config.model.checkpoint,
                                device=self.device, seed=config.seed)
         self.model = self.clip.model.train()
@@ -230,7 +217,8 @@ class Run:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         # the settings, and how the batches were made (cache, preload or decode: `data_path`)
-        atomic_write_json(self.out / "config.json", asdict(self.config) | {"data_path": self.data_path})
+        atomic_write_json(self.out / "config.json", asdict(self.config) | {"data_path": self.data_path,
+                                                                           "start": self.start})
         metrics_path = self.out / "metrics.jsonl"
         kept = [r for r in read_jsonl_repairing(metrics_path) if r.get("step", 0) <= self.step_count]
         atomic_write_jsonl(metrics_path, kept)
@@ -442,7 +430,7 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
         images = normalize(images)
     if trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
         texts = trim_tokens(model, texts)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
         # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
         outputs = dist_model(images, texts)
         image_features, (text_features, more), logit_scale = outputs[0], positives.extras(outputs[1]), outputs[2]
