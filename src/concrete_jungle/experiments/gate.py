@@ -110,31 +110,40 @@ def positive_control_pairs(rows: list[dict], seed: int, mirror_relations: bool):
                    "image": row["image"], "caption": positive, "negative": negative, "changed": changed}, reason
 
 
-def build_positive_control(world: Path, out: Path, design: dict, per_shard: int = 1000) -> Path:
-    """The positive control's ConcreteBatch (one record per training scene and edit kind), reused once finished;
-    its summary.json holds the counts per edit kind, the pairs dropped, with their reasons, and per edit kind the
-    kept pairs whose anchor caption the viewer reads true of the negative picture (each record's negative carries
-    that decision as ``anchor_true_of_negative``)."""
-    settings = {"world": str(world), "positive_control": design["positive_control"]}
-    d = stage_dir(out, DATASET, settings) / DATASET
+ENTAILED = "the anchor's caption reads true of the negative picture"
+
+
+def build_positive_control(world: Path, out: Path, design: dict, per_shard: int = 1000, name: str = DATASET) -> Path:
+    """The positive control's ConcreteBatch (one record per training scene and edit kind of the design's
+    ``positive_control.edit_kinds``), in the stage ``name``, reused once finished; its summary.json holds the
+    counts per edit kind, the pairs dropped, with their reasons, and per edit kind the kept pairs whose anchor
+    caption the viewer reads true of the negative picture (each record's negative carries that decision as
+    ``anchor_true_of_negative``). With ``positive_control.drop_entailed`` such a pair is dropped instead (`ENTAILED`):
+    every kept negative picture is then a true negative."""
+    control = design["positive_control"]
+    settings = {"world": str(world), "positive_control": control}
+    d = stage_dir(out, name, settings) / name
     if (d / "summary.json").is_file():
         return d
     d.mkdir(parents=True, exist_ok=True)
-    kept: dict[str, int] = {s: 0 for s in SUBSETS}
-    entailed_per_edit: dict[str, int] = {s: 0 for s in SUBSETS}  # kept pairs whose anchor caption is true of v'
+    kinds = [s for s in SUBSETS if s in control["edit_kinds"]]
+    kept: dict[str, int] = {s: 0 for s in kinds}
+    entailed_per_edit: dict[str, int] = {s: 0 for s in kinds}  # kept pairs whose anchor caption is true of v'
     dropped: dict[str, dict[str, int]] = {}
     manifest, rows, writer, index = [], [], None, 0
     mirror = design["world"].get("test_negatives") == "viewer"
-    for record, reason in positive_control_pairs(read_jsonl(world / "scenes.jsonl"), design["positive_control"]["seed"],
-                                                 mirror):
+    for record, reason in positive_control_pairs(read_jsonl(world / "scenes.jsonl"), control["seed"], mirror):
+        if record["edit"] not in kept:
+            continue
+        # the viewer reads whether the anchor's caption is still true of the negative picture (an entailed negative)
+        entailed = anchor_true_of(record["caption"], record["changed"])
+        reason = reason or (ENTAILED if entailed and control.get("drop_entailed") else None)
         if reason:
             dropped.setdefault(reason, {}).setdefault(record["edit"], 0)
             dropped[reason][record["edit"]] += 1
             continue
         writer = writer or ShardWriter(d / shard_name(index))
-        # no keyword is rated: InfoNCE reads no concreteness, and a record must hold a finite one ("rated": False);
-        # the viewer reads whether the anchor's caption is still true of the negative picture (an entailed negative)
-        entailed = anchor_true_of(record["caption"], record["changed"])
+        # no keyword is rated: InfoNCE reads no concreteness, and a record must hold a finite one ("rated": False)
         writer.write(sample_key(record["id"]), (world / "images" / record["image"]).read_bytes(), record["caption"],
                      encode_jpeg(render(record["changed"]), quality=95), record["negative"],
                      {"id": record["id"], "scene": record["scene"], "edit": record["edit"], "concreteness": 0.0,
