@@ -97,6 +97,22 @@ def test_each_positive_control_negative_records_whether_the_viewer_reads_its_anc
                                                   for kind in SUBSETS}
 
 
+def test_a_positive_control_of_chosen_edits_that_drops_entailed_pairs_keeps_only_true_negatives(tmp_path):
+    design = gate.read_design(tiny_design(tmp_path, train=60, test=30))
+    world = tmp_path / "world"
+    build_world(world, WorldConfig(**design["world"]), progress=False)
+    design["positive_control"] |= {"edit_kinds": ["add_att", "swap_obj"], "drop_entailed": True}
+    data = gate.build_positive_control(world, tmp_path, design, name="D_chosen")
+    records = list(iter_records(data))
+    summary = json.loads((data / "summary.json").read_text())
+    assert data.name == "D_chosen" and set(summary["per_edit"]) == {"add_att", "swap_obj"}
+    # every add_att negative picture still shows what the anchor's caption says: all dropped, by that reason
+    assert summary["per_edit"]["add_att"] == 0 and summary["dropped"][gate.ENTAILED]["add_att"] > 0
+    assert len(records) == summary["per_edit"]["swap_obj"] > 0
+    assert all(r["meta"]["edit"] == "swap_obj" and r["negatives"][0]["anchor_true_of_negative"] is False
+               for r in records)
+
+
 def test_the_seed_level_interval_uses_student_s_t_quantile():
     # closed forms: one degree of freedom tan(pi (p - 1/2)); two, (2p - 1) sqrt(2 / (4p (1 - p)))
     assert gate.t_quantile(0.975, 1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-6)

@@ -35,6 +35,10 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
+    from ..outputs import output_folder
+
+    if args.out:
+        output_folder(args.out)  # a file there: one line naming it, before any work
     if args.threads:
         import torch
 
@@ -43,7 +47,7 @@ def run(args, console: Console) -> int:
         return run_study(args, console)
     if args.not_preregistered:
         raise ValueError("--not-preregistered applies to --study only (the demo is no pre-registered study); drop it")
-    from ..experiments.demo import QUICK, Demo, DemoConfig
+    from ..experiments.demo import QUICK, Demo, DemoConfig, positive_control_finding
     from ..experiments.report import rich_table
 
     args.out = args.out or "runs/demo"
@@ -55,6 +59,8 @@ def run(args, console: Console) -> int:
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     result = Demo(DemoConfig(out=args.out, **options), progress=not args.no_progress, console=console).run()
+    # the instrument first: whether the testbed registers negatives that teach, before the rows it measures
+    console.print(positive_control_finding(result["positive_control"]), highlight=False)
     Console(width=max(console.width, 150)).print(rich_table(result["table"]))  # whole rows in a log file too
     console.print("What it shows:", highlight=False)
     for finding in result["findings"]:

@@ -113,13 +113,17 @@ def positive_control_pairs(rows: list[dict], seed: int, mirror_relations: bool):
 ENTAILED = "the anchor's caption reads true of the negative picture"  # a reason gate 2's control A drops a pair
 
 
-def build_positive_control(world: Path, out: Path, design: dict, per_shard: int = 1000) -> Path:
-    """The positive control's ConcreteBatch (one record per training scene and edit kind), reused once finished
+def build_positive_control(world: Path, out: Path, design: dict, per_shard: int = 1000, name: str = DATASET) -> Path:
+    """The positive control's ConcreteBatch in the stage ``name`` (one record per training scene and edit kind of
+    the design's ``positive_control.edit_kinds``; with its ``drop_entailed``, a pair whose anchor caption reads true
+    of its negative picture is dropped: every kept negative picture is then a true negative), reused once finished
     (`build_pairs`)."""
-    settings = {"world": str(world), "positive_control": design["positive_control"]}
-    return build_pairs(world, stage_dir(out, DATASET, settings) / DATASET, design["positive_control"]["seed"],
-                       design["world"].get("test_negatives") == "viewer", SUBSETS, drop_entailed=False,
-                       per_shard=per_shard)
+    control = design["positive_control"]
+    settings = {"world": str(world), "positive_control": control}
+    return build_pairs(world, stage_dir(out, name, settings) / name, control["seed"],
+                       design["world"].get("test_negatives") == "viewer",
+                       [s for s in SUBSETS if s in control.get("edit_kinds", SUBSETS)],
+                       drop_entailed=bool(control.get("drop_entailed")), per_shard=per_shard)
 
 
 def build_pairs(world: Path, d: Path, seed: int, mirror: bool, kinds, drop_entailed: bool,

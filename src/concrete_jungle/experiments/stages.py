@@ -91,7 +91,10 @@ def link_latest(link: Path, target: Path) -> None:
 
 
 def log(message: str, console=None) -> None:
-    (console.print if console is not None else print)(message)
+    from tqdm import tqdm
+
+    with tqdm.external_write_mode():  # an open bar (the demo's time left) is cleared, then drawn again below
+        (console.print if console is not None else print)(message)
 
 
 class WallClock:
