@@ -482,12 +482,19 @@ def test_fsc_clip_matches_its_formula(options, n, k, has_negative):
 
 
 @pytest.mark.parametrize("options", [o for o in FSC_OPTIONS if o.local_negatives])
-@pytest.mark.parametrize("n, k, has_negative", [(6, 1, None), (5, 3, MASKED)])
-def test_fsc_clip_local_loss_and_its_gradients_equal_the_transcription_to_1e_10(options, n, k, has_negative):
-    """The local loss's cosines are computed from patch similarities and the patches' Gram matrix with a
-    hand-written gradient (`GroupedCosine`): the transcription's averaged patches, values and gradients, to 1e-10."""
+@pytest.mark.parametrize("n, k, has_negative, length", [
+    (6, 1, None, 6),
+    (5, 3, MASKED, 6),
+    # more pictures than one pass of `GroupedCosine` (16), the last one partial, positions no caption counts
+    (19, 2, torch.rand(19, 2, generator=torch.Generator().manual_seed(4)) > 0.3, 9),
+])
+def test_fsc_clip_local_loss_and_its_gradients_equal_the_transcription_to_1e_10(options, n, k, has_negative,
+                                                                                 length):
+    """The local loss's cosines are computed in passes with a hand-written gradient (`GroupedCosine`): the
+    transcription's averaged patches, values and gradients, to 1e-10."""
     image, text, s, c, has_negative, _ = hard_negative_batch(n, k, has_negative=has_negative)
-    patches, tokens, mask = fsc_tokens(n, k, has_negative)
+    patches, tokens, mask = fsc_tokens(n, k, has_negative, length=length)
+    mask[:, 5], mask[:, 6:] = True, False  # no work and no gradient after the last position any caption counts
     options = FSCCLIPOptions(**{**options.__dict__, "global_negatives": False})
     ours = FSCCLIPLoss(options)(image, text, s, c, has_negative, image_tokens=patches, text_tokens=tokens,
                                 text_token_mask=mask)

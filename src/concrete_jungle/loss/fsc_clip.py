@@ -28,7 +28,7 @@ from open_clip.loss import ClipLoss
 
 from ..loss_options import FSCCLIPOptions
 from .sample_terms import check_batch, global_mean, own_choice_logits, split_negatives
-from .layout import HardNegativeLoss, at_least_float32
+from .layout import HardNegativeLoss
 
 
 
@@ -71,68 +71,116 @@ def patch_weights(similarity: torch.Tensor, normalizer: str, sparsify: bool) -> 
     return weights / weights.sum(dim=-1, keepdim=True)
 
 
-def local_scores(image_tokens: torch.Tensor, text_tokens: torch.Tensor, token_mask: torch.Tensor,
-                 logit_scale, normalizer: str = "minmax", sparsify: bool = False) -> torch.Tensor:
-    """g(a, c) for n images (n x P x D patch features) and C captions each (n x C x L x D token features, n x C x L
-    mask of the tokens that count): every token's patches averaged with `patch_weights` of their similarity
-    (no gradient through the weights, as in FSC-CLIP), normalised, and scored against the normalised token;
-    ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C. The cosines are `GroupedCosine`'s."""
-    n, captions, length, dim = text_tokens.shape
-    cosine = GroupedCosine.apply(text_tokens.reshape(n, captions * length, dim), image_tokens, normalizer,
-                                 sparsify).reshape(n, captions, length)
-    return torch.logsumexp((logit_scale * at_least_float32(cosine)).masked_fill(~token_mask, float("-inf")), dim=-1)
+def local_scores(image_tokens: torch.Tensor, text_tokens: torch.Tensor, present: torch.Tensor,
+                 token_mask: torch.Tensor, logit_scale, normalizer: str = "minmax", sparsify: bool = False,
+                 pictures_per_pass: int = 16) -> torch.Tensor:
+    """g(a, c) for the n anchor pictures (the first n rows of ``image_tokens``: patch features, rows x P x D) and
+    each one's C = 1 + K captions, its own and its negatives' (``text_tokens``: the ``[anchors; negatives]`` rows x
+    L x D of `layout`; ``present`` n x C says which exist, a missing one counting as zeros; ``token_mask`` n x C x
+    L' which of their first L' positions count). Every token's patches averaged with `patch_weights` of their
+    similarity (no gradient through the weights, as in FSC-CLIP), normalised, and scored against the normalised
+    token; ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C. The cosines are `GroupedCosine`'s."""
+    cosine = GroupedCosine.apply(text_tokens, image_tokens, present, token_mask.shape[-1], normalizer, sparsify,
+                                 pictures_per_pass)
+    return torch.logsumexp((logit_scale * cosine).masked_fill(~token_mask, float("-inf")), dim=-1)
+
+
+def caption_slots(rows: torch.Tensor, n: int, k: int) -> list[torch.Tensor]:
+    """Views of ``[anchors; negatives]`` rows, one per caption slot, each n rows long: the anchors', then each
+    anchor's j-th negative (row n + a K + j) for j < K."""
+    return [rows[:n]] + [rows[n + j::k] for j in range(k)]
 
 
 class GroupedCosine(torch.autograd.Function):
-    """cos(u_t, sum_p a_tp w_p) for every token t of n pictures' captions (tokens n x T x D, patches n x P x D,
-    -> n x T), a_t = `patch_weights` of the similarities <u_t, w_p> (no gradient through them).
+    """cos(u_t, m_t), m_t = sum_p a_tp w_p, for the first ``length`` tokens u_t of each anchor picture's captions
+    against the picture's patches w_p (`local_scores`' arguments; -> n x C x length), a_t = `patch_weights` of the
+    similarities <u_t, w_p> (no gradient through them).
 
-    Computed without the averaged patches (n x T x D): ``cos = sum_p a_tp <u_t, w_p> / (|u_t| sqrt(a_t^T G a_t))``,
-    G the Gram matrix of the picture's patches, so that the work on D-vectors is three products per picture (the
-    similarities, G, and their gradients folded into two accumulating products) and one pass over the tokens for
-    their norms; the gradient is written out rather than left to autograd, which would take a pass over the tokens
-    and the patches for every elementwise step of the norms and add the patches' two gradients in another. Norms
-    have F.normalize's floor (1e-12), with no gradient below it."""
+    The work goes in passes of ``pictures_per_pass`` pictures, each pass's captions side by side (read from
+    `caption_slots`' views, never gathered for the whole batch), so that every intermediate is a few MB that the
+    allocator reuses and the cache holds; the gradients are written into the full-size gradients of
+    ``text_tokens`` and ``image_tokens`` in place, with no zero-filled buffer per read. The gradient is written
+    out rather than left to autograd (which would take a pass over the tokens for every elementwise step of the
+    norms): with the averaged patches m computed again in the backward pass rather than kept,
+    d u = d_cos (m / (|u| |m|) - cos u / |u|^2), d m = d_cos (u / (|u| |m|) - cos m / |m|^2), d W = A^T d m, two
+    products per pass forward (the similarities, m) and two backward (m, d W). Norms have F.normalize's floor
+    (1e-12), with no gradient below it."""
 
     EPS = 1e-12
 
     @staticmethod
-    def forward(ctx, tokens: torch.Tensor, patches: torch.Tensor, normalizer: str, sparsify: bool) -> torch.Tensor:
-        ctx.dtypes = tokens.dtype, patches.dtype
-        with torch.autocast(tokens.device.type, enabled=False):  # in float32 at least, as the rest of the loss
-            return GroupedCosine._forward(ctx, at_least_float32(tokens), at_least_float32(patches), normalizer,
-                                          sparsify)
+    def forward(ctx, text_tokens: torch.Tensor, image_tokens: torch.Tensor, present: torch.Tensor, length: int,
+                normalizer: str, sparsify: bool, pictures_per_pass: int) -> torch.Tensor:
+        n, count = present.shape
+        dtype = torch.promote_types(torch.promote_types(text_tokens.dtype, image_tokens.dtype), torch.float32)
+        small = dict(dtype=dtype, device=text_tokens.device)
+        weights = torch.empty(n, count * length, image_tokens.shape[1], **small)
+        cosine, grouped_norm, token_norm = (torch.empty(n, count * length, **small) for _ in range(3))
+        with torch.autocast(text_tokens.device.type, enabled=False):  # in float32 at least, as the rest of the loss
+            for pictures, patches, tokens in GroupedCosine._passes(text_tokens, image_tokens, present, length,
+                                                                   pictures_per_pass, dtype):
+                similarity = tokens @ patches.transpose(1, 2)
+                a = weights[pictures] = patch_weights(similarity, normalizer, sparsify)
+                grouped_norm[pictures] = torch.linalg.vector_norm(a @ patches, dim=-1)
+                token_norm[pictures] = torch.linalg.vector_norm(tokens, dim=-1)
+                cosine[pictures] = (a * similarity).sum(dim=-1)
+        eps = GroupedCosine.EPS
+        grouped_floor, token_floor = grouped_norm.clamp_min(eps), token_norm.clamp_min(eps)
+        cosine /= grouped_floor * token_floor
+        ctx.save_for_backward(text_tokens, image_tokens, present, weights, cosine, grouped_floor, token_floor,
+                              grouped_norm > eps, token_norm > eps)
+        ctx.pictures_per_pass = pictures_per_pass
+        return cosine.reshape(n, count, length)
 
     @staticmethod
-    def _forward(ctx, tokens: torch.Tensor, patches: torch.Tensor, normalizer: str, sparsify: bool) -> torch.Tensor:
-        patches = patches.to(tokens.dtype)
-        similarity = tokens @ patches.transpose(1, 2)  # n x T x P
-        weights = patch_weights(similarity, normalizer, sparsify)
-        gram = patches @ patches.transpose(1, 2)  # n x P x P
-        squared = ((weights @ gram) * weights).sum(dim=-1)
-        grouped_norm = squared.clamp_min(GroupedCosine.EPS ** 2).sqrt()
-        token_norm = torch.linalg.vector_norm(tokens, dim=-1)
-        token_floor = token_norm.clamp_min(GroupedCosine.EPS)
-        cosine = (weights * similarity).sum(dim=-1) / (grouped_norm * token_floor)
-        ctx.save_for_backward(tokens, patches, weights, cosine, grouped_norm, token_norm, token_floor,
-                              squared > GroupedCosine.EPS ** 2)
-        return cosine
+    def _passes(text_tokens, image_tokens, present, length, pictures_per_pass, dtype):
+        """Per pass: its pictures (a slice of the n), their patches and the first ``length`` tokens of their
+        captions side by side (pictures x C length x D), in ``dtype``; zeros for a caption that is missing
+        (whatever its row holds, even NaN, reaches neither the value nor the gradient)."""
+        n, count = present.shape
+        slots = caption_slots(text_tokens, n, count - 1)
+        everything = bool(present.all())
+        for start in range(0, n, pictures_per_pass):
+            pictures = slice(start, min(start + pictures_per_pass, n))
+            tokens = torch.cat([slot[pictures, :length] for slot in slots], dim=1).to(dtype)
+            if not everything:
+                tokens = torch.where(present[pictures].repeat_interleave(length, dim=1)[..., None], tokens,
+                                     torch.zeros((), dtype=dtype, device=tokens.device))
+            yield pictures, image_tokens[pictures].to(dtype), tokens
 
     @staticmethod
     def backward(ctx, d_cosine: torch.Tensor):
-        tokens, patches, weights, cosine, grouped_norm, token_norm, token_floor, above = ctx.saved_tensors
-        d_numerator = d_cosine / (grouped_norm * token_floor)
-        d_similarity = d_numerator[..., None] * weights  # n x T x P
-        # d cos / d squared norm of the averaged patch; its gradient to G is a^T diag(.) a, symmetric in exact
-        # arithmetic, and G = W W^T gives W the gradient (dG + dG^T) W
-        d_squared = torch.where(above, -d_cosine * cosine / (2 * grouped_norm * grouped_norm), 0)
-        d_gram = weights.transpose(1, 2) @ (d_squared[..., None] * weights)
-        d_patches = torch.baddbmm((d_gram + d_gram.transpose(1, 2)) @ patches, d_similarity.transpose(1, 2), tokens)
-        # d cos / d |u| = -cos / |u| above the floor; d |u| / d u = u / |u|
-        token_scale = torch.where(token_norm > GroupedCosine.EPS, -d_cosine * cosine / (token_floor * token_floor),
-                                  0)
-        d_tokens = torch.baddbmm(tokens * token_scale[..., None], d_similarity, patches)
-        return d_tokens.to(ctx.dtypes[0]), d_patches.to(ctx.dtypes[1]), None, None
+        text_tokens, image_tokens, present, weights, cosine, grouped_floor, token_floor, grouped_above, \
+            token_above = ctx.saved_tensors
+        n, count = present.shape
+        length = cosine.shape[1] // count
+        d_cosine = d_cosine.reshape(cosine.shape)
+        zero = torch.zeros((), dtype=cosine.dtype, device=cosine.device)
+        d_dot = (d_cosine / (grouped_floor * token_floor))[..., None]
+        # d cos / d |m| = -cos / |m| and d |m| / d m = m / |m| above the floor; the same for u
+        grouped_scale = torch.where(grouped_above, -d_cosine * cosine / (grouped_floor * grouped_floor),
+                                    zero)[..., None]
+        token_scale = torch.where(token_above, -d_cosine * cosine / (token_floor * token_floor), zero)[..., None]
+        # every row of [anchors; negatives] is in one slot: its first `length` positions are written below; the
+        # positions after them and the negatives' pictures are not read
+        d_text = torch.empty_like(text_tokens)
+        d_text[:, length:] = 0
+        d_slots = caption_slots(d_text, n, count - 1)
+        d_image = torch.empty_like(image_tokens)
+        d_image[n:] = 0
+        missing = present.logical_not().repeat_interleave(length, dim=1)[..., None]
+        with torch.autocast(text_tokens.device.type, enabled=False):
+            for pictures, patches, tokens in GroupedCosine._passes(text_tokens, image_tokens, present, length,
+                                                                   ctx.pictures_per_pass, cosine.dtype):
+                a = weights[pictures]
+                grouped = a @ patches
+                d_grouped = d_dot[pictures] * tokens + grouped_scale[pictures] * grouped
+                torch.bmm(a.transpose(1, 2), d_grouped, out=d_image[pictures])
+                d_tokens = d_dot[pictures] * grouped + token_scale[pictures] * tokens
+                d_tokens = d_tokens.masked_fill_(missing[pictures], 0)
+                for c, d_slot in enumerate(d_slots):
+                    d_slot[pictures, :length] = d_tokens[:, c * length:(c + 1) * length]
+        return d_text, d_image, None, None, None, None, None
 
 
 class FSCCLIPLoss(HardNegativeLoss):
@@ -185,8 +233,9 @@ class FSCCLIPLoss(HardNegativeLoss):
             terms["fsc_clip/global"] = self.choice_loss(logits, has_negative, rows)
             loss = loss + o.global_weight * terms["fsc_clip/global"]
         if o.local_negatives:
-            patches, tokens, mask = self._tokens(n, k, has_negative, image_tokens, text_tokens, text_token_mask)
-            scores = local_scores(patches, tokens, mask, logit_scale, o.sim_normalizer, o.sim_sparsify)
+            present, mask = self._captions(n, k, has_negative, image_tokens, text_tokens, text_token_mask)
+            scores = local_scores(image_tokens, text_tokens, present, mask, logit_scale, o.sim_normalizer,
+                                  o.sim_sparsify)
             logits = own_choice_logits(scores[:, 0], scores[:, 1:], has_negative)
             terms["fsc_clip/local"] = self.choice_loss(logits, has_negative, rows)
             loss = loss + o.local_weight * terms["fsc_clip/local"]
@@ -195,11 +244,10 @@ class FSCCLIPLoss(HardNegativeLoss):
         return {"contrastive_loss": loss} | {name: value.detach() for name, value in terms.items()}
 
     @staticmethod
-    def _tokens(n: int, k: int, has_negative: torch.Tensor, image_tokens, text_tokens, text_token_mask):
-        """The anchors' patches (n x P x D); each anchor's captions' tokens, its own then its K negatives'
-        (n x (1 + K) x L x D), with their masks, cut after the last position any caption counts. A missing
-        negative's tokens are zeros with one position counted, so that its score stays finite (it is masked out of
-        the choice afterwards)."""
+    def _captions(n: int, k: int, has_negative: torch.Tensor, image_tokens, text_tokens, text_token_mask):
+        """Which of each anchor's captions exist, its own then its K negatives' (n x (1 + K)), and their token masks
+        (n x (1 + K) x L'), cut after the last position any caption counts. A missing negative has one position
+        counted, so that its score stays finite (it is masked out of the choice afterwards)."""
         if image_tokens is None or text_tokens is None or text_token_mask is None:
             raise ValueError("FSCCLIPLoss with local_negatives needs image_tokens, text_tokens and text_token_mask "
                              "(concrete_jungle.token_features); set loss.fsc_clip.local_negatives: false to "
@@ -219,17 +267,10 @@ class FSCCLIPLoss(HardNegativeLoss):
                              "end-of-text token (concrete_jungle.token_features)")
         # positions after the last one any caption counts add nothing: the work is over the captions' length
         last = int(counted.any(dim=0).nonzero().max()) + 1
-        # each anchor's rows, its own caption then its K negatives', in one gather (one gradient buffer)
-        order = torch.cat([torch.arange(n, device=mask.device)[:, None],
-                           n + torch.arange(n * k, device=mask.device).reshape(n, k)], dim=1).flatten()
-        positions = (order[:, None] * text_tokens.shape[1] + torch.arange(last, device=mask.device)).flatten()
-        tokens = text_tokens.flatten(0, 1)[positions].reshape(n, 1 + k, last, -1)
-        mask = mask[order, :last].reshape(n, 1 + k, last)
+        present = torch.cat([torch.ones_like(has_negative[:, :1]), has_negative], dim=1)
+        mask = torch.stack([slot[:, :last] for slot in caption_slots(mask, n, k)], dim=1)
         if not bool(has_negative.all()):
-            present = torch.cat([torch.ones_like(has_negative[:, :1]), has_negative], dim=1)
-            tokens = torch.where(present[..., None, None], tokens, torch.zeros((), dtype=tokens.dtype,
-                                                                               device=tokens.device))
             only_first = torch.zeros_like(mask)
             only_first[..., 0] = True
             mask = torch.where(present[..., None], mask, only_first)
-        return image_tokens[:n], tokens, mask
+        return present, mask
