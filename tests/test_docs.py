@@ -154,6 +154,8 @@ def toy_workspace(tmp_path_factory):
 def workspace_for(block: str, home: Path, tmp: Path) -> Path:
     """A fresh folder holding links to the workspace's files, but for the datasets the block writes itself."""
     world = next((home / "runs" / "demo").glob("world-*"))
+    for part in ("docs", "examples", "configs"):  # the clone's own files, which blocks name from its root
+        (tmp / part).symlink_to(REPO / part, target_is_directory=True)
     (tmp / "runs").mkdir()
     (tmp / "runs" / "demo").symlink_to(home / "runs" / "demo", target_is_directory=True)
     (tmp / "captions.jsonl").symlink_to(world / "captions.jsonl")
