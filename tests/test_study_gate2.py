@@ -45,7 +45,7 @@ def test_gate2_s_committed_design_reads_and_one_that_misstates_its_model_is_refu
     (tmp_path / "wrong.json").write_text(json.dumps(wrong))
     with pytest.raises(gate2.Gate2DesignError, match="width.*write the design as it will run"):
         gate2.read_design(tmp_path / "wrong.json")
-    with pytest.raises(gate2.Gate2DesignError, match="not a gate 2 design"):
+    with pytest.raises(gate2.Gate2DesignError, match="not a gate2 design"):
         gate2.read_design(DESIGN.parents[1] / "gate" / "design.json")
 
 

@@ -52,21 +52,28 @@ class GateConfig:
     design: str = DESIGN  # the pre-registered design, read by the runner and published unchanged
 
 
-def read_design(path: str | Path) -> dict:
-    """The gate's design, checked for what the runner needs; an error naming the file and the fix."""
+def read_study_design(path: str | Path, study: str, keys: tuple[str, ...], default: str, error: type) -> dict:
+    """A gate's design file (``study``: its name, ``keys``: what it must hold, ``default``: the pre-registered
+    file), with the warm-ups the stages train with; ``error`` naming the file and the fix otherwise."""
     path = Path(path)
     if not path.is_file():
-        raise GateDesignError(f"gate design {path} not found; run from the repository root or pass --design FILE "
-                              f"(the pre-registered one is {DESIGN})")
+        raise error(f"{study} design {path} not found; run from the repository root or pass --design FILE "
+                    f"(the pre-registered one is {default})")
     design = json.loads(path.read_text())
-    missing = [k for k in KEYS if k not in design]
-    if design.get("study") != "gate" or missing:
-        raise GateDesignError(f"{path} is not a gate design (study 'gate' with {', '.join(KEYS)}; missing: "
-                              f"{', '.join(missing) or 'study'}); restore {DESIGN}")
+    missing = [k for k in keys if k not in design]
+    if design.get("study") != study or missing:
+        raise error(f"{path} is not a {study} design (study {study!r} with {', '.join(keys)}; missing: "
+                    f"{', '.join(missing) or 'study'}); restore {default}")
     for part, warmup in STAGE_WARMUP.items():
         if design[part]["warmup"] != warmup:
-            raise GateDesignError(f"{path}: {part} warmup {design[part]['warmup']} is not the {warmup} steps the "
-                                  "stages train with; write the design as it will run")
+            raise error(f"{path}: {part} warmup {design[part]['warmup']} is not the {warmup} steps the stages "
+                        "train with; write the design as it will run")
+    return design
+
+
+def read_design(path: str | Path) -> dict:
+    """The gate's design, checked for what the runner needs; an error naming the file and the fix."""
+    design = read_study_design(path, "gate", KEYS, DESIGN, GateDesignError)
     if len({r["rung"] for r in design["ladder"]}) != len(design["ladder"]):
         raise GateDesignError(f"{path}: two rungs of the ladder share a name; give each its own")
     return design

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..records import atomic_write_json, atomic_write_text, read_jsonl
 from ..toyworld.build import WorldConfig
-from .gate import build_pairs, seed_interval, t_quantile
+from .gate import build_pairs, read_study_design, seed_interval, t_quantile
 from .published import RESTORE, PublishedError, counts_all_starts, publish, starts_words, wall_time_words
 from .report import results_table, signed, table_markdown
 from .stages import BLIND, Finetune, StageConfig, Stages, stage_dir
@@ -35,7 +35,6 @@ DESIGN_SECTION = ("docs/studies/gate2.md", "## Pre-registration")  # committed w
 BASELINE = "CLIP baseline"
 KEYS = ("world", "controls", "model", "pretrain", "finetune", "seeds", "margin", "matched_outcome", "bootstrap",
         "budget")
-STAGE_WARMUP = {"pretrain": 20, "finetune": 5}  # the warm-ups `Stages` trains with: a design must state them
 TIMING_STEPS = 20  # steps of each kind the runner times before the world is built
 TIMING_WORLD = {"train": 256, "test": 64}  # the timing world's size; its seed is the design's + 1000
 
@@ -52,19 +51,7 @@ class Gate2Config:
 
 def read_design(path: str | Path) -> dict:
     """Gate 2's design, checked for what the runner needs; an error naming the file and the fix."""
-    path = Path(path)
-    if not path.is_file():
-        raise Gate2DesignError(f"gate 2 design {path} not found; run from the repository root or pass --design FILE "
-                               f"(the pre-registered one is {DESIGN})")
-    design = json.loads(path.read_text())
-    missing = [k for k in KEYS if k not in design]
-    if design.get("study") != "gate2" or missing:
-        raise Gate2DesignError(f"{path} is not a gate 2 design (study 'gate2' with {', '.join(KEYS)}; missing: "
-                               f"{', '.join(missing) or 'study'}); restore {DESIGN}")
-    for part, warmup in STAGE_WARMUP.items():
-        if design[part]["warmup"] != warmup:
-            raise Gate2DesignError(f"{path}: {part} warmup {design[part]['warmup']} is not the {warmup} steps the "
-                                   "stages train with; write the design as it will run")
+    design = read_study_design(path, "gate2", KEYS, DESIGN, Gate2DesignError)
     from ..models import CONFIG_DIR
 
     config = CONFIG_DIR / f"{design['model']['model']}.json"
