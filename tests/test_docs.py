@@ -107,6 +107,8 @@ NEEDS = (
      or any(config_needs(block, "COCO"))),
     ("runs for many minutes to hours on a CPU (the default demo, a study, the full toy grid)",
      lambda block: re.search(r"^concrete-jungle demo( --study)? +#|study run|grid --toy runs/grid( |$)", block, re.M)),
+    ("filters on relation edits, which the toy world's D_hc does not hold (it has attribute and object edits)",
+     lambda block: "--filter category=relation" in block),
     ("reads the results of blocks above that need the network",
      lambda block: re.search(r"=results/|--results results/", block) and "--out results/$" not in block
      and not set(re.findall(r"results/[\w.-]+", block)) <= written_by_runnable_blocks()),
@@ -161,7 +163,7 @@ def workspace_for(block: str, home: Path, tmp: Path) -> Path:
     (tmp / "captions.jsonl").symlink_to(world / "captions.jsonl")
     (tmp / "imgs").symlink_to(world / "images", target_is_directory=True)
     for mode in ("hc", "lc", "wo"):
-        if f"--out runs/D_{mode} " not in block + " ":
+        if not re.search(rf"--out runs/D_{mode}(\s|$)", block):
             (tmp / "runs" / f"D_{mode}").symlink_to((home / "runs" / "demo" / f"D_{mode}").resolve(),
                                                     target_is_directory=True)
     return tmp
