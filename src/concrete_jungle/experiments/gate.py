@@ -235,17 +235,23 @@ class Gate(Study):
         self.stage("[3/3] publishing the answers and the gate's result")
         world_info = json.loads((world / "world.json").read_text()) | {
             "positive_control": json.loads((data / "summary.json").read_text())}
-        seconds = round(self.lap(), 1)
-        design_text = Path(self.c.design).read_text()
-        publish(self.out / "published", d, world_info, items, seconds, self.starts.starts, curves)
-        if (self.out / "published" / "design.json").read_text() != design_text:
-            raise GateDesignError(f"{self.c.design} is not written as a study publishes JSON (sorted keys, indent 2): "
-                                  "the published design would differ from the pre-registered file")
-        result = summarise(d, items, seconds)
-        atomic_write_json(self.out / "results.json", result)
-        atomic_write_text(self.out / "study.md", study_report(result, world_info, {"seconds": seconds,
-                                                                                    "starts": self.starts.starts}))
-        return result
+        return publish_result(self, world_info, items, curves, summarise, study_report, GateDesignError)
+
+
+def publish_result(runner, world_info: dict, items: dict, curves: dict, summarise, report, error: type) -> dict:
+    """A gate's last stage: publish its files with the design unchanged (``error`` if publishing would change the
+    pre-registered file), then ``summarise``'s results.json and ``report``'s study.md beside them."""
+    seconds = round(runner.lap(), 1)
+    design_text = Path(runner.c.design).read_text()
+    publish(runner.out / "published", runner.design, world_info, items, seconds, runner.starts.starts, curves)
+    if (runner.out / "published" / "design.json").read_text() != design_text:
+        raise error(f"{runner.c.design} is not written as a study publishes JSON (sorted keys, indent 2): the "
+                    "published design would differ from the pre-registered file")
+    result = summarise(runner.design, items, seconds)
+    atomic_write_json(runner.out / "results.json", result)
+    atomic_write_text(runner.out / "study.md", report(result, world_info, {"seconds": seconds,
+                                                                           "starts": runner.starts.starts}))
+    return result
 
 
 # ------------------------------------------------------------------------------------------------------ analysis

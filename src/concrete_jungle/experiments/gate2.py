@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..records import atomic_write_json, atomic_write_text, read_jsonl
+from ..records import atomic_write_json, read_jsonl
 from ..toyworld.build import WorldConfig
-from .gate import build_pairs, read_study_design, seed_interval, t_quantile
-from .published import RESTORE, PublishedError, counts_all_starts, publish, starts_words, wall_time_words
+from .gate import build_pairs, publish_result, read_study_design, seed_interval, t_quantile
+from .published import RESTORE, PublishedError, counts_all_starts, starts_words, wall_time_words
 from .report import results_table, signed, table_markdown
 from .stages import BLIND, Finetune, StageConfig, Stages, stage_dir
 from .study import Study
@@ -196,17 +196,7 @@ class Gate2(Study):
         world_info = json.loads((world / "world.json").read_text()) | {
             "controls": {name: json.loads((data[name] / "summary.json").read_text()) for name in data},
             "projection": projection}
-        seconds = round(self.lap(), 1)
-        design_text = Path(self.c.design).read_text()
-        publish(self.out / "published", d, world_info, items, seconds, self.starts.starts, curves)
-        if (self.out / "published" / "design.json").read_text() != design_text:
-            raise Gate2DesignError(f"{self.c.design} is not written as a study publishes JSON (sorted keys, indent "
-                                   "2): the published design would differ from the pre-registered file")
-        result = summarise(d, items, seconds)
-        atomic_write_json(self.out / "results.json", result)
-        atomic_write_text(self.out / "study.md", study_report(result, world_info, {"seconds": seconds,
-                                                                                    "starts": self.starts.starts}))
-        return result
+        return publish_result(self, world_info, items, curves, summarise, study_report, Gate2DesignError)
 
 
 def step_seconds(checkpoint: Path) -> float:
