@@ -73,16 +73,43 @@ def patch_weights(similarity: torch.Tensor, normalizer: str, sparsify: bool) -> 
 
 def local_scores(image_tokens: torch.Tensor, text_tokens: torch.Tensor, present: torch.Tensor,
                  token_mask: torch.Tensor, logit_scale, normalizer: str = "minmax", sparsify: bool = False,
-                 pictures_per_pass: int = 16) -> torch.Tensor:
+                 pictures_per_pass: int = 16, memory: GradientMemory | None = None) -> torch.Tensor:
     """g(a, c) for the n anchor pictures (the first n rows of ``image_tokens``: patch features, rows x P x D) and
     each one's C = 1 + K captions, its own and its negatives' (``text_tokens``: the ``[anchors; negatives]`` rows x
     L x D of `layout`; ``present`` n x C says which exist, a missing one counting as zeros; ``token_mask`` n x C x
     L' which of their first L' positions count). Every token's patches averaged with `patch_weights` of their
     similarity (no gradient through the weights, as in FSC-CLIP), normalised, and scored against the normalised
-    token; ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C. The cosines are `GroupedCosine`'s."""
+    token; ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C. The cosines are `GroupedCosine`'s, their
+    gradients written into ``memory`` (None: new memory)."""
     packing = TokenPacking(present, token_mask, pictures_per_pass)
-    cosine = GroupedCosine.apply(text_tokens, image_tokens, packing, normalizer, sparsify)
+    cosine = GroupedCosine.apply(text_tokens, image_tokens, packing, normalizer, sparsify,
+                                 GradientMemory(keep=False) if memory is None else memory)
     return torch.logsumexp((logit_scale * cosine).masked_fill(~token_mask, float("-inf")), dim=-1)
+
+
+class GradientMemory:
+    """Memory for the gradients of the token features, kept from one step to the next on the CPU. The CPU
+    allocator gives blocks this large back to the operating system when they are freed (the two gradients are
+    528 MB at N = 1024 with K = 1, 77 positions and 49 patches), and fresh memory costs a page fault per 4 KB page
+    when it is first written: about 0.7x open_clip's ClipLoss step at that size (docs/benchmarks.md). A kept block
+    is handed out again only when nothing else holds it (the gradient it held last was used and dropped, no view
+    of it is left); otherwise, on other devices (whose allocators keep their blocks) and with ``keep=False``, the
+    memory is new. Between steps the kept blocks hold what the backward pass holds at its start anyway."""
+
+    def __init__(self, keep: bool = True):
+        self.keep = keep
+        self._storages: dict[str, torch.UntypedStorage] = {}
+
+    def empty(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """A contiguous tensor of ``like``'s shape, dtype and device; its values are undefined."""
+        holders = getattr(torch._C, "_storage_Use_Count", None)
+        if not self.keep or like.device.type != "cpu" or holders is None:
+            return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+        size = like.numel() * like.element_size()
+        storage = self._storages.get(name)
+        if storage is None or storage.nbytes() != size or holders(storage._cdata) != 1:  # 1: this reference
+            storage = self._storages[name] = torch.UntypedStorage(size)
+        return torch.empty(0, dtype=like.dtype).set_(storage, 0, like.shape)
 
 
 def caption_slots(rows: torch.Tensor, n: int, k: int) -> list[torch.Tensor]:
@@ -120,8 +147,7 @@ class TokenPacking:
             slot = torch.arange(width, device=sizes.device)
             holds = slot < sizes[first:last, None]
             at = (starts[first:last, None] + slot).clamp_max(max(len(self.rows) - 1, 0))
-            tokens = slice(int(starts[first]), int(starts[last - 1] + sizes[last - 1]))
-            self.passes.append((order[first:last], at, holds, slice(offset, offset + holds.numel()), tokens))
+            self.passes.append((order[first:last], at, holds, slice(offset, offset + holds.numel())))
             filled.append(holds.flatten())
             offset += holds.numel()
         self.slots, self.filled = offset, torch.cat(filled)
@@ -131,15 +157,16 @@ class TokenPacking:
         return text_tokens.reshape(-1, text_tokens.shape[-1]), self.rows * text_tokens.shape[1] + self.positions
 
     def features(self, text_tokens: torch.Tensor, image_tokens: torch.Tensor, dtype):
-        """Per pass: (its pictures, their patches (b x P x D), their packed tokens (b x width x D, zeros in the
-        slots that hold none), which slots hold one, its slots' range in ``slots``, its tokens' range), in
-        ``dtype``."""
-        zero = torch.zeros((), dtype=dtype, device=text_tokens.device)
+        """Per pass: (its pictures, their patches (b x P x D), their packed tokens (b x width x D), which slots
+        hold one of the picture's tokens, its slots' range in ``slots``, where each slot reads its token in
+        `flat`'s rows), in ``dtype``. A slot that holds none reads another counted token (of a caption that
+        exists: finite, whatever a missing caption's row holds), so that no copy is spent on masking it: its
+        cosine is never read and its gradient is exactly 0."""
         flat, at_row = self.flat(text_tokens)
-        for pictures, at, holds, slots, tokens in self.passes:
-            packed = flat.index_select(0, at_row[at.flatten()]).view(*at.shape, -1).to(dtype)
-            packed = torch.where(holds[..., None], packed, zero)
-            yield pictures, image_tokens.index_select(0, pictures).to(dtype), packed, holds, slots, tokens
+        for pictures, at, holds, slots in self.passes:
+            reads = at_row[at.flatten()]
+            packed = flat.index_select(0, reads).view(*at.shape, -1).to(dtype)
+            yield pictures, image_tokens.index_select(0, pictures).to(dtype), packed, holds, slots, reads
 
 
 class GroupedCosine(torch.autograd.Function):
@@ -159,7 +186,7 @@ class GroupedCosine(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, text_tokens: torch.Tensor, image_tokens: torch.Tensor, packing: TokenPacking,
-                normalizer: str, sparsify: bool) -> torch.Tensor:
+                normalizer: str, sparsify: bool, memory: GradientMemory) -> torch.Tensor:
         dtype = torch.promote_types(torch.promote_types(text_tokens.dtype, image_tokens.dtype), torch.float32)
         small = dict(dtype=dtype, device=text_tokens.device)
         weights = torch.empty(packing.slots, image_tokens.shape[1], **small)
@@ -177,7 +204,7 @@ class GroupedCosine(torch.autograd.Function):
         cosine /= grouped_floor * token_floor
         ctx.save_for_backward(text_tokens, image_tokens, weights, cosine, grouped_floor, token_floor,
                               grouped_norm > eps, token_norm > eps)
-        ctx.packing = packing
+        ctx.packing, ctx.memory = packing, memory
         out = torch.zeros(packing.shape, **small)
         out.view(-1)[packing.grid] = cosine[packing.filled]
         return out
@@ -197,13 +224,13 @@ class GroupedCosine(torch.autograd.Function):
         token_scale = torch.where(token_above, -d_cosine * cosine / (token_floor * token_floor), zero)[:, None]
         # the tokens that do not count and the negatives' pictures get no gradient; every anchor picture is in
         # one pass, which writes its rows
-        d_text = torch.zeros(text_tokens.shape, dtype=text_tokens.dtype, device=text_tokens.device)
-        d_flat, at_row = packing.flat(d_text)
-        d_image = torch.empty_like(image_tokens)
+        d_text = ctx.memory.empty("text_tokens", text_tokens).zero_()
+        d_flat = d_text.view(-1, d_text.shape[-1])
+        d_image = ctx.memory.empty("image_tokens", image_tokens)
         d_image[packing.n:] = 0
         with torch.autocast(text_tokens.device.type, enabled=False):
-            for pictures, patches, tokens, holds, slots, counted in packing.features(text_tokens, image_tokens,
-                                                                                    cosine.dtype):
+            for pictures, patches, tokens, holds, slots, reads in packing.features(text_tokens, image_tokens,
+                                                                                  cosine.dtype):
                 b, width = holds.shape
                 a = weights[slots].view(b, width, -1)
                 grouped = a @ patches
@@ -211,8 +238,9 @@ class GroupedCosine(torch.autograd.Function):
                 d_grouped = torch.addcmul(grouped_scale[slots].view(b, width, 1) * grouped, d_dot_pass, tokens)
                 d_image.index_copy_(0, pictures, (a.transpose(1, 2) @ d_grouped).to(d_image.dtype))
                 d_tokens = torch.addcmul(token_scale[slots].view(b, width, 1) * tokens, d_dot_pass, grouped)
-                d_flat.index_copy_(0, at_row[counted], d_tokens[holds].to(d_flat.dtype))
-        return d_text, d_image, None, None, None
+                # added, not copied: a slot that holds no token of the pass reads another one, and adds it 0
+                d_flat.index_add_(0, reads, d_tokens.flatten(0, 1).to(d_flat.dtype))
+        return d_text, d_image, None, None, None, None
 
 
 class FSCCLIPLoss(HardNegativeLoss):
@@ -233,6 +261,7 @@ class FSCCLIPLoss(HardNegativeLoss):
         super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
         self.clip = ClipLoss(local_loss=local_loss, gather_with_grad=gather_with_grad, cache_labels=cache_labels,
                              rank=rank, world_size=world_size)
+        self.gradient_memory = GradientMemory()
         if not options.local_negatives:
             self.needs = frozenset()
 
@@ -267,7 +296,7 @@ class FSCCLIPLoss(HardNegativeLoss):
         if o.local_negatives:
             present, mask = self._captions(n, k, has_negative, image_tokens, text_tokens, text_token_mask)
             scores = local_scores(image_tokens, text_tokens, present, mask, logit_scale, o.sim_normalizer,
-                                  o.sim_sparsify)
+                                  o.sim_sparsify, memory=self.gradient_memory)
             logits = own_choice_logits(scores[:, 0], scores[:, 1:], has_negative)
             terms["fsc_clip/local"] = self.choice_loss(logits, has_negative, rows)
             loss = loss + o.local_weight * terms["fsc_clip/local"]
