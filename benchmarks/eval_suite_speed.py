@@ -217,7 +217,7 @@ def table(rows: dict) -> list[str]:
     for name, r in rows.items():
         per, items = 1000 / r["items"], r["items"]
         ref = "" if r["ref_seconds"] is None else f"{per * r['ref_seconds']:.1f}"
-        ratio = "" if r["ref_seconds"] is None else f"**{r['ref_seconds'] / r['seconds']:.2f}x**"
+        ratio = "" if r["ref_seconds"] is None else f"**{r['ref_seconds'] / r['seconds']:.2f}×**"
         lines.append(f"| {name} | {items} | {r['images_encoded']}, {r['texts_encoded']} | {r['seconds']:.2f} "
                      f"({r['read']:.2f}) | {per * r['seconds']:.1f} | {ref} | {ratio} |")
     return lines
