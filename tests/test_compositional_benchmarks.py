@@ -17,7 +17,7 @@ from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import aro, load_data, valse, whatsup
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
-from concrete_jungle.stats import metric_values
+from concrete_jungle.outcomes import metric_values
 
 
 @torch.no_grad()
