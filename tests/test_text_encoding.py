@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmark_fixtures import write_winoground
-from concrete_jungle.evaluation import sugarcrepe, sugarcrepe_pp, winoground
+from concrete_jungle.evaluation.benchmarks import sugarcrepe, sugarcrepe_pp, winoground
 from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.models import load_model
 from concrete_jungle.text_encoding import ROUND, encode_prefix, encode_text, trimmable, trimmed_length
