@@ -48,6 +48,11 @@ def present(root: Path) -> dict[str, list[str]]:
     return {name: [m for m in spec.markers if found(m)] for name, spec in BENCHMARKS.items()}
 
 
+def evaluate_one(name: str, encoder, data) -> dict:
+    """Benchmark ``name``'s result on ``data`` (from `load_data`), with its per-item outcomes."""
+    return benchmark_module(name).evaluate(encoder, data)
+
+
 def chance_levels(name: str, data: dict, result: dict, keys: list[str] | None = None) -> dict[str, float | None]:
     """The chance level of each of ``keys`` (default: the headlines) of benchmark ``name``'s ``result`` on ``data``,
     asked of its module: its ``chance_levels`` where a metric is no mean over items (COCO's mAP), else
@@ -68,7 +73,7 @@ def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None,
     results = {}
     for name in names:
         start = time.perf_counter()
-        result = benchmark_module(name).evaluate(encoder, loaded[name])  # with per-item outcomes, for eval --compare
+        result = evaluate_one(name, encoder, loaded[name])  # with its per-item outcomes, for eval --compare
         encoder.forget_pictures()
         # a metric with nothing to average (every item skipped) has no value: null in JSON, never NaN
         result["metrics"] = {k: None if isinstance(v, float) and v != v else v for k, v in result["metrics"].items()}
