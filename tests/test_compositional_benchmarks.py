@@ -18,7 +18,7 @@ from concrete_jungle.cli import main
 from concrete_jungle.evaluation import load_data
 from concrete_jungle.evaluation.benchmarks import aro, valse, whatsup
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
-from concrete_jungle.stats import metric_values
+from concrete_jungle.outcomes import metric_values
 
 
 @torch.no_grad()

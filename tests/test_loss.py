@@ -285,7 +285,7 @@ def test_bad_input_names_the_argument(call, match):
 
 def test_each_cement_loss_name_is_its_schedule_name_and_the_0_2_0_names_still_work_with_a_warning():
     from concrete_jungle.loss import LOSSES, SCHEDULES, NoMargin
-    from concrete_jungle.loss_options import CEMENT_LOSSES, LOSS_NAMES
+    from concrete_jungle.loss.options import CEMENT_LOSSES, LOSS_NAMES
     from concrete_jungle.train.config import LossConfig
     from concrete_jungle.train.objective import make_loss
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .chance import reading
 from .checks import numbered_lines, shown, text_of
 from .encoding import BenchmarkDataError, Crop, Encoder, check_images

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..loss_options import RENAMED_SCHEDULES
+from .options import RENAMED_SCHEDULES
 from .layout import (Layout, gather_no_grad, gather_rows, hard_columns, make_layout, negatives_per_anchor,
                      per_sample)
 
@@ -72,7 +72,7 @@ class InverseMargin(AdaptiveMargin):
         return (self.m_max - self.m_min) * torch.sigmoid((self.center - c) / self.tau) + self.m_min
 
 
-# by the name of the loss each makes (`loss_options.CEMENT_LOSSES`: loss.name, `train --loss`)
+# by the name of the loss each makes (`options.CEMENT_LOSSES`: loss.name, `train --loss`)
 SCHEDULES: dict[str, type] = {"cement": AdaptiveMargin, "infonce": NoMargin, "static": StaticMargin,
                               "inverse": InverseMargin}
 

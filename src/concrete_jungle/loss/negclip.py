@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..loss_options import NegCLIPOptions
+from .options import NegCLIPOptions
 from .cement import warn_unnormalised
 from .layout import (HardNegativeLoss, Layout, at_least_float32, gather_no_grad, gather_rows, make_layout,
                      negatives_per_anchor, per_sample)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...stats import reported, series
+from ...outcomes import reported, series
 from ...records import file_digest
 from ..checks import boxes_outside, items_of, numbered_lines, pixel_box, text_of
 from ..choice import subset_picks

@@ -46,7 +46,7 @@ from collections import Counter
 from pathlib import Path
 
 from ...records import file_digest
-from ...stats import reported, series
+from ...outcomes import reported, series
 from ..chance import pick_chance
 from ..checks import boxes_outside, csv_rows, partial, release_folder, shown
 from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path

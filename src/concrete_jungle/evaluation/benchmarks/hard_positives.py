@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 
 from ...records import file_digest
-from ...stats import reported, series
+from ...outcomes import reported, series
 from ..chance import below_chance, pick_chance
 from ..checks import boxes_outside, items_of, pixel_box, text_of
 from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of

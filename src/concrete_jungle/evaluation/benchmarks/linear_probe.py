@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ...stats import metric_values, series
+from ...outcomes import metric_values, series
 from ...records import file_digest
 from ..chance import expected_average_precision, levels
 from ..checks import shown, text_of

@@ -45,7 +45,7 @@ from typing import NamedTuple
 import torch
 
 from ...records import file_digest
-from ...stats import reported, series
+from ...outcomes import reported, series
 from ..chance import pick_chance
 from ..checks import csv_rows, release_folder
 from ..choice import subset_picks

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ...stats import metric_values, series
+from ...outcomes import metric_values, series
 from ...records import file_digest
 from ..checks import shown, text_of
 from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of

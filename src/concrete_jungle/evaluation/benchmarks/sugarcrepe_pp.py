@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...stats import metric_values, series
+from ...outcomes import metric_values, series
 from ...records import file_digest
 from ..checks import checked_items, release_folder
 from ..encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of

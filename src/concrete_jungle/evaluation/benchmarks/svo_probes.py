@@ -31,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...records import file_digest
-from ...stats import reported, series
+from ...outcomes import reported, series
 from ..checks import csv_rows, shown, text_of
 from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
 from ..validity import MICRO, averages, blind_block

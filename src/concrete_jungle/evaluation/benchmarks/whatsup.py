@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...stats import reported, series
+from ...outcomes import reported, series
 from ...records import file_digest
 from ..checks import items_of, shown, text_of
 from ..choice import subset_picks
