@@ -141,7 +141,7 @@ def run(args, console: Console) -> int:
         print_markdown(console, layout_report(loaded))
         return 0
     args.out = args.out or "results"
-    from ..outputs import output_folder
+    from ..files.outputs import output_folder
 
     output_folder(args.out)  # a file there is refused before any model loads
     if models is not None:

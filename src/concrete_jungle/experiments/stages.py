@@ -362,7 +362,7 @@ class Stages:
 
     def analyse(self, baseline: Path, datasets: dict[str, Path]) -> dict:
         """Table 1 and Fig. 5 (`analysis.analyze_datasets`) and Fig. 6 (gradient share), under the baseline."""
-        from ..analysis import statistics as analysis
+        from ..analysis import dataset_statistics as analysis
         from ..analysis.figures import gradient_share_title, plot_gradient_share
         from ..models import load_model
 
