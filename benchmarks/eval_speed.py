@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from concrete_jungle.evaluation import sugarcrepe
+from concrete_jungle.evaluation.benchmarks import sugarcrepe
 from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.models import load_model
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from benchmark_fixtures import every_benchmark_writer, write_winoground  # noqa: E402
 
 from concrete_jungle.evaluation import BENCHMARKS, evaluate_one, load_data  # noqa: E402
-from concrete_jungle.evaluation import zeroshot  # noqa: E402
+from concrete_jungle.evaluation.benchmarks import zeroshot  # noqa: E402
 from concrete_jungle.evaluation.encoding import Crop, Encoder  # noqa: E402
 from concrete_jungle.models import load_model  # noqa: E402
 

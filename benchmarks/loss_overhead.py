@@ -51,7 +51,7 @@ def make_step(name: str):
     from concrete_jungle.loss import CementLoss
 
     if name == "cement":
-        loss = CementLoss("adaptive")
+        loss = CementLoss("cement")
         return lambda i, t, c: loss(i, t, 100.0, c, output_dict=True)["contrastive_loss"].backward()
     loss = ClipLoss()
     return lambda i, t, c: loss(i, t, 100.0).backward()
@@ -104,7 +104,7 @@ def every_loss_steps():
     steps = {"ClipLoss": (set(), lambda b: clip(b["image"], b["text"], 100.0).backward()),
              "ClipLoss on the anchors": (set(), lambda b: clip(b["image"][:anchors(b)], b["text"][:anchors(b)],
                                                                 100.0).backward()),
-             "cement": (set(), step_of(CementLoss("adaptive")))}
+             "cement": (set(), step_of(CementLoss("cement")))}
     for name, (loss_class, options_class) in LOSSES.items():
         loss = loss_class(options_class())
         steps[name] = (set(loss.needs), step_of(loss, loss.needs))

@@ -71,7 +71,7 @@ def main() -> None:
         Regime(model, regime)
         optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-5, betas=(0.9, 0.98), eps=1e-6)
         runs[name] = (model, optimizer)
-    cement = CementLoss("adaptive")
+    cement = CementLoss("cement")
 
     def run(name: str) -> tuple[float, float]:
         model, optimizer = runs[name]

@@ -118,7 +118,7 @@ def main() -> None:
         optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-5, fused=device.startswith("cuda") or None)
         dataset = CachedSet([folder])
         batch = tuple(t.to(device) for t in dataset.batch(list(range(args.n))))
-        loss = CementLoss("adaptive")
+        loss = CementLoss("cement")
         autocast = device.startswith("cuda") and args.precision == "amp_bf16"
         times = []
         for step in range(args.steps):

@@ -100,7 +100,7 @@ def main() -> None:
     forward_ours = TrimmedTextCLIP(ours) if trim else ours
     forward_ours, forward_theirs = (torch.compile(forward_ours), torch.compile(theirs)) if args.compile else (
         forward_ours, theirs)
-    cement = CementLoss("adaptive")
+    cement = CementLoss("cement")
     targs = SimpleNamespace(accum_freq=1, batch_size=2 * args.n, device=device, distill=False, grad_clip_norm=1.0,
                             horovod=False, log_every_n_steps=10**9, precision=args.precision, skip_scheduler=False,
                             wandb=False, world_size=1, rank=0)

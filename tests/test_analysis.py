@@ -25,7 +25,7 @@ def random_pairs(m, d=32, seed=0):
 
 def test_one_batch_reproduces_the_closed_form():
     image, text, c = random_pairs(16)
-    curves = gradient_share_by_batch_size(image, text, c, 20.0, [16], schedules=("none",), batches=1)
+    curves = gradient_share_by_batch_size(image, text, c, 20.0, [16], schedules=("infonce",), batches=1)
     s = 20.0 * image @ text.T
     idx = torch.arange(32)
     hard = (idx + 16) % 32
@@ -33,16 +33,16 @@ def test_one_batch_reproduces_the_closed_form():
     for mat in (s, s.T):
         p = torch.softmax(mat, dim=1)
         shares.append(p[idx, hard] / (1 - p[idx, idx]))
-    assert curves["none"][16] == pytest.approx(torch.cat(shares).mean().item(), rel=1e-5)
+    assert curves["infonce"][16] == pytest.approx(torch.cat(shares).mean().item(), rel=1e-5)
 
 
 def test_share_falls_with_batch_size_for_infonce_and_rises_with_a_positive_margin():
     image, text, c = random_pairs(512, seed=1)
     curves = gradient_share_by_batch_size(image, text, c, 30.0, [16, 64, 256, 512], batches=4)
-    infonce = [curves["none"][n] for n in (16, 64, 256, 512)]
+    infonce = [curves["infonce"][n] for n in (16, 64, 256, 512)]
     assert all(a > b for a, b in zip(infonce, infonce[1:])), infonce
     for n in (16, 64, 256, 512):
-        assert curves["static"][n] > curves["none"][n]
+        assert curves["static"][n] > curves["infonce"][n]
 
 
 def test_batch_larger_than_the_data_is_a_clear_error():
@@ -65,8 +65,8 @@ def test_analyze_gradient_share_writes_json_and_plot(tmp_path, small_concretebat
     assert main(["analyze", "gradient-share", "--data", str(small_concretebatch), "--model", "cj-tiny",
                  "--pretrained", "none", "--batch-sizes", "4,8,16", "--out", str(out)]) == 0
     result = json.loads((out / "gradient_share.json").read_text())
-    assert set(result["curves"]) == {"none", "static", "adaptive", "inverse"} and result["pairs"] == 24
-    assert set(result["curves"]["none"]) == {"4", "8", "16"}
+    assert set(result["curves"]) == {"infonce", "static", "cement", "inverse"} and result["pairs"] == 24
+    assert set(result["curves"]["infonce"]) == {"4", "8", "16"}
     png = (out / "gradient_share.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
@@ -315,7 +315,7 @@ def test_the_gradient_share_title_names_the_model_without_a_path_and_wraps_betwe
     from concrete_jungle.analysis.dataset_statistics import model_label
 
     title = gradient_share_title("D_hc", 256, model_label(CHECKPOINT), 15.0)
-    curves = {"none": {8: 0.4, 16: 0.3}, "adaptive": {8: 0.6, 16: 0.5}}
+    curves = {"infonce": {8: 0.4, 16: 0.3}, "cement": {8: 0.6, 16: 0.5}}
     fig = gradient_share_figure(curves, title, {s: {8: 0.01, 16: 0.01} for s in curves}, 8)
     shown = fig.axes[0].get_title()
     assert " ".join(shown.split("\n")) == title and "/" not in title  # broken only between words

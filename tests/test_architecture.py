@@ -43,8 +43,10 @@ def import_graph(package: Path = PACKAGE, lazy: bool = True) -> dict[str, set[st
                     stem = ".".join(base + ([node.module] if node.module else []))
                 else:
                     stem = node.module or ""
-                # `from .x import y` imports x, and x.y when y is a module of its own
-                targets = [stem] + [f"{stem}.{a.name}" for a in node.names]
+                # `from .x import y` imports x, or x.y alone when y is a module of its own (as `import x.y` does:
+                # x's own code runs before any module below it, whoever imports that)
+                below = [f"{stem}.{a.name}" for a in node.names]
+                targets = below + ([stem] if any(t not in modules for t in below) else [])
             else:
                 continue
             edges |= {t for t in targets if t in modules and t != name}
@@ -89,6 +91,14 @@ def test_the_cycle_finder_finds_a_lazy_cycle(tmp_path):
     (pkg / "plant" / "ray.py").write_text("from .stages import run\n")
     cycle = find_cycle(import_graph(pkg))
     assert cycle is not None and set(cycle) == {"concrete_jungle.plant.stages", "concrete_jungle.plant.ray"}
+    # a registry importing by name a module that imports it back
+    (pkg / "plant" / "ray.py").write_text("")
+    (pkg / "plant" / "names.py").write_text("from importlib import import_module\n\n\ndef engine(name):\n"
+                                           "    return import_module(f'.{name}', __package__)\n")
+    (pkg / "plant" / "local.py").write_text("from .names import engine\n")
+    assert find_cycle(import_graph(pkg)) is None
+    dispatch = {"concrete_jungle.plant.names": lambda: {"concrete_jungle.plant.local"}}
+    assert set(find_cycle(full_graph(pkg, dispatch))) == {"concrete_jungle.plant.names", "concrete_jungle.plant.local"}
 
 
 def test_engines_depend_on_the_stages_never_the_reverse():
@@ -96,6 +106,15 @@ def test_engines_depend_on_the_stages_never_the_reverse():
     for engine in ("local", "ray"):
         assert f"concrete_jungle.plant.{engine}" not in graph["concrete_jungle.plant.stages"]
     assert "concrete_jungle.plant.stages" in graph["concrete_jungle.plant.ray"]
+
+
+def test_the_benchmarks_import_evaluation_s_machinery_which_reaches_them_only_through_the_registry():
+    graph, benchmarks = full_graph(), "concrete_jungle.evaluation.benchmarks."
+    evaluation = {m for m in graph if m.startswith("concrete_jungle.evaluation") and not m.startswith(benchmarks)}
+    assert {m for m in evaluation if any(t.startswith(benchmarks) for t in graph[m])} == {
+        "concrete_jungle.evaluation.names"}  # `benchmark_module`
+    back = {"concrete_jungle.evaluation", "concrete_jungle.evaluation.names"}
+    assert {m: graph[m] & back for m in graph if m.startswith(benchmarks) and graph[m] & back} == {}
 
 
 def test_no_module_is_over_500_lines():
@@ -153,7 +172,9 @@ def test_every_unit_of_the_package_has_a_layer():
 
 
 def test_no_module_imports_its_own_layer_or_one_above():
-    assert layering_violations(import_graph()) == []
+    graph = full_graph()
+    assert "concrete_jungle.evaluation.benchmarks.aro" in graph["concrete_jungle.evaluation.names"]  # dispatch too
+    assert layering_violations(graph) == []
 
 
 def test_the_layering_rule_finds_a_planted_upward_import(tmp_path):
@@ -165,8 +186,17 @@ def test_the_layering_rule_finds_a_planted_upward_import(tmp_path):
     (pkg / "train" / "loop.py").write_text("from ..records import write\n")
     (pkg / "plant.py").write_text("from .evaluation import run\n")  # a stage calling a stage of its layer
     (pkg / "evaluation.py").write_text("run = None\n")
-    assert layering_violations(import_graph(pkg)) == ["concrete_jungle.plant -> concrete_jungle.evaluation",
-                                                      "concrete_jungle.records -> concrete_jungle.train.loop"]
+    assert layering_violations(full_graph(pkg, {})) == ["concrete_jungle.plant -> concrete_jungle.evaluation",
+                                                        "concrete_jungle.records -> concrete_jungle.train.loop"]
+    # and through import_module: a helper naming a higher layer's module, and a registry whose names lead there
+    (pkg / "records.py").write_text("from importlib import import_module\n\n\ndef write():\n"
+                                    "    return import_module('.train.loop', __package__)\n")
+    (pkg / "plant.py").write_text("import importlib\n\n\ndef stage(name):\n"
+                                  "    return importlib.import_module(f'concrete_jungle.{name}')\n")
+    assert layering_violations(import_graph(pkg)) == []
+    planted = full_graph(pkg, {"concrete_jungle.plant": lambda: {"concrete_jungle.evaluation"}})
+    assert layering_violations(planted) == ["concrete_jungle.plant -> concrete_jungle.evaluation",
+                                            "concrete_jungle.records -> concrete_jungle.train.loop"]
 
 
 @pytest.mark.processes
@@ -273,7 +303,7 @@ def test_the_counts_see_lazy_imports_and_import_module_dispatch_up_and_in_circle
 def benchmark_modules() -> set[str]:
     from concrete_jungle.evaluation.names import BENCHMARKS, module_of
 
-    return {f"concrete_jungle.evaluation.{module_of(name)}" for name in BENCHMARKS}
+    return {f"concrete_jungle.evaluation.benchmarks.{module_of(name)}" for name in BENCHMARKS}
 
 
 def builtin_plugin_modules() -> set[str]:
@@ -290,8 +320,7 @@ def moved_modules() -> set[str]:
 
 DISPATCH = {
     "concrete_jungle": moved_modules,  # the names moved in 0.2
-    "concrete_jungle.evaluation": benchmark_modules,  # read_benchmark, evaluate_one
-    "concrete_jungle.evaluation.chance": benchmark_modules,  # item_chances
+    "concrete_jungle.evaluation.names": benchmark_modules,  # benchmark_module: eval --benchmarks NAME
     "concrete_jungle.plant.plugins": builtin_plugin_modules,  # the built-in captioners, editors and scorers
     "concrete_jungle.sources.peers.ceclip": set,  # NumPy's classes that a pickled array names, nothing of ours
 }
@@ -325,6 +354,12 @@ def dispatch_graph(package: Path = PACKAGE, dispatch: dict = DISPATCH) -> dict[s
     return graph
 
 
+def full_graph(package: Path = PACKAGE, dispatch: dict = DISPATCH) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, lazily or not, or reaches through `import_module`."""
+    lazy = import_graph(package)
+    return {m: lazy[m] | d for m, d in dispatch_graph(package, dispatch).items()}
+
+
 def unit_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     return {(unit_of(m), unit_of(t)) for m, targets in graph.items() for t in targets
             if unit_of(m) and unit_of(t) and unit_of(m) != unit_of(t)}
@@ -346,8 +381,7 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def counts(package: Path = PACKAGE, dispatch: dict = DISPATCH) -> str:
     """The package's shape in numbers, as docs/architecture.md quotes it (`python tests/test_architecture.py`)."""
-    at_import, lazy = import_graph(package, lazy=False), import_graph(package)
-    by_name = {m: lazy[m] | d for m, d in dispatch_graph(package, dispatch).items()}
+    at_import, lazy, by_name = import_graph(package, lazy=False), import_graph(package), full_graph(package, dispatch)
     root = {unit_of(m) for m in lazy if len(m.split(".")) == 2 and not (package / unit_of(m)).is_dir()}
     units = {unit_of(m) for m in lazy} - {""}
 

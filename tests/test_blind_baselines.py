@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from concrete_jungle.evaluation import bivlc, crepe, imagecode, mmvp_vlm, report, spec, svo_probes, vl_checklist
+from concrete_jungle.evaluation import report
+from concrete_jungle.evaluation.benchmarks import bivlc, crepe, imagecode, mmvp_vlm, spec, svo_probes, vl_checklist
 from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.evaluation.validity import MACRO, MICRO
 from test_image_choice_benchmarks import write_bivlc

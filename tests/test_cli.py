@@ -308,13 +308,22 @@ def test_plant_merge_help_is_merge_s_own_and_keywords_help_says_what_workers_do(
 def test_train_loss_takes_every_loss_a_config_names(capsys):
     from concrete_jungle.loss.options import LOSS_NAMES
 
-    for name in LOSS_NAMES:  # Cement's schedules and the peers' losses
+    assert len(LOSS_NAMES) == 10  # Cement's loss with its 4 schedules, and the peers' 6 losses
+    for name in LOSS_NAMES:
         assert main(["train", "--out", "run", "--data", "cb", "--loss", name, "--print-config"]) == 0
         assert f"name: {name}\n" in capsys.readouterr().out
+    # what the flag refuses, a recipe's loss.name refuses: the schedules' names in 0.2.0 among them
+    for name in ("adaptive", "none", "triplet"):
+        with pytest.raises(SystemExit):
+            main(["train", "--out", "run", "--data", "cb", "--loss", name, "--print-config"])
+        assert f"invalid choice: '{name}'" in capsys.readouterr().err
+        assert main(["train", "--out", "run", "--data", "cb", "--set", f"loss.name={name}", "--print-config"]) != 0
+        assert f"loss.name '{name}' is not one of {', '.join(LOSS_NAMES)}" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "negclip, tripletclip, ce_clip, fsc_clip, degla" in help_text
+    assert "cement (adaptive margin), infonce (no margin), static (loss.static_margin), inverse" in help_text
+    assert "negclip, tripletclip, ce_clip, fsc_clip, degla, clic" in help_text
 
 
 def test_print_config_prints_the_resolved_config_of_train_and_plant_and_writes_nothing(tmp_path):

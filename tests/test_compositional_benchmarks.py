@@ -15,7 +15,8 @@ from PIL import Image
 
 from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import aro, load_data, valse, whatsup
+from concrete_jungle.evaluation import load_data
+from concrete_jungle.evaluation.benchmarks import aro, valse, whatsup
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 from concrete_jungle.outcomes import metric_values
 
@@ -273,7 +274,7 @@ def test_zeroshot_equals_clip_benchmark_s_own_evaluation(tmp_path, clip):
     from clip_benchmark.metrics import zeroshot_classification
     from torchvision.datasets import ImageFolder
 
-    from concrete_jungle.evaluation import zeroshot
+    from concrete_jungle.evaluation.benchmarks import zeroshot
 
     folder = tmp_path / "zeroshot" / "mine"
     for c in range(6):
@@ -318,7 +319,7 @@ def test_zeroshot_equals_clip_benchmark_s_own_evaluation(tmp_path, clip):
 
 
 def test_aro_order_items_are_fixed_scrambles_of_the_caption_scored_with_ties_to_the_caption(tmp_path, clip):
-    from concrete_jungle.evaluation import aro_order
+    from concrete_jungle.evaluation.benchmarks import aro_order
 
     (tmp_path / "coco" / "val2014").mkdir(parents=True)
     captions = ["A small red dog sits on a wooden bench near the old tree.", "Two people ride bikes down a road!",
@@ -361,7 +362,7 @@ def official_order_options(captions, nlp, tokenize):
     then per caption its five options, the shuffles drawn from the global numpy and Python generators in the order
     TextShuffler's functions draw them (nouns, then adjectives, then the other tokens, with numpy; the tokens within
     each trigram, then the trigrams, with Python's random). The generators' states are put back afterwards."""
-    from concrete_jungle.evaluation.aro_order import pre_caption
+    from concrete_jungle.evaluation.benchmarks.aro_order import pre_caption
 
     states = random.getstate(), np.random.get_state()
     random.seed(1)
@@ -413,7 +414,7 @@ def test_aro_order_items_are_the_official_code_s_after_seed_all_1(tmp_path, nlp)
     2 of the 15 items were the official ones ("dog" and the empty caption, whose scrambles are the caption; 28 of the
     75 options), now all 15. A picture
     skipped as missing leaves the other items' options as they are (the draws run over every caption listed)."""
-    from concrete_jungle.evaluation import aro_order
+    from concrete_jungle.evaluation.benchmarks import aro_order
 
     (tmp_path / "coco" / "val2014").mkdir(parents=True)
     images = []
@@ -442,7 +443,7 @@ def test_aro_order_tokens_are_nltk_s_word_tokenize(tmp_path):
     splits it."""
     import nltk
 
-    from concrete_jungle.evaluation.aro_order import word_tokens
+    from concrete_jungle.evaluation.benchmarks.aro_order import word_tokens
 
     if punkt_installed():
         assert [word_tokens(c) for c in ORDER_CAPTIONS] == [nltk.word_tokenize(c) for c in ORDER_CAPTIONS]
@@ -458,7 +459,7 @@ def test_zeroshot_reads_a_dataset_root_clip_benchmark_prepared_with_its_classes_
     from clip_benchmark.datasets.builder import build_dataset
     from clip_benchmark.metrics import zeroshot_classification
 
-    from concrete_jungle.evaluation import zeroshot
+    from concrete_jungle.evaluation.benchmarks import zeroshot
 
     base = tmp_path / "zeroshot" / "renderedsst2" / "rendered-sst2"  # torchvision's RenderedSST2 layout
     for split in ("train", "valid", "test"):
@@ -588,7 +589,7 @@ def test_zeroshot_converts_every_picture_to_rgb_before_the_transform_as_torchvis
     and mean per-class recall 0.40 against clip_benchmark's 0.55); each now equals clip_benchmark's."""
     from benchmark_fixtures import odd_mode_pictures, random_features
 
-    from concrete_jungle.evaluation import zeroshot
+    from concrete_jungle.evaluation.benchmarks import zeroshot
 
     test = tmp_path / "zeroshot" / "mine" / "test"
     for c, name in enumerate(("cat", "dog")):
@@ -657,7 +658,7 @@ def test_zeroshot_per_class_recall_takes_argmax_s_first_class_under_a_tie_as_cli
     from benchmark_fixtures import CLIP_TOKENS
     from clip_benchmark.datasets import builder
 
-    from concrete_jungle.evaluation import zeroshot
+    from concrete_jungle.evaluation.benchmarks import zeroshot
     from concrete_jungle.models import ClipModel
 
     known = json.loads((Path(builder.__file__).parent / "en_classnames.json").read_text())["imagenet1k"]

@@ -118,7 +118,8 @@ def test_a_bad_set_value_names_the_set_an_unknown_yaml_key_gets_a_suggestion_and
     (["loss.name=degla", "loss.m_max=3"], "loss.m_max 3.0 is not read"),
     (["loss.name=ce_clip", "loss.static_margin=2"], "loss.static_margin 2.0 is not read"),
     (["loss.name=infonce", "loss.center=3"], "loss.center 3.0 is not read: it is a Cement margin parameter, and "
-                                             "loss.name infonce (schedule none) reads none of them"),
+                                             "loss.name infonce (a margin schedule of Cement's loss) reads none of "
+                                             "them"),
     (["loss.name=cement", "loss.static_margin=2"], "reads m_min, m_max, center, tau"),
     (["loss.name=static", "loss.tau=0.3"], "loss.tau 0.3 is not read"),
     # another loss's section

@@ -14,8 +14,8 @@ from PIL import Image
 
 from benchmark_fixtures import CLIP_TOKENS, RandomFeatures, noise_image
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import countbench, load_data, sdci
-from concrete_jungle.evaluation.chance import levels
+from concrete_jungle.evaluation import chance_levels, load_data
+from concrete_jungle.evaluation.benchmarks import countbench, sdci
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 from concrete_jungle.models import ClipModel
 
@@ -100,7 +100,7 @@ def test_countbench_picks_the_count_among_two_to_ten_by_whole_words_per_item(tmp
     assert result["confusion"]["counts"] == matrix.tolist() and result["confusion"]["labels"] == list(range(2, 11))
     assert result["confusion"]["mean_absolute_error"] == pytest.approx(
         np.mean([abs(p - truth[k]) for k, p in predicted.items()]))
-    assert levels("countbench", data, result, ["accuracy"]) == {"accuracy": pytest.approx(1 / 9)}
+    assert chance_levels("countbench", data, result, ["accuracy"]) == {"accuracy": pytest.approx(1 / 9)}
     assert set(result["blind"]["metrics"]) == set(result["metrics"])
 
 
@@ -312,7 +312,7 @@ def test_sdci_scores_the_four_tests_per_item_as_the_official_clip_evaluation(tmp
     assert series_of(result, "all_swaps/SCM")["sa_2.json/m-7-sc"] == 0.0  # its caption is m-4-sc's, listed first
     assert data["filtered"] == {"all_swaps": 3, "all_swaps_pick5": 3, "base_swaps": 1, "all_hardest": 3}
     assert "sa_5.json: no summaries" in data["notes"][0] and "sa_7.json: no clip_scores for m-0-sc" in data["notes"][0]
-    chance = levels("sdci", data, result, ["all_swaps/SCM", "all_swaps/Neg", "all_swaps_pick5/Neg"])
+    chance = chance_levels("sdci", data, result, ["all_swaps/SCM", "all_swaps/Neg", "all_swaps_pick5/Neg"])
     # SCM: the first batch holds 7 distinct captions (m-7-sc, reading as m-4-sc before it, can never be picked), the
     # second 4; Neg: 1 in 2, but 0 for the tie; of five captions, 1 in 6
     assert chance == {"all_swaps/SCM": pytest.approx((7 * 1 / 7 + 0 + 4 * 1 / 4) / 12),

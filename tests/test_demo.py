@@ -74,9 +74,9 @@ def test_demo_quick_writes_a_report_with_a_score_for_every_model(tmp_path, capsy
     analysis = next(out.glob("analysis-*"))
     assert (analysis / "report.md").is_file() and (analysis / "stats.json").is_file()
     share = result["analysis"]["gradient_share"]
-    assert set(share) == {"none", "static", "adaptive", "inverse"}
-    sizes = sorted(share["none"], key=int)
-    assert share["none"][sizes[0]] > share["none"][sizes[-1]]  # more easy negatives dilute the share
+    assert set(share) == {"infonce", "static", "cement", "inverse"}
+    sizes = sorted(share["infonce"], key=int)
+    assert share["infonce"][sizes[0]] > share["infonce"][sizes[-1]]  # more easy negatives dilute the share
 
     # a second run reuses every finished stage: no checkpoint is written again
     weights = {p: p.stat().st_mtime_ns for p in out.glob("*/run/checkpoints/*/open_clip_model.safetensors")}

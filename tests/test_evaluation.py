@@ -20,7 +20,8 @@ from PIL import Image
 from benchmark_fixtures import (WRITERS, every_benchmark_writer, noise_image, random_features, write_image_folders,
                                 write_karpathy, write_retrieval, write_winoground)
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import linear_probe, load_data, retrieval, sugarcrepe, sugarcrepe_pp, winoground
+from concrete_jungle.evaluation import load_data
+from concrete_jungle.evaluation.benchmarks import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, winoground
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
 
@@ -503,7 +504,7 @@ def test_compare_names_columns_by_file_and_lists_model_and_items(run, data_root,
 
 
 def test_sugarcrepe_evaluates_the_subset_files_that_are_there(data_root, tmp_path, capsys):
-    from concrete_jungle.evaluation import sugarcrepe
+    from concrete_jungle.evaluation.benchmarks import sugarcrepe
 
     root = tmp_path / "root"
     shutil.copytree(data_root / "coco", root / "coco")
@@ -775,7 +776,8 @@ def compositional(data_root, tmp_path_factory):
 
 def test_chance_levels_follow_each_benchmarks_items_and_tie_rule(compositional, tmp_path):
     from concrete_jungle import evaluation
-    from concrete_jungle.evaluation import aro_order, chance
+    from concrete_jungle.evaluation import chance
+    from concrete_jungle.evaluation.benchmarks import aro_order
 
     # a pick among k distinct options is right 1 time in k; options that read alike to a CLIP tokenizer (case and
     # the spaces around punctuation aside) are one option, and a tie goes to the option listed first
@@ -805,12 +807,12 @@ def test_chance_levels_follow_each_benchmarks_items_and_tie_rule(compositional, 
     data = aro_order.load(tmp_path)
     result = aro_order.evaluate(Encoder(random_features(0), progress=False), data)
     assert len(set(data["items"]["coco_order"][0][2])) == 5
-    assert chance.levels("aro_order", data, result, ["coco_order"]) == {"coco_order": pytest.approx((1 / 5 + 1) / 2)}
+    assert evaluation.chance_levels("aro_order", data, result, ["coco_order"]) == {
+        "coco_order": pytest.approx((1 / 5 + 1) / 2)}
 
 
 def test_recognition_chance_levels_are_a_uniform_guess_and_a_random_ranking(tmp_path):
     from concrete_jungle import evaluation
-    from concrete_jungle.evaluation import chance
 
     root = tmp_path / "root"
     write_image_folders(root / "imagenet", classes=("red", "blue", "green"))
@@ -834,7 +836,8 @@ def test_recognition_chance_levels_are_a_uniform_guess_and_a_random_ranking(tmp_
         aps = [linear_probe.average_precision(torch.tensor(order, dtype=torch.float), labels[:, c])
                for order in itertools.permutations(range(5))]
         exact.append(np.mean(aps))
-    level = chance.levels("coco_probe", {"splits": {"val": ([], labels)}}, {"metrics": {"mAP": 0.5}}, ["mAP"])
+    level = evaluation.chance_levels("coco_probe", {"kind": "coco", "splits": {"val": ([], labels)}},
+                                     {"metrics": {"mAP": 0.5}}, ["mAP"])
     assert level == {"mAP": pytest.approx(np.mean(exact))}
 
 

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmark_fixtures import noise_image, random_features, write_winoground
-from concrete_jungle.evaluation import aro, report, sugarcrepe, sugarcrepe_pp, valse, whatsup, winoground
+from concrete_jungle.evaluation import report
+from concrete_jungle.evaluation.benchmarks import aro, sugarcrepe, sugarcrepe_pp, valse, whatsup, winoground
 from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.evaluation.validity import MACRO, MICRO
 from test_compositional_benchmarks import write_aro, write_valse, write_whatsup

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from benchmark_fixtures import write_winoground
-from concrete_jungle.evaluation import bivlc, winoground
+from concrete_jungle.evaluation.benchmarks import bivlc, winoground
 from concrete_jungle.evaluation.encoding import Crop, Encoder
 from test_image_choice_benchmarks import write_bivlc
 

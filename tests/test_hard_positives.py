@@ -14,8 +14,8 @@ from PIL import Image
 from benchmark_fixtures import VARIED_CAPTIONS as CAPTIONS
 from benchmark_fixtures import varied_picture as picture
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import hard_positives, load_data
-from concrete_jungle.evaluation.chance import levels
+from concrete_jungle.evaluation import chance_levels, load_data
+from concrete_jungle.evaluation.benchmarks import hard_positives
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 
 # captions of many lengths and kinds (VARIED_CAPTIONS): with random weights a caption's score is mostly its own, so
@@ -158,7 +158,7 @@ def test_hard_positives_chance_of_augmented_is_one_in_the_distinct_texts_zero_on
     assert dict(chances["replace_att/original"])["3"] == 0.0
     outcomes = hard_positives.outcomes_of(data, {m: [True] * 20 for m in hard_positives.MEASURES})
     result = {"metrics": {"augmented": 1.0}, "outcomes": outcomes}
-    level = levels("hard_positives", data, result, ["augmented"])["augmented"]
+    level = chance_levels("hard_positives", data, result, ["augmented"])["augmented"]
     per_subset = {s: np.mean([c for _, c in chances[f"{s}/augmented"]]) for s in SIZES}
     replace = np.mean([per_subset[s] for s in hard_positives.REPLACE])
     assert level == pytest.approx(np.mean([per_subset["swap"], replace]))

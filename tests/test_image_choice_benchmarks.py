@@ -15,8 +15,8 @@ from PIL import Image
 
 from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import bivlc, naturalbench, vismin
-from concrete_jungle.evaluation.chance import levels
+from concrete_jungle.evaluation.benchmarks import bivlc, naturalbench, vismin
+from concrete_jungle.evaluation import chance_levels
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 
 PAIRS = [("a dog chasing a cat on the grass", "a cat chasing a dog on the grass"),
@@ -120,7 +120,7 @@ def test_bivlc_scores_both_directions_per_item_with_ties_wrong_and_micro_and_mac
     # the chance of a tie item is 0, of any other 1/6 (group) and 1/4 (each direction)
     chances = dict(bivlc.item_chances(data)["group"])
     assert chances["3"] == chances["5"] == 0 and chances["0"] == pytest.approx(1 / 6)
-    assert levels("bivlc", data, result, ["group"])["group"] == pytest.approx(10 / 12 / 6)
+    assert chance_levels("bivlc", data, result, ["group"])["group"] == pytest.approx(10 / 12 / 6)
 
 
 def test_bivlc_skips_an_item_whose_image_is_missing_only_when_asked(tmp_path, clip):
@@ -343,7 +343,7 @@ def test_naturalbench_retrieval_scores_text_image_and_group_as_t2v_metrics_does(
     assert [result["outcomes"]["series"][name]["values"][2] for name in ("text", "image", "group")] == [0, 0, 0]
     units = result["outcomes"]["series"]["group"]["units"]
     assert units[1] == units[4] and len(set(units)) == 6
-    assert levels("naturalbench", data, result, ["group"])["group"] == pytest.approx(6 / 7 / 6)
+    assert chance_levels("naturalbench", data, result, ["group"])["group"] == pytest.approx(6 / 7 / 6)
 
 
 def test_naturalbench_checks_the_index_the_official_reader_asserts_and_skips_missing_images(tmp_path, clip):

@@ -14,8 +14,8 @@ from PIL import Image
 
 from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import crepe, imagecode, load_data, spec, svo_probes, vl_checklist
-from concrete_jungle.evaluation.chance import levels
+from concrete_jungle.evaluation import chance_levels, load_data
+from concrete_jungle.evaluation.benchmarks import crepe, imagecode, spec, svo_probes, vl_checklist
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 from concrete_jungle.evaluation.validity import MACRO, MICRO
 
@@ -90,7 +90,7 @@ def test_imagecode_picks_the_first_of_equal_frames_in_number_order_and_splits_vi
     # frame 3 of the first static set can never be picked (frame 0, listed first, is its picture): chance 0, and its
     # set holds 9 distinct pictures; of the ten copies frame 0 is always picked and frame 3 never
     chance = (6 * 0.1 + 2 / 9 + 0 + 1 + 0) / 11
-    assert levels("imagecode", data, result, ["ImageCoDe"]) == {"ImageCoDe": pytest.approx(chance)}
+    assert chance_levels("imagecode", data, result, ["ImageCoDe"]) == {"ImageCoDe": pytest.approx(chance)}
 
 
 def test_imagecode_skips_a_set_without_its_ten_frames_only_when_asked_and_names_bad_files(tmp_path):
@@ -156,7 +156,7 @@ def test_crepe_ranks_each_region_s_caption_among_its_negatives_as_the_official_s
     assert result["partial"].startswith("3 of the 27 files of CREPE's release are here (missing: atom/")
     assert "so CREPE, atom, swap, negate (over files not all here) have no value" in result["partial"]
     assert result["negatives"] == {"2": 7, "3": 5}  # counted, as the official CLIP script assumes 5
-    assert levels("crepe", data, result, ["CREPE"])["CREPE"] is None
+    assert chance_levels("crepe", data, result, ["CREPE"])["CREPE"] is None
     # the whole release (each missing file a copy of one present): the kinds pool their complexities (micro) and
     # CREPE is their mean (macro)
     prod = tmp_path / "crepe" / "prod_hard_negatives"
@@ -182,7 +182,7 @@ def test_crepe_ranks_each_region_s_caption_among_its_negatives_as_the_official_s
         f"{name} (mean over files)": MACRO for name in ("atom", "swap", "negate", "CREPE")}
     assert metrics["CREPE (mean over files)"] is None  # part of the release, as CREPE
     swap_chance = [1 / 3, 1 / 4, 1 / 3, 1 / 4]
-    chance = levels("crepe", data, whole, ["CREPE"])["CREPE"]
+    chance = chance_levels("crepe", data, whole, ["CREPE"])["CREPE"]
     atom_chance = [1] + [1 / 4, 1 / 3, 1 / 4, 1 / 3] + [1 / 3, 1 / 4, 1 / 3] + swap_chance * 7
     assert chance == pytest.approx((np.mean(atom_chance) + 2 * np.mean(swap_chance)) / 3)
 
@@ -292,7 +292,7 @@ def test_vl_checklist_scores_strictly_and_averages_files_then_sources_then_categ
     assert metrics["Object/Location/mid"] is None  # none of its files
     assert result["partial"].startswith(f"{len(files)} of the {len(vl_checklist.FILES)} files of VL-CheckList's")
     assert "so VL-CheckList, Object, Attribute, Object/Location/mid" in result["partial"]
-    assert levels("vl_checklist", data, result, ["VL-CheckList"])["VL-CheckList"] is None
+    assert chance_levels("vl_checklist", data, result, ["VL-CheckList"])["VL-CheckList"] is None
     assert set(result["averages"].values()) == {MACRO}
 
 
@@ -372,7 +372,7 @@ def test_spec_scores_both_directions_with_argmax_s_first_of_equals_and_averages_
     for direction in ("i2t", "t2i"):
         parts = [v for k, v in acc.items() if k.endswith(direction)] + [acc[f"count/{direction}"]] * copies
         assert whole["metrics"][direction] == pytest.approx(np.mean(parts))
-    chance = levels("spec", data, whole, ["i2t", "t2i"])
+    chance = chance_levels("spec", data, whole, ["i2t", "t2i"])
     assert chance == {"i2t": pytest.approx(((1 / 3 + 0 + 1 / 3) / 3 * 5 + 1 / 3) / 6),
                       "t2i": pytest.approx(((1 + 1 / 3 + 1 / 3) / 3 * 5 + 1 / 3) / 6)}
 
@@ -442,7 +442,8 @@ def test_svo_probes_is_a_strict_text_to_image_choice_per_kind_with_macro_and_mic
         assert result["metrics"][kind] == pytest.approx(np.mean(values))
     assert result["metrics"]["SVO-Probes"] == pytest.approx(np.mean([np.mean(v) for v in right.values()]))
     assert result["metrics"]["SVO-Probes (micro)"] == pytest.approx(np.mean(sum(right.values(), [])))
-    assert levels("svo_probes", data, result, ["SVO-Probes"]) == {"SVO-Probes": pytest.approx((0.5 + 0.25 + 0.5) / 3)}
+    assert chance_levels("svo_probes", data, result, ["SVO-Probes"]) == {
+        "SVO-Probes": pytest.approx((0.5 + 0.25 + 0.5) / 3)}
 
 
 def test_svo_probes_takes_a_repeated_row_once_as_the_official_notebook_s_drop_duplicates(tmp_path, clip):

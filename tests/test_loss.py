@@ -31,7 +31,7 @@ def grads(loss, *tensors):
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-6)])
 def test_no_margin_equals_open_clip_cliploss_on_2n(dtype, tol):
     image, text, c = features(16, dtype=dtype)
-    ours = CementLoss("none")(image, text, SCALE, c)
+    ours = CementLoss("infonce")(image, text, SCALE, c)
     ref = open_clip.loss.ClipLoss()(image, text, SCALE)
     assert abs(ours.item() - ref.item()) <= tol
     for g_ours, g_ref in zip(grads(ours, image, text), grads(ref, image, text)):
@@ -41,7 +41,7 @@ def test_no_margin_equals_open_clip_cliploss_on_2n(dtype, tol):
 def test_no_negatives_at_all_is_cliploss_over_the_anchors():
     image, text, c = features(12)
     none = torch.zeros(12, dtype=torch.bool)
-    for margin in ("none", "adaptive"):
+    for margin in ("infonce", "cement"):
         ours = CementLoss(margin)(image, text, SCALE, c, has_negative=none)
         ref = open_clip.loss.ClipLoss()(image[:12], text[:12], SCALE)
         assert abs(ours.item() - ref.item()) < 1e-12
@@ -63,7 +63,7 @@ def closed_form_logit_grad(s_margined, valid):
     return g
 
 
-@pytest.mark.parametrize("schedule", ["none", "static", "adaptive", "inverse"])
+@pytest.mark.parametrize("schedule", ["infonce", "static", "cement", "inverse"])
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_gradient_equals_the_closed_form(schedule, with_mask):
     n = 10
@@ -91,7 +91,7 @@ def test_masked_loss_equals_the_hand_built_softmax_without_those_rows_and_column
     n = 9
     image, text, c = features(n, seed=5)
     has_negative = torch.tensor([1, 0, 1, 1, 0, 0, 1, 1, 1], dtype=torch.bool)
-    loss = CementLoss("adaptive")(image, text, SCALE, c, has_negative=has_negative)
+    loss = CementLoss("cement")(image, text, SCALE, c, has_negative=has_negative)
 
     keep = torch.cat([torch.arange(n), n + torch.nonzero(has_negative).squeeze(1)])
     m = AdaptiveMargin()(c)
@@ -150,7 +150,7 @@ def cement_by_the_formula(image, text, c, has_negative, has_image, schedule, ent
     return total / (2 * count)
 
 
-@pytest.mark.parametrize("schedule", ["none", "static", "adaptive", "inverse"])
+@pytest.mark.parametrize("schedule", ["infonce", "static", "cement", "inverse"])
 @pytest.mark.parametrize("k", [1, 3])
 def test_k_negatives_with_missing_captions_and_pictures_equal_the_formula(schedule, k):
     image, text, c, has_negative, has_image = k_negatives(5, k, seed=k)
@@ -161,7 +161,7 @@ def test_k_negatives_with_missing_captions_and_pictures_equal_the_formula(schedu
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("schedule", ["none", "static", "adaptive", "inverse"])
+@pytest.mark.parametrize("schedule", ["infonce", "static", "cement", "inverse"])
 @pytest.mark.parametrize("k, local_loss", [(1, False), (3, False), (3, True)])
 def test_entailed_negative_pictures_masked_equal_the_formula_without_their_logits(schedule, k, local_loss):
     image, text, c, has_negative, has_image = k_negatives(6, k, seed=k + 4)
@@ -197,7 +197,7 @@ def test_captions_only_negatives_without_margin_are_negclip_s_batch():
     n, k = 6, 2
     image, text, c, has_negative, _ = k_negatives(n, k, seed=2)
     has_negative = torch.ones(n, k, dtype=torch.bool)
-    loss = CementLoss("none")(image, text, SCALE, c, has_negative, torch.zeros(n, k, dtype=torch.bool))
+    loss = CementLoss("infonce")(image, text, SCALE, c, has_negative, torch.zeros(n, k, dtype=torch.bool))
     i2t = SCALE * image[:n] @ text.T
     t2i = SCALE * text[:n] @ image[:n].T
     labels = torch.arange(n)
@@ -227,7 +227,7 @@ def test_adaptive_and_inverse_schedules():
 def test_diagnostics_match_a_direct_computation():
     n = 20
     image, text, c = features(n, seed=2)
-    out = CementLoss("adaptive")(image, text, SCALE, c, output_dict=True)
+    out = CementLoss("cement")(image, text, SCALE, c, output_dict=True)
     m = AdaptiveMargin()(c).detach()
     s = (SCALE * image @ text.T).detach()
     idx = torch.arange(2 * n)
@@ -244,7 +244,7 @@ def test_diagnostics_match_a_direct_computation():
     assert out["p_pos"].item() == pytest.approx(torch.cat(p_pos).mean().item(), rel=1e-12)
     assert out["logit_gap"].item() == pytest.approx(torch.cat(gaps).mean().item(), rel=1e-12)
     assert out["margin"].item() == pytest.approx(m.mean().item(), rel=1e-12)
-    assert hard_negative_diagnostics(image, text, SCALE, c, margin="adaptive")["hn_grad_share"] == pytest.approx(
+    assert hard_negative_diagnostics(image, text, SCALE, c, margin="cement")["hn_grad_share"] == pytest.approx(
         out["hn_grad_share"].item())
 
 
@@ -254,7 +254,7 @@ def test_the_gradient_share_of_a_confident_model_in_float32_is_the_float64_share
     n = 16
     image, text, c = features(n, seed=3)
     image = torch.nn.functional.normalize(text + 0.05 * image, dim=1)  # each image close to its own caption
-    out = CementLoss("none")(image.float(), text.float(), 100.0, c.float(), output_dict=True)
+    out = CementLoss("infonce")(image.float(), text.float(), 100.0, c.float(), output_dict=True)
     s = 100.0 * image.double() @ text.double().T
     idx = torch.arange(2 * n)
     hard = (idx + n) % (2 * n)
@@ -283,14 +283,34 @@ def test_bad_input_names_the_argument(call, match):
         CementLoss()(bad_image, bad_text, SCALE, bad_c)
 
 
+def test_each_cement_loss_name_is_its_schedule_name_and_the_0_2_0_names_still_work_with_a_warning():
+    from concrete_jungle.loss import LOSSES, SCHEDULES, NoMargin
+    from concrete_jungle.loss.options import CEMENT_LOSSES, LOSS_NAMES
+    from concrete_jungle.train.config import LossConfig
+    from concrete_jungle.train.objective import make_loss
+
+    # one table of names from loss.name and `train --loss` to the loss: no name is translated on the way
+    assert LOSS_NAMES == (*SCHEDULES, *LOSSES) and tuple(SCHEDULES) == CEMENT_LOSSES
+    for name in CEMENT_LOSSES:
+        assert type(make_loss(LossConfig(name=name)).schedule) is SCHEDULES[name]
+    image, text, c = features(6)
+    for old, new, schedule in [("adaptive", "cement", AdaptiveMargin(tau=0.2)), ("none", "infonce", NoMargin())]:
+        with pytest.warns(DeprecationWarning, match=f"'{old}' is now called '{new}'"):
+            assert make_schedule(old, **vars(schedule)) == schedule
+        with pytest.warns(DeprecationWarning):
+            loss = CementLoss(old)
+        assert loss.schedule == make_schedule(new) and loss(image, text, SCALE, c) == CementLoss(new)(image, text,
+                                                                                                   SCALE, c)
+
+
 def test_bad_mask_and_schedule():
     image, text, c = features(4)
     with pytest.raises(ValueError, match="has_negative must be a bool tensor"):
         CementLoss()(image, text, SCALE, c, has_negative=torch.ones(4))
     with pytest.raises(ValueError, match="not one of"):
         CementLoss("cosine")
-    with pytest.raises(ValueError, match="adaptive"):
-        CementLoss("adaptive", m_maxx=3)
+    with pytest.raises(ValueError, match="margin schedule 'cement'"):
+        CementLoss("cement", m_maxx=3)
 
 
 def test_unnormalised_features_warn_once():
@@ -360,7 +380,7 @@ def _worker(rank, port, out_dir):
     for k, masked in ((1, False), (2, False), (2, True)):
         x_image, x_text, c, has_negative, has_image = _global_batch(k)
         for local_loss, gather_with_grad in CONFIGS:
-            loss_fn = CementLoss("adaptive", local_loss=local_loss, gather_with_grad=gather_with_grad,
+            loss_fn = CementLoss("cement", local_loss=local_loss, gather_with_grad=gather_with_grad,
                                  rank=rank, world_size=WORLD, mask_entailed=masked)
             loss, grads = _step(_model(), loss_fn, _local(x_image, rank, k), _local(x_text, rank, k), c[mine],
                                 has_negative[mine], None if has_image is None else has_image[mine],
@@ -393,7 +413,7 @@ def two_process_results(tmp_path_factory):
 @pytest.mark.parametrize("local_loss, gather_with_grad", CONFIGS)
 def test_two_processes_equal_one_process_on_the_global_batch(two_process_results, local_loss, gather_with_grad, k,
                                                              masked):
-    ref_loss, ref_grads = _step(_model(), CementLoss("adaptive", mask_entailed=masked), *_global_batch(k),
+    ref_loss, ref_grads = _step(_model(), CementLoss("cement", mask_entailed=masked), *_global_batch(k),
                                 _entailed(k))
     for rank in range(WORLD):
         result = torch.load(two_process_results / f"rank{rank}-k{k}-{masked}-{local_loss}-{gather_with_grad}.pt",

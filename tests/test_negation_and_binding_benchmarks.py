@@ -15,7 +15,7 @@ from benchmark_fixtures import VARIED_CAPTIONS as CAPTIONS
 from benchmark_fixtures import as_opened, image_feature, image_name, text_feature
 from benchmark_fixtures import varied_picture as picture
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import cola, negbench
+from concrete_jungle.evaluation.benchmarks import cola, negbench
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 
 

@@ -17,7 +17,7 @@ from benchmark_fixtures import VARIED_CAPTIONS as CAPTIONS
 from benchmark_fixtures import as_opened, image_feature, noise_image, text_feature
 from benchmark_fixtures import varied_picture as picture
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation import colorswap, eqben, mmvp_vlm
+from concrete_jungle.evaluation.benchmarks import colorswap, eqben, mmvp_vlm
 from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
 
 

@@ -144,7 +144,7 @@ def test_negclip_with_negative_pictures_is_cement_without_margin():
     image, text, s, c, has_negative, has_image = hard_negative_batch(5, 3, has_negative=MASKED,
                                                                      has_negative_image=MASKED_IMAGES, missing=0.0)
     ours = NegCLIPLoss()(image, text, s, c, has_negative, has_image)
-    cement = CementLoss("none")(image, text, s, c, has_negative, has_image)
+    cement = CementLoss("infonce")(image, text, s, c, has_negative, has_image)
     assert_same(values_and_grads(ours, image, text, s), values_and_grads(cement, image, text, s))
 
 
@@ -891,7 +891,7 @@ def missing_rows_filled(fill):
     return (image, text, s, patches, tokens, positives), (c, has_negative, has_image), extras
 
 
-EVERY_LOSS = {"cement": lambda **kw: CementLoss("adaptive", **kw), "infonce": lambda **kw: CementLoss("none", **kw),
+EVERY_LOSS = {"cement": lambda **kw: CementLoss("cement", **kw), "infonce": lambda **kw: CementLoss("infonce", **kw),
               "static": lambda **kw: CementLoss("static", **kw),
               "inverse": lambda **kw: CementLoss("inverse", **kw),
               **{name: cls for name, (cls, _) in LOSSES.items()}}

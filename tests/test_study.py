@@ -16,7 +16,7 @@ SUBSETS = ("add_att", "swap_obj")
 def answers(rates: dict[str, float], seeds=(0, 1, 2), items=400, seed=0):
     """Per-item answers of every row with the given accuracy (the same items, two per scene, independent draws per
     seed), as `stats` outcomes."""
-    from concrete_jungle.evaluation.sugarcrepe import recipes
+    from concrete_jungle.evaluation.benchmarks.sugarcrepe import recipes
     from concrete_jungle.outcomes import series
 
     rng = np.random.default_rng(seed)
@@ -130,3 +130,19 @@ def test_each_start_records_the_commit_and_dirty_flag_of_the_code_or_why_they_ar
     assert json.loads(record.read_text())["starts"][1]["code"]["reason"] == "git is not installed"
     # a run begun before this record: its earlier starts left wall time, and are counted as not known
     assert StartRecord(tmp_path / "other.json", earlier_seconds=60.0).starts[0]["code"] is None
+
+
+def test_the_batch_size_sentence_reads_infonce_s_curve_by_its_loss_name_or_its_0_2_0_schedule_name():
+    from pathlib import Path
+
+    from concrete_jungle.experiments.study import batch_size_sentence
+
+    published = json.loads((Path(__file__).parents[1] / "docs/studies/study1/design.json").read_text())
+    assert {"none", "adaptive"} <= set(published["batch_size_choice"]["curves"])  # written by 0.2.0
+    renamed = {"none": "infonce", "adaptive": "cement"}
+    now = json.loads(json.dumps(published))
+    now["batch_size_choice"]["curves"] = {renamed.get(k, k): v for k, v in published["batch_size_choice"]["curves"]
+                                          .items()}
+    sentence = batch_size_sentence(now)
+    assert sentence == batch_size_sentence(published)
+    assert f"{published['batch_size_choice']['curves']['none']['256']:.3f} at N = 256" in sentence

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmark_fixtures import write_winoground
-from concrete_jungle.evaluation import sugarcrepe, sugarcrepe_pp, winoground
+from concrete_jungle.evaluation.benchmarks import sugarcrepe, sugarcrepe_pp, winoground
 from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.models import load_model
 from concrete_jungle.models.text_encoding import ROUND, encode_prefix, encode_text, trimmable, trimmed_length
@@ -87,7 +87,7 @@ def test_training_steps_give_the_untrimmed_losses_and_gradients(tmp_path):
                      clip.tokenizer([c + " again" for c in caps])[:, None], torch.full((8, 1), 4.5),
                      torch.ones(8, 1, dtype=torch.bool), torch.ones(8, 1, dtype=torch.bool),
                      torch.zeros(8, 1, dtype=torch.bool))
-            out = training_step(forward, model, CementLoss("adaptive"), optimizer, batch, 1e-3, 1.0, "cpu", False,
+            out = training_step(forward, model, CementLoss("cement"), optimizer, batch, 1e-3, 1.0, "cpu", False,
                                 trim_text=trim)
             run.append(out["contrastive_loss"].item())
             grads.append({n: p.grad.clone() for n, p in model.named_parameters()})

@@ -136,7 +136,7 @@ def scene_changes(a: Scene, b: Scene) -> list[tuple[str, int]]:
 
 
 def test_the_test_set_holds_no_training_scene_and_is_in_sugarcrepe_format(world):
-    from concrete_jungle.evaluation import retrieval, sugarcrepe
+    from concrete_jungle.evaluation.benchmarks import retrieval, sugarcrepe
 
     rows = [json.loads(line) for line in (world / "scenes.jsonl").read_text().splitlines()]
     train = {r["key"] for r in rows if r["split"] == "train"}

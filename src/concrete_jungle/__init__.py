@@ -48,6 +48,11 @@ MOVED = {
     "identity": "files.identity",
     "tar_archive": "files.tar_archive",
 }
+# each benchmark's module, moved into evaluation/benchmarks/ after 0.2.0 (its old name too goes in 0.3)
+MOVED |= {f"evaluation.{name}": f"evaluation.benchmarks.{name}" for name in (
+    "aro", "aro_order", "bivlc", "cola", "colorswap", "countbench", "crepe", "eqben", "hard_positives", "imagecode",
+    "linear_probe", "mmvp_vlm", "naturalbench", "negbench", "retrieval", "sdci", "spec", "sugarcrepe",
+    "sugarcrepe_pp", "svo_probes", "valse", "vismin", "vl_checklist", "vtab", "whatsup", "winoground", "zeroshot")}
 
 
 def moved_to(name: str) -> str | None:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..loss import hard_negative_diagnostics
 from ..plant.scorers.dino import DinoScorer  # DINOScore: the plant's image_sim scorer, the same class
 
-SCHEDULES = ("none", "static", "adaptive", "inverse")
+SCHEDULES = ("infonce", "static", "cement", "inverse")  # Fig. 6's curves, by loss name (`loss.SCHEDULES`)
 
 
 def gradient_share_samples(

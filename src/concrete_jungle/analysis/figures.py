@@ -6,7 +6,7 @@ import math
 import textwrap
 from pathlib import Path
 
-LABELS = {"none": "InfoNCE", "static": "static margin 1", "adaptive": "Cement (adaptive)", "inverse": "inverse"}
+LABELS = {"infonce": "InfoNCE", "static": "static margin 1", "cement": "Cement (adaptive)", "inverse": "inverse"}
 
 
 def _pyplot():

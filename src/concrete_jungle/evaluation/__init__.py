@@ -1,7 +1,8 @@
-"""The evaluation suite (paper §3, docs/method.md §7): one module per benchmark, each with a reader of the data
-root (files checked before any model loads) and ``evaluate(encoder, data)``; `names.BENCHMARKS` lists them with
-the layout each reads under the data root (every part optional; only the benchmarks asked for are read); `run`
-ties them to a data root and writes results; `report` renders and compares them.
+"""The evaluation suite (paper §3, docs/method.md §7): one module per benchmark in `benchmarks`, each with a reader
+of the data root (files checked before any model loads), ``evaluate(encoder, data)`` and ``item_chances(data)``;
+`names.BENCHMARKS` lists them with the layout each reads under the data root (every part optional; only the
+benchmarks asked for are read) and `names.benchmark_module` finds a benchmark's module by its name; `run` ties them
+to a data root and writes results; `report` renders and compares them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 from ..records import atomic_write_json, atomic_write_text
-from .names import BENCHMARKS, module_of
+from .names import BENCHMARKS, benchmark_module
 from .report import counts, markdown, summary
 
 # The benchmark modules import torch and open_clip; they are imported where they are used, so that the
@@ -30,13 +31,11 @@ def load_data(name: str, root: Path, skip_missing: bool) -> dict:
 
 def read_benchmark(name: str, root: Path, skip_missing: bool) -> dict:
     """A benchmark's items from the data root, by its module's reader (`names.BENCHMARKS`)."""
-    from importlib import import_module
-
     from .encoding import BenchmarkDataError
 
     if name not in BENCHMARKS:
         raise BenchmarkDataError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
-    return getattr(import_module(f".{module_of(name)}", __name__), BENCHMARKS[name].reader)(Path(root), skip_missing)
+    return getattr(benchmark_module(name), BENCHMARKS[name].reader)(Path(root), skip_missing)
 
 
 def present(root: Path) -> dict[str, list[str]]:
@@ -50,17 +49,26 @@ def present(root: Path) -> dict[str, list[str]]:
 
 
 def evaluate_one(name: str, encoder, data) -> dict:
-    from importlib import import_module
+    """Benchmark ``name``'s result on ``data`` (from `load_data`), with its per-item outcomes."""
+    return benchmark_module(name).evaluate(encoder, data)
 
-    return import_module(f".{module_of(name)}", __name__).evaluate(encoder, data)
+
+def chance_levels(name: str, data: dict, result: dict, keys: list[str] | None = None) -> dict[str, float | None]:
+    """The chance level of each of ``keys`` (default: the headlines) of benchmark ``name``'s ``result`` on ``data``,
+    asked of its module: its ``chance_levels`` where a metric is no mean over items (COCO's mAP), else
+    `chance.levels` of its ``item_chances``."""
+    from .chance import levels
+
+    module, keys = benchmark_module(name), list(BENCHMARKS[name].headlines) if keys is None else keys
+    if hasattr(module, "chance_levels"):
+        return module.chance_levels(data, result, keys)
+    return levels(module.item_chances(data), result, keys)
 
 
 def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None,
         overwrite: bool = False) -> dict[str, dict]:
     """Evaluate every benchmark in ``loaded`` (name -> data from `load_data`); write JSON + results.md (which also
     report the results ``out`` held of this model). ``overwrite``: remove another model's results from ``out``."""
-    from .chance import levels
-
     kept = kept_results(Path(out), encoder.clip.hash, overwrite) if out is not None else {}
     results = {}
     for name in names:
@@ -69,7 +77,7 @@ def run(encoder, names: list[str], loaded: dict, out: str | Path | None = None,
         encoder.forget_pictures()
         # a metric with nothing to average (every item skipped) has no value: null in JSON, never NaN
         result["metrics"] = {k: None if isinstance(v, float) and v != v else v for k, v in result["metrics"].items()}
-        result["chance"] = levels(name, loaded[name], result, BENCHMARKS[name].headlines)
+        result["chance"] = chance_levels(name, loaded[name], result)
         results[name] = {"benchmark": name, "rule": BENCHMARKS[name].rule,
                          "model": encoder.clip.identity, "model_label": encoder.clip.label,
                          "model_hash": encoder.clip.hash, "items": counts(loaded[name])[0],

@@ -45,18 +45,6 @@ def below_chance(others: list[str], text: str) -> float:
     return 0.0 if reading(text) in read else 1 / len(set(read) | {reading(text)})
 
 
-def item_chances(name: str, data: dict) -> dict[str, float | list[tuple[str, float]]]:
-    """Per series of the benchmark's outcomes that a headline metric reads: each item's key and chance of being
-    right, in the series' order, or one number for every item of the series, by the benchmark module's own
-    ``item_chances``. Series not listed, and benchmarks without one, have no level."""
-    from importlib import import_module
-
-    from .names import module_of
-
-    module = import_module(f".{module_of(name)}", __package__)
-    return module.item_chances(data) if hasattr(module, "item_chances") else {}
-
-
 def expected_average_precision(positives: int, total: int) -> float:
     """The expected AP of a random ranking of ``total`` items of which ``positives`` are right: a positive at rank r
     (uniform) has on average (r - 1)(R - 1)/(N - 1) positives above it, so E[AP] = (1/N) Σ_r [1 + (r - 1)(R - 1)/(N
@@ -66,15 +54,12 @@ def expected_average_precision(positives: int, total: int) -> float:
     return (harmonic + share * (total - harmonic)) / total
 
 
-def levels(name: str, data: dict, result: dict, keys: list[str]) -> dict[str, float | None]:
-    """The chance level of each of ``keys`` (headline metrics of ``name``'s ``result``, computed on ``data``): its
-    recipe applied to the items' chances. None where the metric has no value or its series no chance level."""
-    if name == "coco_probe":  # mAP over the classes with a positive, each ranking the val images
-        labels = data["splits"]["val"][1]
-        counts = [int(c) for c in labels.sum(0).tolist() if c > 0]
-        return {"mAP": sum(expected_average_precision(c, len(labels)) for c in counts) / len(counts)
-                if counts else None}
-    chances = item_chances(name, data)
+def levels(chances: dict[str, float | list[tuple[str, float]]], result: dict,
+           keys: list[str]) -> dict[str, float | None]:
+    """The chance level of each of ``keys`` (headline metrics of a benchmark's ``result``): its recipe applied to
+    the items' ``chances``, the benchmark module's ``item_chances(data)`` (per series of the outcomes that a metric
+    reads: each item's key and chance of being right, in the series' order, or one number for every item of the
+    series). None where the metric has no value or its series no chance level."""
     outcomes = result.get("outcomes") or {"series": {}, "metrics": {}}
     series = {}
     for s, answers in outcomes["series"].items():

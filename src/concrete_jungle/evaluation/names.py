@@ -1,7 +1,7 @@
 """The benchmark registry, importable without torch (the CLI's help lists it): per benchmark, its kind, headline
-metrics, where its data sits under the data root, and the module that reads and scores it (one module per benchmark,
-each with ``load_root(root, skip_missing)``, ``evaluate(encoder, data)`` and, where it has a chance level,
-``item_chances(data)``)."""
+metrics, where its data sits under the data root, and the module that reads and scores it (one module per benchmark
+in `benchmarks`, each with ``load_root(root, skip_missing)``, ``evaluate(encoder, data)`` and ``item_chances(data)``).
+`benchmark_module` is the one place a benchmark's name becomes its module."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class Benchmark:
     headlines: tuple[str, ...]  # the metrics its paper leads with, averaged into its headline number
     markers: tuple[str, ...]  # globs under the data root, any of which shows its data is there ("x/": a folder)
     layout: str  # its files under the data root, one line for `eval --help`
-    module: str = ""  # the module under concrete_jungle.evaluation; default: the benchmark's name
+    module: str = ""  # its module in evaluation/benchmarks/; default: the benchmark's name
     reader: str = "load_root"  # that module's function reading the data root
     rule: int = 1  # the version of its scoring rule, which a result records: bumped when the rule changes
 
@@ -143,5 +143,12 @@ BENCHMARKS: dict[str, Benchmark] = {
 
 
 def module_of(name: str) -> str:
-    """The module (under concrete_jungle.evaluation) that reads and scores benchmark ``name``."""
+    """The name of the module in evaluation/benchmarks/ that reads and scores benchmark ``name``."""
     return BENCHMARKS[name].module or name
+
+
+def benchmark_module(name: str):
+    """The module that reads and scores benchmark ``name``, imported on first use (it imports torch)."""
+    from importlib import import_module
+
+    return import_module(f"{__package__}.benchmarks.{module_of(name)}")

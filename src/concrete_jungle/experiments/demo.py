@@ -334,6 +334,7 @@ def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analys
            curves: Path, out: Path) -> str:
     from ..analysis.dataset_statistics import SCHEDULES, table1_markdown
     from ..analysis.figures import LABELS
+    from ..loss.options import by_loss_name
 
     rel = lambda p: Path(p).resolve().relative_to(out.resolve()).as_posix()  # noqa: E731
     lines = [
@@ -390,7 +391,7 @@ def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analys
         "## Hard-negative gradient share against batch size (like the paper's Fig. 6)", "",
         f"![gradient share]({rel(Path(analysed['dir']) / 'gradient_share.png')})", "",
     ]
-    curves = analysed["gradient_share"]
+    curves = by_loss_name(analysed["gradient_share"])
     schedules = [s for s in SCHEDULES if s in curves]
     lines += ["| N | " + " | ".join(LABELS[s] for s in schedules) + " |", "| --- |" + " --- |" * len(schedules)]
     lines += [f"| {n} | " + " | ".join(f"{curves[s][n]:.3f}" for s in schedules) + " |"

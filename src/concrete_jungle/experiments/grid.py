@@ -100,7 +100,7 @@ def cell_config(grid: GridConfig, dataset: str, loss: str):
 def eval_data(grid: GridConfig) -> dict:
     """The benchmarks' data, read and checked once for every cell."""
     from .. import evaluation
-    from ..evaluation import sugarcrepe
+    from ..evaluation.benchmarks import sugarcrepe
     from ..evaluation.checks import files_digest
 
     if grid.eval.toy_world:

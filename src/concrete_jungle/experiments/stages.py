@@ -331,7 +331,7 @@ class Stages:
         place of its own: `sugarcrepe.evaluate`), as the series and metric ``blind:<subset>``."""
         import torch
 
-        from ..evaluation import retrieval, sugarcrepe
+        from ..evaluation.benchmarks import retrieval, sugarcrepe
         from ..evaluation.encoding import Encoder
         from ..models import load_model
 
@@ -362,7 +362,7 @@ class Stages:
 
     def analyse(self, baseline: Path, datasets: dict[str, Path]) -> dict:
         """Table 1 and Fig. 5 (`analysis.analyze_datasets`) and Fig. 6 (gradient share), under the baseline."""
-        from ..analysis import statistics as analysis
+        from ..analysis import dataset_statistics as analysis
         from ..analysis.figures import gradient_share_title, plot_gradient_share
         from ..models import load_model
 
@@ -407,7 +407,7 @@ class Stages:
 
     def test_data(self, world: Path, split: str = "test") -> dict:
         """The world's held-out compositional subsets and retrieval split (``test``, or ``val`` to choose on)."""
-        from ..evaluation import retrieval, sugarcrepe
+        from ..evaluation.benchmarks import retrieval, sugarcrepe
 
         return {"sugarcrepe": sugarcrepe.load(world / split / "sugarcrepe", world / "images" / split),
                 "retrieval": retrieval.load(world / split / "retrieval.json", world / "images" / split)}

@@ -23,6 +23,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..loss.options import by_loss_name
 from ..records import atomic_write_json, atomic_write_text, read_jsonl
 from ..toyworld.build import WorldConfig
 from .published import counts_all_starts, publish, starts_words, wall_time_words
@@ -116,7 +117,7 @@ class Study:
         sizes = [n for n in self.c.batch_sizes if n <= c.shape[0]]
         curves = gradient_share_by_batch_size(image, text, c, clip.model.logit_scale.exp().item(), sizes,
                                               batches=16)
-        below = [n for n in sizes if curves["none"][n] < self.c.share_threshold]
+        below = [n for n in sizes if curves["infonce"][n] < self.c.share_threshold]
         choice = {"n": below[0] if below else sizes[-1], "rule_met": bool(below),
                   "curves": {s: {str(n): v for n, v in pts.items()} for s, pts in curves.items()}}
         atomic_write_json(d / "choice.json", choice)
@@ -252,7 +253,7 @@ def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, seed: int = 0
 
 def batch_size_sentence(design: dict) -> str:
     """How the design's rule chose N, in a sentence of a study's report."""
-    share = design["batch_size_choice"]["curves"]["none"]
+    share = by_loss_name(design["batch_size_choice"]["curves"])["infonce"]
     return (f"**N = {design['n']}** anchors per step: InfoNCE's hard-negative gradient share on the baseline's D_hc "
             "features was " + ", ".join(f"{v:.3f} at N = {n}" for n, v in sorted(share.items(),
                                                                                   key=lambda kv: int(kv[0])))

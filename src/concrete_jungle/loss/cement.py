@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .options import RENAMED_SCHEDULES
 from .layout import (Layout, gather_no_grad, gather_rows, hard_columns, make_layout, negatives_per_anchor,
                      per_sample)
 
@@ -71,14 +72,19 @@ class InverseMargin(AdaptiveMargin):
         return (self.m_max - self.m_min) * torch.sigmoid((self.center - c) / self.tau) + self.m_min
 
 
-SCHEDULES: dict[str, type] = {"none": NoMargin, "static": StaticMargin, "adaptive": AdaptiveMargin,
+# by the name of the loss each makes (`options.CEMENT_LOSSES`: loss.name, `train --loss`)
+SCHEDULES: dict[str, type] = {"cement": AdaptiveMargin, "infonce": NoMargin, "static": StaticMargin,
                               "inverse": InverseMargin}
 
 
 def make_schedule(name: str, **params) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A schedule by name with its parameters, e.g. ``make_schedule("adaptive", tau=0.2)``."""
+    """A schedule by name with its parameters, e.g. ``make_schedule("cement", tau=0.2)``."""
+    if name in RENAMED_SCHEDULES:
+        warnings.warn(f"margin schedule {name!r} is now called {RENAMED_SCHEDULES[name]!r}, the name of its loss; "
+                      "the old name goes in 0.3", DeprecationWarning, stacklevel=3)
+        name = RENAMED_SCHEDULES[name]
     if name not in SCHEDULES:
-        raise ValueError(f"margin schedule {name!r} is not one of {sorted(SCHEDULES)}")
+        raise ValueError(f"margin schedule {name!r} is not one of {', '.join(SCHEDULES)}")
     try:
         return SCHEDULES[name](**params)
     except TypeError as e:
@@ -157,7 +163,7 @@ class CementLoss(nn.Module):
     over anchors' existing negatives (image-to-text and text-to-image), mean margin; all detached and computed
     from the log-softmax the loss needs anyway.
 
-    ``margin="none"`` with every negative present is open_clip's ClipLoss on the N (1 + K) pairs; with no
+    ``margin="infonce"`` with every negative present is open_clip's ClipLoss on the N (1 + K) pairs; with no
     negative at all it is ClipLoss on the N anchors.
 
     ``mask_entailed``: ``anchor_true_of_negative`` (n x K bool, a forward keyword) names the negative pictures the
@@ -166,7 +172,7 @@ class CementLoss(nn.Module):
 
     def __init__(
         self,
-        margin: str | Callable[[torch.Tensor], torch.Tensor] = "adaptive",
+        margin: str | Callable[[torch.Tensor], torch.Tensor] = "cement",
         local_loss: bool = False,
         gather_with_grad: bool = False,
         cache_labels: bool = True,
@@ -340,7 +346,7 @@ def hard_negative_diagnostics(
     text_features: torch.Tensor,
     logit_scale: float | torch.Tensor,
     concreteness: torch.Tensor | None = None,
-    margin: str | Callable[[torch.Tensor], torch.Tensor] = "none",
+    margin: str | Callable[[torch.Tensor], torch.Tensor] = "infonce",
     has_negative: torch.Tensor | None = None,
     has_negative_image: torch.Tensor | None = None,
     **margin_params,

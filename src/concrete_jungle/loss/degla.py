@@ -57,7 +57,7 @@ class DeGLALoss(HardNegativeLoss):
                  gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
                  mask_entailed: bool = False):
         super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
-        self.negclip = CementLoss("none", local_loss=local_loss, gather_with_grad=gather_with_grad,
+        self.negclip = CementLoss("infonce", local_loss=local_loss, gather_with_grad=gather_with_grad,
                                   cache_labels=cache_labels, rank=rank, world_size=world_size)
         self.negclip._warned_unnormalised = True  # its inputs are checked (and warned about once) here
         self.needs = needed_extras(options)

@@ -8,12 +8,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-# loss.name (and `train --loss`) -> Cement's margin schedule (`loss/cement.py` SCHEDULES): Cement is the adaptive
-# margin, InfoNCE no margin, and the paper's two ablations
-LOSS_SCHEDULES = {"cement": "adaptive", "infonce": "none", "static": "static", "inverse": "inverse"}
+# The names of the losses, as loss.name and `train --loss` give them and `loss/` knows them. Cement's loss with each
+# of its margin schedules (`loss/cement.py` SCHEDULES, by these names): Cement's adaptive margin, InfoNCE (no
+# margin), and the paper's two ablations
+CEMENT_LOSSES = ("cement", "infonce", "static", "inverse")
 # the field's losses (`loss.LOSSES`), each configured by its section loss.<name>
 PEER_LOSSES = ("negclip", "tripletclip", "ce_clip", "fsc_clip", "degla", "clic")
-LOSS_NAMES = (*LOSS_SCHEDULES, *PEER_LOSSES)
+LOSS_NAMES = (*CEMENT_LOSSES, *PEER_LOSSES)
+# two schedules' names in 0.2.0, until 0.3: `loss/cement.py` takes them with a DeprecationWarning, and the gradient
+# share curves a 0.2.0 run stored under them (a demo's analysis, a study's design) read back by `by_loss_name`
+RENAMED_SCHEDULES = {"adaptive": "cement", "none": "infonce"}
 
 THRESHOLDS = ("mean", "max", "fixed")
 NORMALIZERS = ("minmax", "softmax")
@@ -26,6 +30,11 @@ def unread(options, keys: tuple[str, ...], section: str, why: str, fix: str) -> 
     defaults = {f.name: f.default for f in fields(options)}
     return [f"loss.{section}.{key} {getattr(options, key)!r} is not read: {why}; remove it or {fix}"
             for key in keys if getattr(options, key) != defaults[key]]
+
+
+def by_loss_name(curves: dict) -> dict:
+    """Stored curves per schedule (`analysis.statistics.gradient_share_samples`), keyed by the losses' names."""
+    return {RENAMED_SCHEDULES.get(name, name): curve for name, curve in curves.items()}
 
 
 @dataclass(frozen=True)

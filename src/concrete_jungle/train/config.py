@@ -14,15 +14,16 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
-from ..loss.options import (LOSS_NAMES, LOSS_SCHEDULES, PEER_LOSSES, CEClipOptions, CLICOptions, DeGLAOptions,
+from ..loss.options import (CEMENT_LOSSES, LOSS_NAMES, PEER_LOSSES, CEClipOptions, CLICOptions, DeGLAOptions,
                             FSCCLIPOptions, NegCLIPOptions, TripletCLIPOptions)
 from ..sources import SourceError, expand_paths
 from .start import is_peer, start_identity, start_problems
 
-# the margin parameters each margin schedule reads (docs/method.md §5); the field's losses read none of them
+# the margin parameters each margin schedule of Cement's loss reads (docs/method.md §5), by loss.name; the field's
+# losses read none of them
 MARGIN_KEYS = ("m_min", "m_max", "center", "tau", "static_margin")
-SCHEDULE_READS = {"adaptive": ("m_min", "m_max", "center", "tau"), "inverse": ("m_min", "m_max", "center", "tau"),
-                  "static": ("static_margin",), "none": ()}
+SCHEDULE_READS = {"cement": ("m_min", "m_max", "center", "tau"), "infonce": (), "static": ("static_margin",),
+                  "inverse": ("m_min", "m_max", "center", "tau")}
 PRECISIONS = ("fp32", "amp_bf16")  # what training does: fp32, or bf16 autocast on CUDA
 
 
@@ -123,12 +124,12 @@ class LossConfig:
     def unread(self) -> list[str]:
         """Every option that differs from its default but that the loss named, under its own settings, does not
         read: a margin parameter of another schedule or under a peer loss, another loss's section, an option its
-        section's other settings switch off (`loss_options`)."""
+        section's other settings switch off (`loss.options`)."""
         if self.name not in LOSS_NAMES:
             return []
         defaults = {f.name: f.default for f in fields(self)}
-        reads = SCHEDULE_READS[LOSS_SCHEDULES[self.name]] if self.name in LOSS_SCHEDULES else ()
-        who = (f"schedule {LOSS_SCHEDULES[self.name]}" if self.name in LOSS_SCHEDULES else "a peer loss, which has "
+        reads = SCHEDULE_READS.get(self.name, ())
+        who = ("a margin schedule of Cement's loss" if self.name in CEMENT_LOSSES else "a peer loss, which has "
                f"its own section loss.{self.name}")
         problems = [f"loss.{key} {getattr(self, key)} is not read: it is a Cement margin parameter, and loss.name "
                     f"{self.name} ({who}) reads {', '.join(reads) or 'none of them'}; remove it or choose a loss "
@@ -148,7 +149,7 @@ def reads_negative_images(loss: LossConfig) -> bool:
     """Whether the loss reads the negatives' pictures: Cement (every schedule), TripletCLIP, and NegCLIP's later
     version do; CE-CLIP, FSC-CLIP, DeGLA and CLIC have none in their data and read none, so a run of them neither
     decodes nor encodes a picture it would not use."""
-    return loss.negclip.negative_images if loss.name == "negclip" else loss.name in (*LOSS_SCHEDULES, "tripletclip")
+    return loss.negclip.negative_images if loss.name == "negclip" else loss.name in (*CEMENT_LOSSES, "tripletclip")
 
 
 def check_loss_data(loss: LossConfig, negative_pictures: bool) -> None:

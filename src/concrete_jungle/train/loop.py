@@ -45,6 +45,9 @@ from .regime import Regime
 from .start import check_pretrained, start_identity
 from .state import how_to_continue, load_trainer_state, lr_at, param_groups, save_trainer_state
 
+WANDB_RUN = "wandb_run.json"  # the Weights & Biases run id, so that a resumed run logs into the same run
+DIAGNOSTICS = ("hn_grad_share", "p_pos", "logit_gap", "margin")  # Cement's; a peer loss may give some of them
+
 
 def use_open_clip_cuda_settings() -> None:
     """What open_clip_train sets on CUDA: TF32 for the float32 matmuls outside autocast (the loss), and cuDNN
@@ -358,9 +361,6 @@ class Run:
                               "same command and --resume latest")
 
 
-WANDB_RUN = "wandb_run.json"  # the Weights & Biases run id, so that a resumed run logs into the same run
-
-
 def open_wandb(config: TrainConfig):
     """A Weights & Biases run for ``config`` (wandb's documented `wandb.init`), the one a resumed run started."""
     import wandb
@@ -388,9 +388,6 @@ def run(config: TrainConfig, resume: str | None, progress: bool, stop_at: int | 
     steps.prepare()
     steps.open_logs()
     return steps.loop(stop_at)
-
-
-DIAGNOSTICS = ("hn_grad_share", "p_pos", "logit_gap", "margin")  # Cement's; a peer loss may give some of them
 
 
 def finite_or_none(value: float) -> float | None:

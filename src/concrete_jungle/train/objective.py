@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..loss import LOSSES, CementLoss
-from ..loss.options import LOSS_SCHEDULES
+from ..loss.options import CEMENT_LOSSES
 from .config import LossConfig, reads_negative_images
 from .ema import EmaTeacher
 
@@ -29,11 +29,10 @@ def make_loss(loss: LossConfig, rank: int = 0, world_size: int = 1) -> nn.Module
     """The loss module a config names, set up for data parallelism like open_clip's ClipLoss."""
     parallel = {"local_loss": loss.local_loss, "gather_with_grad": loss.gather_with_grad, "rank": rank,
                 "world_size": world_size, "mask_entailed": loss.mask_entailed}
-    if loss.name in LOSS_SCHEDULES:
-        schedule = LOSS_SCHEDULES[loss.name]
-        params = {"none": {}, "static": {"value": loss.static_margin}}.get(
-            schedule, {"m_min": loss.m_min, "m_max": loss.m_max, "center": loss.center, "tau": loss.tau})
-        return CementLoss(schedule, **parallel, **params)
+    if loss.name in CEMENT_LOSSES:
+        params = {"infonce": {}, "static": {"value": loss.static_margin}}.get(
+            loss.name, {"m_min": loss.m_min, "m_max": loss.m_max, "center": loss.center, "tau": loss.tau})
+        return CementLoss(loss.name, **parallel, **params)
     cls, _ = LOSSES[loss.name]
     return cls(getattr(loss, loss.name), **parallel)
 

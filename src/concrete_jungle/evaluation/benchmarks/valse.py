@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..outcomes import reported, series
-from ..records import file_digest
-from .checks import items_of, release_folder, shown, text_of
-from .choice import subset_picks
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
-from .chance import pick_chance
-from .validity import averages, blind_block
+from ...outcomes import reported, series
+from ...records import file_digest
+from ..checks import items_of, release_folder, shown, text_of
+from ..choice import subset_picks
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..chance import pick_chance
+from ..validity import averages, blind_block
 
 LAYOUT = ("<root>/valse/data/<piece>.json (git clone https://github.com/Heidelberg-NLP/VALSE <root>/valse; or the "
           "pieces in <root>/valse/) and the pictures in <root>/valse/images/<image_file> or in the folder config.py "
@@ -140,5 +140,5 @@ def outcomes_of(data: dict, answers_of: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each item's chance (`chance.item_chances`): [foil, caption], the caption second, so a tie is wrong."""
+    """Each item's chance (`chance.levels`): [foil, caption], the caption second, so a tie is wrong."""
     return {s: [(row[0], pick_chance([row[2], row[3]], 1)) for row in rows] for s, rows in data["items"].items()}

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..outcomes import reported, series
-from ..records import file_digest
-from .checks import boxes_outside, items_of, numbered_lines, pixel_box, text_of
-from .choice import subset_picks
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
-from .chance import pick_chance
-from .validity import averages, blind_block
+from ...outcomes import reported, series
+from ...records import file_digest
+from ..checks import boxes_outside, items_of, numbered_lines, pixel_box, text_of
+from ..choice import subset_picks
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..chance import pick_chance
+from ..validity import averages, blind_block
 
 FILES = {"vg_relation": "visual_genome_relation.json", "vg_attribution": "visual_genome_attribution.json"}
 SYMMETRIC = "vg_relation_symmetric.txt"
@@ -127,6 +127,6 @@ def outcomes_of(data: dict, answers_of: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each item's chance (`chance.item_chances`): [false caption, true caption], the true one second, so a tie is
+    """Each item's chance (`chance.levels`): [false caption, true caption], the true one second, so a tie is
     wrong."""
     return {s: [(row[0], pick_chance([row[2], row[3]], 1)) for row in rows] for s, rows in data["items"].items()}

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import torch
 
-from ..outcomes import metric_values, series
-from ..records import atomic_write_jsonl, file_digest
-from . import two_by_two
-from .checks import numbered_lines, release_folder, shown, text_of
-from .encoding import BenchmarkDataError, Encoder, check_images, image_path
-from .chance import WINOGROUND
-from .validity import blind, blind_block, mean_picture
+from ...outcomes import metric_values, series
+from ...records import atomic_write_jsonl, file_digest
+from .. import two_by_two
+from ..checks import numbered_lines, release_folder, shown, text_of
+from ..encoding import BenchmarkDataError, Encoder, check_images, image_path
+from ..chance import WINOGROUND
+from ..validity import blind, blind_block, mean_picture
 
 LAYOUT = ("<root>/winoground/data/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and "
           "data/images/<image_0>.png, <image_1>.png (facebook/winoground downloaded into <root>/winoground, "
@@ -80,7 +80,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     path = root / "examples.jsonl"
     if not path.is_file():
         raise BenchmarkDataError(f"{path} not found; expected layout: {LAYOUT} (or export the HF dataset with "
-                                 "concrete_jungle.evaluation.winoground.export_hf)")
+                                 "concrete_jungle.evaluation.benchmarks.winoground.export_hf)")
     items, lines = [], {}
     for n, line in numbered_lines(path):
         try:

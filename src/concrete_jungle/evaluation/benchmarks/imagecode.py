@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from .checks import release_folder, text_of
-from .encoding import BenchmarkDataError, Encoder, check_images, load_json_file
-from .validity import MICRO, blind_block
+from ...records import file_digest
+from ...outcomes import reported, series
+from ..checks import release_folder, text_of
+from ..encoding import BenchmarkDataError, Encoder, check_images, load_json_file
+from ..validity import MICRO, blind_block
 
 LAYOUT = ("<root>/imagecode/data/valid_data.json ({image set: {image index: description}}: the repository's data/, "
           "its valid split) and <root>/imagecode/data/image-sets/<image set>/img<N>.jpg (ten per set: image-sets.zip "
@@ -128,7 +128,7 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each description's chance (`chance.item_chances`): its picture first among the set's distinct pictures (by
+    """Each description's chance (`chance.levels`): its picture first among the set's distinct pictures (by
     content) at random, 1/10 for ten distinct ones; 0 when a picture listed before it is the same (two equal frames
     tie, and the first of equals is the pick)."""
     digests = data["digests"]

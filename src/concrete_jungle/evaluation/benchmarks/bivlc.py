@@ -24,16 +24,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import atomic_write_jsonl, file_digest
-from . import two_by_two
-from .encoding import BenchmarkDataError, Crop, Encoder, image_path
-from .two_by_two import Pair
+from ...records import atomic_write_jsonl, file_digest
+from .. import two_by_two
+from ..encoding import BenchmarkDataError, Crop, Encoder, image_path
+from ..two_by_two import Pair
 
 LAYOUT = ("<root>/bivlc/ holding the dataset imirandam/BiVLC as downloaded (huggingface-cli download imirandam/BiVLC "
           "--repo-type dataset --local-dir <root>/bivlc: its test split's Parquet files), from which "
           "<root>/bivlc/examples.jsonl (id, caption, negative_caption, image, negative_image, type, subtype) and "
           "<root>/bivlc/images/ are written once")
-EXPORT = "download the dataset there, or write it from the Hub with concrete_jungle.evaluation.bivlc.export_hf"
+EXPORT = ("download the dataset there, or write it from the Hub with "
+          "concrete_jungle.evaluation.benchmarks.bivlc.export_hf")
 TYPES = ("replace", "swap", "add")  # the official script's order
 # answer of `two_by_two.answers` -> the official name
 NAMES = {"image_0": "Ipos_2T", "image_1": "Ineg_2T", "caption_0": "Tpos_2I", "caption_1": "Tneg_2I", "text": "I2T",

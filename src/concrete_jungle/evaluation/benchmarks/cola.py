@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import file_digest
-from . import two_by_two
-from .checks import items_of, release_folder, shown, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
-from .two_by_two import Pair
+from ...records import file_digest
+from .. import two_by_two
+from ..checks import items_of, release_folder, shown, text_of
+from ..encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
+from ..two_by_two import Pair
 
 FILE = "COLA_multiobjects_matching_benchmark.json"
 LAYOUT = (f"<root>/cola/data/{FILE} (a list of [link to image 1, caption 1, link to image 2, caption 2]: git clone "

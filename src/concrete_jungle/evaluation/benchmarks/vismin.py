@@ -27,16 +27,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import atomic_write_jsonl, file_digest
-from . import two_by_two
-from .encoding import BenchmarkDataError, Encoder, image_path
-from .two_by_two import Pair
+from ...records import atomic_write_jsonl, file_digest
+from .. import two_by_two
+from ..encoding import BenchmarkDataError, Encoder, image_path
+from ..two_by_two import Pair
 
 LAYOUT = ("<root>/vismin/ holding the dataset mair-lab/vismin-bench as downloaded (huggingface-cli download "
           "mair-lab/vismin-bench --repo-type dataset --local-dir <root>/vismin: its save_to_disk folder data/), from "
           "which <root>/vismin/examples.jsonl (id, text_0, text_1, image_0, image_1, category) and "
           "<root>/vismin/images/ are written once")
-EXPORT = "download the dataset there, or write it with concrete_jungle.evaluation.vismin.export_disk"
+EXPORT = "download the dataset there, or write it with concrete_jungle.evaluation.benchmarks.vismin.export_disk"
 CATEGORIES = ("object", "attribute", "counting", "relation")
 NAMES = {"text": "text", "image": "image", "group": "group"}
 

@@ -40,12 +40,12 @@ from typing import NamedTuple
 
 import torch
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from .chance import below_chance, pick_chance
-from .checks import boxes_outside, items_of, pixel_box, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
-from .validity import averages, blind, blind_block, mean_picture
+from ...records import file_digest
+from ...outcomes import reported, series
+from ..chance import below_chance, pick_chance
+from ..checks import boxes_outside, items_of, pixel_box, text_of
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..validity import averages, blind, blind_block, mean_picture
 
 FILES = {"swap": "visual_genome_attribution.json", "replace_att": "vl_checklist_attributes.json",
          "replace_rel": "vl_checklist_relations.json"}
@@ -186,7 +186,7 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each item's chance (`chance.item_chances`) of the measures ``original``, ``hard_positive`` (the true text
+    """Each item's chance (`chance.levels`) of the measures ``original``, ``hard_positive`` (the true text
     second of two, so a tie is wrong) and ``augmented`` (c_n' strictly below both true texts: 1/k of the k distinct
     texts, 0 when it reads as one of them)."""
     out = {}

@@ -38,14 +38,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..records import atomic_write_jsonl, file_digest
-from ..outcomes import reported, series
-from . import two_by_two
-from .chance import pick_chance
-from .checks import items_of, shown, text_of
-from .choice import subset_picks
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
-from .validity import blind_block
+from ...records import atomic_write_jsonl, file_digest
+from ...outcomes import reported, series
+from .. import two_by_two
+from ..chance import pick_chance
+from ..checks import items_of, shown, text_of
+from ..choice import subset_picks
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..validity import blind_block
 
 NUMBER_WORDS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")  # the options' order
 COUNTS = range(2, 2 + len(NUMBER_WORDS))

@@ -31,15 +31,15 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..images import npy_frame
-from ..records import file_digest
-from ..outcomes import reported
-from . import two_by_two
-from .checks import items_of, release_folder, text_of
-from .encoding import BenchmarkDataError, CheckedImages, Crop, Encoder, check_images, image_path, \
+from ...images import npy_frame
+from ...records import file_digest
+from ...outcomes import reported
+from .. import two_by_two
+from ..checks import items_of, release_folder, text_of
+from ..encoding import BenchmarkDataError, CheckedImages, Crop, Encoder, check_images, image_path, \
     load_json_file
-from .two_by_two import Pair
-from .validity import MICRO, averages
+from ..two_by_two import Pair
+from ..validity import MICRO, averages
 
 LAYOUT = ("<root>/eqben/eqben_vllm/all_select.json (a list of {image0, caption0, image1, caption1}: eqben_vllm.zip, "
           "EqBen_Mini, unzipped as t2v_metrics unzips it) and <root>/eqben/eqben_vllm/images/<image0>, <image1> (paths "
@@ -131,7 +131,7 @@ def load_full_root(root: Path, skip_missing: bool = False) -> dict:
 def _checked(paths: list[Path], skip_missing: bool) -> CheckedImages:
     """`encoding.check_images` for the pictures, and the same checks for the ``.npy`` frames: present, and one
     height x width x 3 uint8 array each, decoded whole."""
-    from ..images import ImageRejected
+    from ...images import ImageRejected
 
     problems, sha256 = check_images([p for p in paths if p.suffix != ".npy"], LAYOUT, skip_missing)
     for path in dict.fromkeys(p for p in paths if p.suffix == ".npy"):

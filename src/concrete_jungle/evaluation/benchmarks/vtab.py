@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from ..outcomes import metric_values, series
-from .clip_benchmark_data import build, features
-from .checks import tree_sha256
-from .encoding import BenchmarkDataError, Encoder, unit_of
+from ...outcomes import metric_values, series
+from ..clip_benchmark_data import build, features
+from ..checks import tree_sha256
+from ..encoding import BenchmarkDataError, Encoder, unit_of
 from .linear_probe import load_image_folder, train_head
 
 TASKS = ("caltech101", "cifar100", "clevr_count_all", "clevr_closest_object_distance", "diabetic_retinopathy",
@@ -98,5 +98,5 @@ def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, s
 
 
 def item_chances(data: dict) -> dict:
-    """A uniform guess among each task's classes (`chance.item_chances`)."""
+    """A uniform guess among each task's classes (`chance.levels`)."""
     return {task: 1 / len(t["classes"]) for task, t in data["tasks"].items() if t.get("classes")}

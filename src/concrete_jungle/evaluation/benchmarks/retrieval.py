@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from ..outcomes import metric_values, series
-from ..records import file_digest
-from .checks import shown, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ...outcomes import metric_values, series
+from ...records import file_digest
+from ..checks import shown, text_of
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
 
 LAYOUT = "<karpathy json> (images[].split, filename, filepath?, sentences[].raw) and <image_dir>/[filepath/]filename"
 RECALL_AT = (1, 5, 10)
@@ -153,7 +153,7 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each query's chance of a first place (`chance.item_chances`): a caption's when its one image ranks first of
+    """Each query's chance of a first place (`chance.levels`): a caption's when its one image ranks first of
     N; an image's when one of its c captions ranks first of all T."""
     items = data["items"]
     total = sum(len(caps) for _, caps in items)

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from .chance import pick_chance
-from .checks import partial, shown
-from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
-from .validity import averages, blind_of_parts
+from ...records import file_digest
+from ...outcomes import reported, series
+from ..chance import pick_chance
+from ..checks import partial, shown
+from ..encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
+from ..validity import averages, blind_of_parts
 
 PER_FILE = 1000  # MAX_NUM 2000 of the released config, halved by the itc task
 SWIG = ("agent", "destination", "item", "tool")
@@ -184,6 +184,6 @@ def outcomes_of(data: dict, answers: dict[str, list[bool]]) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each item's chance (`chance.item_chances`): the positive strictly above the negative, [NEG, POS] with the
+    """Each item's chance (`chance.levels`): the positive strictly above the negative, [NEG, POS] with the
     positive second, so a tie is wrong."""
     return {f: [(it[0], pick_chance([it[3], it[2]], 1)) for it in items] for f, items in data["items"].items()}

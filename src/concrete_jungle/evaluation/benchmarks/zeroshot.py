@@ -34,12 +34,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..outcomes import reported, series
-from ..records import file_digest
-from .checks import checked_templates, distinct_names, numbered_lines, repeated_names, tree_sha256
-from .clip_benchmark_data import build, features
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images
-from .image_folder import (IMG_EXTENSIONS, by_index, class_folders, empty_classes_note, naming_order,
+from ...outcomes import reported, series
+from ...records import file_digest
+from ..checks import checked_templates, distinct_names, numbered_lines, repeated_names, tree_sha256
+from ..clip_benchmark_data import build, features
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images
+from ..image_folder import (IMG_EXTENSIONS, by_index, class_folders, empty_classes_note, naming_order,
                            not_read_note, pictures)
 
 LAYOUT = ("<root>/zeroshot/<dataset>/test/<class>/<image>, optionally with classnames.txt and templates.txt "
@@ -233,6 +233,6 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """A uniform guess among each dataset's classes (`chance.item_chances`)."""
+    """A uniform guess among each dataset's classes (`chance.levels`)."""
     return {f"{d}/acc1": 1 / len(dataset["classes"]) for d, dataset in data["datasets"].items()
             if dataset.get("classes")}

@@ -43,12 +43,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from .chance import below_chance, pick_chance
-from .checks import shown, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
-from .validity import blind, blind_block, mean_picture
+from ...records import file_digest
+from ...outcomes import reported, series
+from ..chance import below_chance, pick_chance
+from ..checks import shown, text_of
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
+from ..validity import blind, blind_block, mean_picture
 
 LAYOUT = ("<root>/sdci/densely_captioned_images/{splits.json,complete/<file>.json} (DCI's dci.tar.gz extracted in "
           "<root>/sdci) + <root>/sdci/densely_captioned_images/photos/<image> (SA-1B's sa_000138.tar extracted there)")

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from .chance import pick_chance
-from .checks import items_of, partial, release_folder, shown, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
-from .validity import averages, blind_of_parts
+from ...records import file_digest
+from ...outcomes import reported, series
+from ..chance import pick_chance
+from ..checks import items_of, partial, release_folder, shown, text_of
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..validity import averages, blind_of_parts
 
 SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")
 LAYOUT = ("<root>/spec/data/<subset>/{image2text,text2image}.json with the pictures they name inside the subset's "
@@ -147,7 +147,7 @@ def outcomes_of(data: dict, picks: dict[str, list[int]]) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each query's chance (`chance.item_chances`): captions by `chance.pick_chance`; pictures distinct files at
+    """Each query's chance (`chance.levels`): captions by `chance.pick_chance`; pictures distinct files at
     random, 1/k, or 0 when the right one is a file listed earlier too."""
     def chance(part: str, item) -> float:
         if part.endswith("/i2t"):

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import file_digest
-from . import two_by_two
-from .checks import items_of, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
-from .two_by_two import Pair
+from ...records import file_digest
+from .. import two_by_two
+from ..checks import items_of, text_of
+from ..encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
+from ..two_by_two import Pair
 
 LAYOUT = ("<root>/naturalbench/NaturalBench-Retrieval/metadata.json (a list of index, image_0, image_1, caption_0, "
           "caption_1) and <root>/naturalbench/NaturalBench-Retrieval/images/ (NaturalBench-Retrieval.zip unzipped)")

@@ -41,12 +41,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..outcomes import reported, series
-from .choice import subset_picks
-from .encoding import Crop, Encoder, check_images, unit_of
+from ...outcomes import reported, series
+from ..choice import subset_picks
+from ..encoding import Crop, Encoder, check_images, unit_of
 from .retrieval import LAYOUT, flickr30k_images, listings
-from .chance import pick_chance
-from .validity import blind_block
+from ..chance import pick_chance
+from ..validity import blind_block
 
 SEED = 1  # main_aro.py's --seed default, given to seed_all before the dataset is built
 MAX_WORDS = 30
@@ -133,9 +133,9 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     """Per split file present: items (key, Crop, the five options with the caption first). The options are drawn
     for every caption listed, before images are checked: an item skipped for its image leaves the others as they
     are."""
-    from ..nlp import load_spacy
-    from ..records import file_digest
-    from .encoding import BenchmarkDataError
+    from ...nlp import load_spacy
+    from ...records import file_digest
+    from ..encoding import BenchmarkDataError
 
     root = Path(root)
     found = {name: (root / f, flickr30k_images(root / images) if name == "flickr30k_order" else root / images)
@@ -190,5 +190,5 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each item's chance (`chance.item_chances`): the caption listed first, so a tie is right."""
+    """Each item's chance (`chance.levels`): the caption listed first, so a tie is right."""
     return {s: [(row[0], pick_chance(row[2], 0)) for row in rows] for s, rows in data["items"].items()}

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from . import two_by_two
-from .chance import reading
-from .checks import csv_lines
-from .encoding import BenchmarkDataError, Encoder, check_images, image_path
-from .two_by_two import Pair
-from .validity import MICRO, averages, blind_block
+from ...records import file_digest
+from ...outcomes import reported, series
+from .. import two_by_two
+from ..chance import reading
+from ..checks import csv_lines
+from ..encoding import BenchmarkDataError, Encoder, check_images, image_path
+from ..two_by_two import Pair
+from ..validity import MICRO, averages, blind_block
 
 LAYOUT = ("<root>/mmvp_vlm/Questions.csv (Question ID, Type, Statement: the two statements of a pair on consecutive "
           "rows, ids 2k-1 and 2k) and <root>/mmvp_vlm/MLLM_VLM Images/<Type>/<Question ID>.jpg (the MMVP_VLM "
@@ -118,7 +118,7 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each pair's chance (`chance.item_chances`): each statement picks between two images at random, 1/2 each, so
+    """Each pair's chance (`chance.levels`): each statement picks between two images at random, 1/2 each, so
     1/4; 0 when the two statements read alike (one text cannot pick each image in turn) or the two files hold one
     picture (``twins``: statement 1 ties, and the tie goes to image 2)."""
     twins = set(data.get("twins", ()))

@@ -45,12 +45,12 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from .chance import pick_chance
-from .checks import boxes_outside, csv_rows, partial, release_folder, shown
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
-from .validity import averages, blind_of_parts
+from ...records import file_digest
+from ...outcomes import reported, series
+from ..chance import pick_chance
+from ..checks import boxes_outside, csv_rows, partial, release_folder, shown
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
+from ..validity import averages, blind_of_parts
 
 KINDS = ("atom", "swap", "negate")
 COMPLEXITIES = range(4, 13)
@@ -181,5 +181,5 @@ def outcomes_of(data: dict, answers: dict[str, list[bool]]) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each row's chance (`chance.item_chances`): its caption first among its distinct texts (a tie is right)."""
+    """Each row's chance (`chance.levels`): its caption first among its distinct texts (a tie is right)."""
     return {part: [(it[0], pick_chance(it[2], 0)) for it in items] for part, items in data["items"].items()}

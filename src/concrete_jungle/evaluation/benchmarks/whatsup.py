@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..outcomes import reported, series
-from ..records import file_digest
-from .checks import items_of, shown, text_of
-from .choice import subset_picks
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
-from .chance import pick_chance
-from .validity import averages, blind_block
+from ...outcomes import reported, series
+from ...records import file_digest
+from ..checks import items_of, shown, text_of
+from ..choice import subset_picks
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
+from ..chance import pick_chance
+from ..validity import averages, blind_block
 
 CONTROLLED = {"controlled_a": ("controlled_images_dataset.json", "controlled_images", ("on", "under")),
               "controlled_b": ("controlled_clevr_dataset.json", "controlled_clevr", ("in-front", "behind"))}
@@ -169,5 +169,5 @@ def outcomes_of(data: dict, answers_of: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each item's chance (`chance.item_chances`): the right caption listed first, so a tie is right."""
+    """Each item's chance (`chance.levels`): the right caption listed first, so a tie is right."""
     return {s: [(row[0], pick_chance(row[2], 0)) for row in rows] for s, rows in data["items"].items()}

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..outcomes import metric_values, series
-from ..records import file_digest
-from .checks import checked_items, release_folder
-from .encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
-from .chance import below_chance
-from .validity import averages, blind, blind_block, mean_picture
+from ...outcomes import metric_values, series
+from ...records import file_digest
+from ..checks import checked_items, release_folder
+from ..encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
+from ..chance import below_chance
+from ..validity import averages, blind, blind_block, mean_picture
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 LAYOUT = "<json_dir>/{replace_att,replace_obj,replace_rel,swap_att,swap_obj}.json and <image_dir>/<filename>"
@@ -91,6 +91,6 @@ def outcomes_of(data: dict, itt: list[bool], tot: list[bool]) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each item's chance of ITT (`chance.item_chances`): the negative below both positives."""
+    """Each item's chance of ITT (`chance.levels`): the negative below both positives."""
     return {f"{s}/ITT": [(k, below_chance([p1, p2], neg)) for k, _, p1, p2, neg in rows]
             for s, rows in data["items"].items()}

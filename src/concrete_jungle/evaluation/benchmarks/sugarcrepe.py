@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..outcomes import metric_values, series
-from ..records import file_digest
-from .checks import checked_items, release_folder
-from .encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
-from .chance import pick_chance
-from .validity import averages, bag_split, blind, blind_block, mean_picture
+from ...outcomes import metric_values, series
+from ...records import file_digest
+from ..checks import checked_items, release_folder
+from ..encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
+from ..chance import pick_chance
+from ..validity import averages, bag_split, blind, blind_block, mean_picture
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 GROUPS = {"ADD": ("add_att", "add_obj"), "REPLACE": ("replace_att", "replace_obj", "replace_rel"),
@@ -120,6 +120,6 @@ def evaluate(encoder: Encoder, data: dict, blind_answers: bool = False) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each item's chance (`chance.item_chances`): right is the caption strictly above the negative, the pick of
+    """Each item's chance (`chance.levels`): right is the caption strictly above the negative, the pick of
     [negative, caption] being 1."""
     return {s: [(k, pick_chance([neg, pos], 1)) for k, _, pos, neg in rows] for s, rows in data["items"].items()}

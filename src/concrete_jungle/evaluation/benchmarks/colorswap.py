@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import file_digest
-from . import two_by_two
-from .checks import items_of, release_folder, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
-from .two_by_two import Pair
+from ...records import file_digest
+from .. import two_by_two
+from ..checks import items_of, release_folder, text_of
+from ..encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
+from ..two_by_two import Pair
 
 LAYOUT = ("<root>/colorswap/data/test.json (a list of {id, caption_1, caption_2, image_1, image_2, ...}: the "
           "ColorSwap archive extracted into data/, as its README says) and the images it names under "

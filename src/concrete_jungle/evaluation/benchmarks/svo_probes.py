@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from .checks import csv_rows, shown, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
-from .validity import MICRO, averages, blind_block
+from ...records import file_digest
+from ...outcomes import reported, series
+from ..checks import csv_rows, shown, text_of
+from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
+from ..validity import MICRO, averages, blind_block
 
 COLUMNS = ("sentence", "subj_neg", "verb_neg", "obj_neg", "pos_image_id", "neg_image_id")
 KINDS = ("subj_neg", "verb_neg", "obj_neg")
@@ -153,6 +153,6 @@ def evaluate(encoder: Encoder, data: dict) -> dict:
 
 
 def item_chances(data: dict) -> dict:
-    """Each row's chance (`chance.item_chances`): 1/2, or 0 when both pictures are one file (a tie, wrong)."""
+    """Each row's chance (`chance.levels`): 1/2, or 0 when both pictures are one file (a tie, wrong)."""
     out = {kind: [(it[0], 0.0 if it[2] == it[3] else 0.5) for it in rows] for kind, rows in data["items"].items()}
     return out | {ALL: [row for rows in out.values() for row in rows]}

@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..outcomes import metric_values, series
-from ..records import file_digest
-from .checks import shown, text_of
-from .encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
-from .image_folder import class_folders, not_read_note, pictures
+from ...outcomes import metric_values, series
+from ...records import file_digest
+from ..chance import expected_average_precision, levels
+from ..checks import shown, text_of
+from ..encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
+from ..image_folder import class_folders, not_read_note, pictures
 
 FOLDER_LAYOUT = "<root>/train/<class>/<image> and <root>/val/<class>/<image> (ImageFolder)"
 COCO_LAYOUT = "<root>/annotations/instances_{train,val}2017.json and <root>/{train,val}2017/<file_name>"
@@ -158,6 +159,16 @@ def evaluate(encoder: Encoder, data: dict, epochs: int = 10, lr: float = 1e-3, s
 
 
 def item_chances(data: dict) -> dict:
-    """A uniform guess among the classes (`chance.item_chances`); COCO's mAP has its own level
-    (`chance.expected_average_precision`)."""
+    """A uniform guess among the classes."""
     return {"top1": 1 / len(data["classes"])}
+
+
+def chance_levels(data: dict, result: dict, keys: list[str]) -> dict[str, float | None]:
+    """COCO's mAP ranks the val images per class, no mean over items: its level is the mean over the classes with
+    a positive of a random ranking's expected AP (`chance.expected_average_precision`); a class folder's, the
+    recipe of its `item_chances` (`chance.levels`)."""
+    if data["kind"] != "coco":
+        return levels(item_chances(data), result, keys)
+    labels = data["splits"]["val"][1]
+    counts = [int(c) for c in labels.sum(0).tolist() if c > 0]
+    return {"mAP": sum(expected_average_precision(c, len(labels)) for c in counts) / len(counts) if counts else None}

@@ -44,14 +44,14 @@ from typing import NamedTuple
 
 import torch
 
-from ..records import file_digest
-from ..outcomes import reported, series
-from .chance import pick_chance
-from .checks import csv_rows, release_folder
-from .choice import subset_picks
-from .encoding import BenchmarkDataError, Encoder, check_images, image_path, unit_of
+from ...records import file_digest
+from ...outcomes import reported, series
+from ..chance import pick_chance
+from ..checks import csv_rows, release_folder
+from ..choice import subset_picks
+from ..encoding import BenchmarkDataError, Encoder, check_images, image_path, unit_of
 from .retrieval import first_hit
-from .validity import blind_block
+from ..validity import blind_block
 
 PICTURES = {"coco": ("coco", "val2017"), "voc2007": ("voc2007", "VOCdevkit", "VOC2007", "JPEGImages")}
 MCQ = {"coco_mcq": ("COCO_val_mcq_llama3.1_rephrased.csv", "coco"),
