@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..records import atomic_write_json, atomic_write_text
-from ..toyworld.build import WorldConfig
+from ..toyworld.build import WorldConfig, world_settings
 from .gate import build_positive_control
 from .report import TEST_COLUMNS, plot_training_curves, results_table, signed, table_markdown
 from .stages import BASELINE, CONTROL, STAGE_SECONDS, Finetune, StageConfig, Stages, baseline_label, log
@@ -168,7 +168,8 @@ class Demo(Stages):
         result = {"table": table, "scores": {f"{k[0]}|{k[1]}": v for k, v in scores.items()},
                   "findings": findings(table, world_info["test_items"]), "positive_control": positive,
                   "analysis": analysed,
-                  "seconds": self.seconds, "stage_seconds": self.stage_times, "config": asdict(c)}
+                  "seconds": self.seconds, "stage_seconds": self.stage_times,
+                  "config": asdict(c) | {"world": world_settings(c.world)}}
         atomic_write_json(self.out / "results.json", result)
         atomic_write_text(self.out / "report.md", report(c, result, world_info, datasets, analysed, gallery, curves,
                                                          self.out))
@@ -178,7 +179,7 @@ class Demo(Stages):
         """The positive control's records (`SWAP_CONTROL`), built once and reused like any stage."""
         start = time.perf_counter()
         data = build_positive_control(world, self.out, {"positive_control": SWAP_CONTROL,
-                                                        "world": asdict(self.c.world)}, name=SWAP_DATA)
+                                                        "world": world_settings(self.c.world)}, name=SWAP_DATA)
         record = data.parent / STAGE_SECONDS  # written once the records are: present before, they were reused
         reused = record.is_file()
         if reused:

@@ -11,12 +11,13 @@ import hashlib
 import json
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..records import atomic_write_json
-from ..toyworld.build import WorldConfig, build_world
+from ..toyworld.attributes import ATTRIBUTE_SUBSETS
+from ..toyworld.build import WorldConfig, build_world, world_settings
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ class Stages:
         self.stage_times.setdefault(stage, []).append((seconds, reused))
 
     def world(self) -> Path:
-        d = stage_dir(self.out, "world", asdict(self.c.world))
+        d = stage_dir(self.out, "world", world_settings(self.c.world))
         reused = (d / "world.json").is_file()
         if reused:
             self.reused(f"the toy world in {d.name}")
@@ -328,7 +329,9 @@ class Stages:
         """Metrics of a checkpoint on held-out data (`test_data`), kept in the checkpoint's folder as ``name`` (a
         saved checkpoint never changes); with ``per_item``, also every item's answer and every query's rank (its
         outcomes, `stats`); with ``blind``, each compositional item's blind answer too (the test's mean picture in
-        place of its own: `sugarcrepe.evaluate`), as the series and metric ``blind:<subset>``."""
+        place of its own: `sugarcrepe.evaluate`), as the series and metric ``blind:<subset>``. The world's attribute
+        subsets (``test["attributes"]``), where it has them, are scored the same way under their own names
+        (``replace_size``, ``blind:replace_size``, ...), in none of the seven subsets' averages (M.Avg)."""
         import torch
 
         from ..evaluation import retrieval, sugarcrepe
@@ -350,11 +353,15 @@ class Stages:
         # both benchmarks' answers as one set of outcomes: the series and recipes have distinct names
         outcomes = {part: scored["outcomes"][part] | ranked["outcomes"][part] for part in ("series", "metrics")}
         if blind:
-            blind_series = {f"{BLIND}{s}": v for s, v in scored["blind"]["series"].items()}
-            outcomes["series"] |= blind_series
-            outcomes["metrics"] |= {name: {"mean": name} for name in blind_series}
-            metrics |= {f"{BLIND}{s}": v for s, v in scored["blind"]["metrics"].items() if s in test["sugarcrepe"]
-                        ["items"]}
+            add_blind(scored, test["sugarcrepe"], outcomes, metrics)
+        if "attributes" in test:  # each attribute subset on its own, outside the seven subsets' averages
+            subsets = list(test["attributes"]["items"])
+            extra = sugarcrepe.evaluate(encoder, test["attributes"], blind_answers=blind)
+            outcomes["series"] |= {s: extra["outcomes"]["series"][s] for s in subsets}
+            outcomes["metrics"] |= {s: {"mean": s} for s in subsets}
+            metrics |= {s: extra["metrics"][s] for s in subsets}
+            if blind:
+                add_blind(extra, test["attributes"], outcomes, metrics)
         result = {"metrics": metrics, "outcomes": outcomes} if per_item else metrics
         self.account("evaluate", record, start, False)  # before the answers, whose file marks it finished
         atomic_write_json(path, result)
@@ -406,8 +413,21 @@ class Stages:
                              stats=analysis_dir / "stats.json", overwrite=True)
 
     def test_data(self, world: Path, split: str = "test") -> dict:
-        """The world's held-out compositional subsets and retrieval split (``test``, or ``val`` to choose on)."""
+        """The world's held-out compositional subsets and retrieval split (``test``, or ``val`` to choose on), and
+        its attribute subsets (``attributes``) where it has them (`WorldConfig.attribute_subsets`)."""
         from ..evaluation import retrieval, sugarcrepe
 
-        return {"sugarcrepe": sugarcrepe.load(world / split / "sugarcrepe", world / "images" / split),
-                "retrieval": retrieval.load(world / split / "retrieval.json", world / "images" / split)}
+        images = world / "images" / split
+        return {"sugarcrepe": sugarcrepe.load(world / split / "sugarcrepe", images),
+                "retrieval": retrieval.load(world / split / "retrieval.json", images)} | (
+            {"attributes": sugarcrepe.load(world / split / "attributes", images, ATTRIBUTE_SUBSETS)}
+            if (world / split / "attributes").is_dir() else {})
+
+
+def add_blind(scored: dict, data: dict, outcomes: dict, metrics: dict) -> None:
+    """Each subset's blind answers (`sugarcrepe.evaluate` with ``blind_answers``) into a checkpoint's outcomes and
+    metrics, as the series and metric ``blind:<subset>``."""
+    blind_series = {f"{BLIND}{s}": v for s, v in scored["blind"]["series"].items()}
+    outcomes["series"] |= blind_series
+    outcomes["metrics"] |= {name: {"mean": name} for name in blind_series}
+    metrics |= {f"{BLIND}{s}": v for s, v in scored["blind"]["metrics"].items() if s in data["items"]}

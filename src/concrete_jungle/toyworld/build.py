@@ -6,6 +6,8 @@ Layout of ``<dir>``::
     captions.jsonl               training samples in the JSONL caption format (`id`, `captions`, `image`)
     images/{train,test}/<id>.png (or .jpg: ``image_format``)
     test/sugarcrepe/<subset>.json  the compositional test in the official SugarCrepe format
+    test/attributes/<subset>.json  with ``attribute_subsets``: replace_size, replace_light and replace_mood in the
+                                 same format (`attributes.py`), apart so the seven subsets' M.Avg is unchanged
     test/retrieval.json          a Karpathy-format split file (all test images, split "test")
     val/...                      the same for the validation scenes, when ``val`` > 0
     world.json                   the settings it was made with
@@ -13,9 +15,9 @@ Layout of ``<dir>``::
 Test scenes are drawn after the training scenes and kept only when their content (`Scene.key`) is not a
 training scene's, so the test has no scene from training; with ``held_out="named"`` they must also differ from
 every training scene in something their captions name (a thing or a relation: the light and the mood do not
-count, no test caption uses them). ``image_format="jpeg"`` stores every split as JPEG of quality 95, the codec
-a ConcreteBatch stores its pictures in, so fine-tuning and test images go through one codec. Every file is
-written atomically.
+count: only the attribute subsets' captions name them). ``image_format="jpeg"`` stores every split as JPEG of
+quality 95, the codec a ConcreteBatch stores its pictures in, so fine-tuning and test images go through one codec.
+Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from PIL import Image
 
 from ..concretebatch import encode_jpeg
 from ..records import atomic_write_json, atomic_write_jsonl
+from .attributes import attribute_test
 from .rewrite import FALSE_RELATIONS
 from .viewer import reads_true
 from .world import COLOURS, MIRROR, SHAPES, SIZES, TEXTURES, Scene, Thing, captions, pixel_hash, relation_phrase, \
@@ -51,6 +54,8 @@ class WorldConfig:
     # (`viewer.reads_true`), and replace_rel mirrors a relation (left <-> right, above <-> below) so that its
     # negatives use each relation word as often as its positives do
     test_negatives: str = "construction"
+    # the test subsets replace_size, replace_light and replace_mood too, in <split>/attributes/ (`attributes.py`)
+    attribute_subsets: bool = False
 
     def __post_init__(self):
         if self.held_out not in ("content", "named"):
@@ -59,6 +64,17 @@ class WorldConfig:
             raise ValueError(f"image_format must be png or jpeg, got {self.image_format!r}")
         if self.test_negatives not in ("construction", "viewer"):
             raise ValueError(f"test_negatives must be construction or viewer, got {self.test_negatives!r}")
+
+
+# settings added after worlds were made with the others, with the default that makes a world as before: left out
+# of `world_settings` at that default, so those worlds keep their world.json and their stage's hash
+LATER_SETTINGS = {"attribute_subsets": False}
+
+
+def world_settings(config: WorldConfig) -> dict:
+    """The settings a world is recorded (world.json) and cached (`experiments.stages`) by: every setting, but a
+    later one (`LATER_SETTINGS`) only where it differs from its default."""
+    return {k: v for k, v in asdict(config).items() if k not in LATER_SETTINGS or v != LATER_SETTINGS[k]}
 
 
 def named_part(key: str) -> str:
@@ -102,7 +118,7 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
 
     out = Path(out)
     done = out / "world.json"
-    if done.is_file() and json.loads(done.read_text()).get("config") == asdict(config):
+    if done.is_file() and json.loads(done.read_text()).get("config") == world_settings(config):
         return json.loads(done.read_text())
     world = sample_world(config)
     scenes = {split: [s for s, row in world if row["split"] == split] for split in ("train", "test", "val")}
@@ -127,13 +143,18 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
     atomic_write_jsonl(out / "captions.jsonl", samples)
     atomic_write_jsonl(out / "scenes.jsonl", rows)
 
-    counts = {}
+    counts, attributes = {}, {}
     for split in ("test", "val"):  # the same compositional subsets and a retrieval split for each held-out set
         if not scenes[split]:
             continue
-        items, dropped = compositional_test(scenes[split], [r["image"].split("/")[-1] for r in rows
-                                                            if r["split"] == split], config.seed,
+        files = [r["image"].split("/")[-1] for r in rows if r["split"] == split]
+        items, dropped = compositional_test(scenes[split], files, config.seed,
                                             viewer=config.test_negatives == "viewer")
+        if config.attribute_subsets:
+            attributes[split] = attribute_test(scenes[split], files, config.seed)
+            for subset, entries in attributes[split][0].items():
+                atomic_write_json(out / split / "attributes" / f"{subset}.json",
+                                  {str(k): e for k, e in enumerate(entries)})
         for subset, entries in items.items():
             atomic_write_json(out / split / "sugarcrepe" / f"{subset}.json",
                               {str(k): e for k, e in enumerate(entries)})
@@ -144,10 +165,13 @@ def build_world(out: str | Path, config: WorldConfig, progress: bool = True) -> 
         counts[split] = {k: len(v) for k, v in items.items()}
         if config.test_negatives == "viewer":
             counts[f"{split}_dropped"] = dropped
-    summary = {"config": asdict(config), "train": config.train, "test": config.test, "val": config.val,
+    summary = {"config": world_settings(config), "train": config.train, "test": config.test, "val": config.val,
                "test_items": counts["test"], "val_items": counts.get("val", {})} | (
         {"dropped_items": {k: counts[f"{k}_dropped"] for k in ("test", "val") if f"{k}_dropped" in counts}}
-        if config.test_negatives == "viewer" else {})
+        if config.test_negatives == "viewer" else {}) | (
+        {"attribute_items": {split: {k: len(v) for k, v in kept.items()} for split, (kept, _) in attributes.items()},
+         "attribute_dropped_items": {split: left for split, (_, left) in attributes.items()}}
+        if config.attribute_subsets else {})
     atomic_write_json(done, summary)
     return summary
 
