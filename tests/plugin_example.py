@@ -32,6 +32,15 @@ class MirrorEditor:
         return [ImageOps.mirror(im) for im in images]
 
 
+class NamingMirrorEditor(MirrorEditor):
+    """`MirrorEditor` that writes a field of its own into each record's metadata: the keyword it was told of."""
+
+    name = "mirror-naming"
+
+    def meta_fields(self, keyword: str, caption: str, prompt: str) -> dict:
+        return {"mirrored_keyword": keyword, "prompt_is_caption": prompt == caption}
+
+
 class MainThreadMirrorEditor(MirrorEditor):
     """`MirrorEditor` that refuses to run anywhere but on its process's main thread, as some GPU and CPU libraries
     want (torch's CPU kernels ran 1.3x slower on the second thread Ray Data gives an actor by default)."""
@@ -98,6 +107,15 @@ class ShortEditor(MirrorEditor):
 
     def edit(self, images, prompts, seeds):
         return super().edit(images, prompts, seeds)[:-1]
+
+
+class OverwritingEditor(MirrorEditor):
+    """Names a field the plant writes itself among its metadata fields."""
+
+    name = "overwriting"
+
+    def meta_fields(self, keyword, caption, prompt):
+        return {"keyword": "mirror"}
 
 
 class DrawingEditor:

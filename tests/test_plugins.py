@@ -39,6 +39,17 @@ def test_a_captioner_and_an_editor_of_a_user_s_module_work_with_plant(tmp_path):
         assert np.abs(neg - np.asarray(r["image"], np.float32)).mean() > 40
 
 
+def test_an_editor_s_own_metadata_fields_are_written_into_each_record_beside_the_plant_s(tmp_path):
+    captions, images = make_dataset(tmp_path, 6)
+    out = tmp_path / "cb"
+    assert main(plant_args(captions, images, out, "--editor", "plugin_example:NamingMirrorEditor")) == 0
+    records = list(iter_records(out))
+    assert len(records) == 6
+    for r in records:
+        assert r["meta"]["mirrored_keyword"] == r["meta"]["keyword"] and r["meta"]["prompt_is_caption"] is False
+        assert r["meta"]["editor"] == "mirror-naming"
+
+
 @pytest.mark.processes
 def test_a_name_registered_by_another_package_s_entry_points_works(tmp_path):
     """Registered the way an installed package registers it (a dist-info with entry_points.txt on the path),
@@ -67,6 +78,8 @@ def small(tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (["--editor", "plugin_example:ShortEditor"], "editor 'short' returned 5 images for 6 anchors"),
+    (["--editor", "plugin_example:OverwritingEditor"], "editor 'overwriting''s meta_fields() names keyword, which "
+                                                        "the plant writes itself"),
     (["--captioner", "plugin_example:StrCaptioner"], "captioner 'purple:teapot' returned a str where a Reply belongs"),
     (["--captioner", "plugin_example:RaisingCaptioner"],
      "captioner 'raising' failed in rewrite(): ConnectionError: the server went away"),

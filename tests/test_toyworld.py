@@ -4,6 +4,7 @@ and edits that agree, and a test set without training scenes."""
 import json
 import random
 import re
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_records, read_manifest
 from concrete_jungle.plant.editors import make_editor
 from concrete_jungle.plant.keywords import extract_candidates
+from concrete_jungle.errors import DatasetError
 from concrete_jungle.toyworld.build import SUBSETS, WorldConfig, build_world
+from concrete_jungle.toyworld.edit_kinds import EDIT_KIND_SUBSET, edit_kind_counts
 from concrete_jungle.toyworld.world import (COLOURS, RELATIONS, SHAPES, SIZES, TEXTURES, WORD_VALUE, CaptionError,
                                             Scene, Thing, full_caption, layout_positions, parse_caption, pixel_hash,
                                             render, sample_scene, word_kind)
@@ -106,6 +109,8 @@ def test_the_rewrite_and_the_edit_change_the_same_one_thing(world, nlp, ratings)
             changes = scene_changes(original, edited)
             assert len(changes) == 1, (caption, reply.text, changes)
             assert changes[0][0] == word_kind(cand.text), (cand.text, changes)
+            # the kind the editor records on the record is the slot the edit changed
+            assert editor.meta_fields(cand.text, caption, reply.text) == {"edit_kind": changes[0][0]}
             checked.add(changes[0][0])
             if changes[0][0] in ("shape", "colour", "texture"):  # same layout: only that thing's pixels change
                 assert changed_pixels_outside(anchor, negative, original, changes[0][1]) == 0, (caption, reply.text)
@@ -158,11 +163,35 @@ def test_plant_runs_the_toy_captioner_and_editor_through_the_cli(world, tmp_path
                  "--editor-option", f"world={world}", "--no-progress"]) == 0
     ok = [r for r in read_manifest(out) if r["status"] == "ok"]
     assert len(ok) == 120
+    kinds = Counter()
     for record in iter_records(out):
         assert record["meta"]["editor"] == "toyworld" and not record["meta"]["neg_image_is_anchor"]
         parse_caption(record["neg_caption"])  # the negative caption is in the world's grammar
+        assert record["meta"]["edit_kind"] == word_kind(record["meta"]["keyword"])
+        kinds[record["meta"]["edit_kind"]] += 1
+    counts = edit_kind_counts(out)
+    assert list(counts) == list(EDIT_KIND_SUBSET) and counts == {k: kinds[k] for k in EDIT_KIND_SUBSET}
+    assert sum(counts.values()) == 120 and counts["shape"] > 0
     assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
                  "--out", str(tmp_path / "x"), "--mode", "hc", "--editor", "toyworld", "--no-progress"]) == 2
+    # text-only negatives (no toy editor): no record says its edit kind, and counting them says so
+    text_only = tmp_path / "text_only"
+    assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
+                 "--out", str(text_only), "--mode", "hc", "--captioner", "toyworld", "--no-progress"]) == 0
+    with pytest.raises(DatasetError, match="has no edit_kind; plant it again with the toy editor"):
+        edit_kind_counts(text_only)
+
+
+def test_each_edit_kind_names_the_test_subset_that_changes_its_slot():
+    from concrete_jungle.toyworld.attributes import ATTRIBUTE_SUBSETS
+
+    assert EDIT_KIND_SUBSET == {"colour": "replace_att", "texture": "replace_att", "size": "replace_size",
+                                "shape": "replace_obj", "relation": "replace_rel", "light": "replace_light",
+                                "mood": "replace_mood"}
+    # every slot a toy-world word can be in, and only test subsets the world writes
+    words = [*SHAPES, *COLOURS, *TEXTURES, *WORD_VALUE, *RELATIONS, *RELATIONS.values()]
+    assert {word_kind(w) for w in words} == set(EDIT_KIND_SUBSET)
+    assert set(EDIT_KIND_SUBSET.values()) <= {*SUBSETS, *ATTRIBUTE_SUBSETS}
 
 
 def test_plant_from_a_config_file_equals_plant_from_flags(world, tmp_path):
@@ -375,24 +404,47 @@ def test_the_viewer_scorer_reads_the_stored_negative_picture_and_is_unknown_for_
 
 
 def test_a_toy_plant_with_the_viewer_records_each_negative_s_decision(world, tmp_path):
-    from concrete_jungle.records import read_jsonl
-    from concrete_jungle.toyworld.entailment import anchor_true_of
-
     out = tmp_path / "D_lc"
     assert main(["plant", "--captions", str(world / "captions.jsonl"), "--images", str(world / "images"),
                  "--out", str(out), "--mode", "lc", "--captioner", "toyworld", "--editor", "toyworld",
                  "--editor-option", f"world={world}", "--scorer", "concrete_jungle.toyworld.entailment:ViewerScorer",
                  "--scorer-option", f"concrete_jungle.toyworld.entailment:ViewerScorer.world={world}",
                  "--entailment", "viewer_anchor_true>=1", "--no-progress"]) == 0
-    layouts = {r["id"]: r["layout"] for r in read_jsonl(world / "scenes.jsonl")}
     records = list(iter_records(out))
-    assert len(records) == 120
+    assert len(records) == 120 and not any(viewer_decisions(world, records))
+
+
+def viewer_decisions(world, records) -> list[bool]:
+    """Each record's anchor_true_of_negative, checked to be the viewer's reading of its negative picture, decided by
+    the rule ``viewer_anchor_true>=1`` with its score, threshold and decider recorded."""
+    from concrete_jungle.records import read_jsonl
+    from concrete_jungle.toyworld.entailment import anchor_true_of
+
+    layouts = {r["id"]: r["layout"] for r in read_jsonl(world / "scenes.jsonl")}
+    decisions = []
     for r in records:
         (negative,) = r["negatives"]
         drawn = parse_caption(r["neg_caption"], layouts[r["meta"]["id"]])
-        assert negative["anchor_true_of_negative"] is anchor_true_of(r["caption"], drawn) is False
-        assert negative["entailment"]["rule"] == "viewer_anchor_true>=1.0"
-        assert negative["entailment"]["model"] == "toyworld-viewer@viewer-1"
+        assert negative["anchor_true_of_negative"] is anchor_true_of(r["caption"], drawn)
+        assert negative["entailment"] == {"by": "score", "score": "viewer_anchor_true",
+                                          "rule": "viewer_anchor_true>=1.0", "threshold": 1.0,
+                                          "model": "toyworld-viewer@viewer-1"}
+        decisions.append(negative["anchor_true_of_negative"])
+    return decisions
+
+
+def test_a_stage_plant_with_entailment_records_the_viewer_s_decision_and_the_edit_kind_of_each_record(world, tmp_path):
+    """The experiments' plant (`Stages.plant` with ``entailment``): each negative's anchor_true_of_negative as the
+    viewer reads it, with its decider and threshold (the rule ``viewer_anchor_true>=1``), and each record's kind."""
+    from concrete_jungle.experiments.stages import VIEWER_RULE, StageConfig, Stages
+
+    d = Stages(StageConfig(out=str(tmp_path), entailment=True), progress=False).plant(world, "wo")
+    assert VIEWER_RULE == "viewer_anchor_true>=1"
+    assert json.loads((d.parent / "stage.json").read_text())["entailment"] == VIEWER_RULE
+    records = list(iter_records(d))
+    assert len(records) == 120
+    viewer_decisions(world, records)
+    assert all(r["meta"]["edit_kind"] == word_kind(r["meta"]["keyword"]) for r in records)
 
 
 def test_sample_world_rows_are_the_scenes_build_world_writes_without_their_pictures(tmp_path):

@@ -15,9 +15,10 @@ A name is resolved in this order:
 3. a ``package.module:Class`` path to any importable class, nothing installed.
 
 A captioner is a class with a ``name`` and ``rewrite(requests) -> replies`` (see `captioners.Captioner`), an
-editor one with ``name``, ``reuses_anchor`` and ``edit(images, prompts, seeds) -> images`` (see
-`editors.Editor`), a scorer one with ``scores``, ``score(pairs) -> {score: values}`` and a ``device`` argument
-(see `plant.scorers.Scorer`); their constructor takes the options as keyword arguments (``--captioner-option k=v``).
+editor one with ``name``, ``reuses_anchor`` and ``edit(images, prompts, seeds) -> images`` (see `editors.Editor`;
+it may add fields to each record's metadata with ``meta_fields``), a scorer one with ``scores``, ``score(pairs) ->
+{score: values}`` and a ``device`` argument (see `plant.scorers.Scorer`); their constructor takes the options as
+keyword arguments (``--captioner-option k=v``).
 A class may also have a ``check_options(**options)`` classmethod: `check` calls it before a run writes anything,
 to fail at once on what would stop the run later (a server that does not answer, weights that cannot be
 downloaded) without loading a model; it may return a line telling the user what the options will cost (the

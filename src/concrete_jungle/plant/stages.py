@@ -31,7 +31,7 @@ from .captioners.validation import check_rewrite, clean_reply
 from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, picture, sample_key, shard_files,
                              shard_problem, write_shard_manifest)
 from .concreteness import load_ratings
-from .editors import Editor
+from .editors import Editor, checked_meta_fields
 from ..errors import JobError, PlantError
 from ..nlp import load_spacy
 from .keyword_job import run_keywords
@@ -301,6 +301,9 @@ class Plant:
                 "neg_image_is_anchor": bool(getattr(editor, "reuses_anchor", False)),
                 "candidates": record["candidates"],
             }
+            if hasattr(editor, "meta_fields"):
+                meta |= checked_meta_fields(editor, call_plugin("editor", editor, "meta_fields", record["keyword"],
+                                                                record["caption"], new), meta)
             neg_bytes = anchor_bytes if meta["neg_image_is_anchor"] else encode_jpeg(neg)
             out[at][1] = (sample_key(record["id"]), anchor_bytes, record["caption"], neg_bytes, new, meta)
         if scorers is not None:  # the pictures as stored: the scores are those of what is trained on

@@ -3,6 +3,8 @@
 - `world.py`: scenes, captions, the caption parser and the renderer;
 - `rewrite.py`: the captioner and editor that plug into ConcretePlant;
 - `build.py`: a world on disk, with a SugarCrepe-format compositional test and a retrieval split;
+- `attributes.py`: three more test subsets, of the size, light and mood words (`WorldConfig.attribute_subsets`);
+- `edit_kinds.py`: each planted record's edit kind and the test subset it matches;
 - `viewer.py`: whether a caption reads true of a picture;
 - `entailment.py`: whether the anchor's caption is still true of a negative picture (a scorer plugin that decides
   each planted negative's ``anchor_true_of_negative``);

@@ -18,7 +18,7 @@ from ..plant.captioners.validation import replaced_span
 from ..plant.keywords import sample_rng
 from ..records import read_jsonl
 from .world import COLOURS, LIGHTS, MOODS, RELATION_OF_PHRASE, RELATIONS, SHAPES, SIZES, SYNONYMS, TEXTURES, \
-    WORD_VALUE, parse_caption, pixel_hash, render
+    WORD_VALUE, parse_caption, pixel_hash, render, word_kind
 
 WORLD_FOLDER = "concrete-jungle demo --out OUT writes one as OUT/world-<hash>"
 # for `A <rel> B`, relations that are false of the same picture (`next to` touches, so `left of` is not false)
@@ -114,6 +114,11 @@ class ToyEditor:
     def check_options(cls, world: str | Path) -> None:
         """The world's folder holds a world, before a run writes anything."""
         scenes_file(world, "--editor-option")
+
+    def meta_fields(self, keyword: str, caption: str, prompt: str) -> dict:
+        """``edit_kind``: the slot the keyword came from (`world.word_kind`: colour, texture, size, shape, relation,
+        light or mood), whose test subset the edit matches (`edit_kinds.EDIT_KIND_SUBSET`)."""
+        return {"edit_kind": word_kind(keyword)}
 
     def edit(self, images: list[Image.Image], prompts: list[str], seeds: list[int]) -> list[Image.Image]:
         out = []
