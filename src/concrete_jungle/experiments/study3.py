@@ -194,7 +194,9 @@ class Study3(Study):
         projection = self.project()
         self.stage(projected_words(projection, f"{self.budget_seconds / 60:.0f} min ({self.c.profile} profile)"))
         check_budget(projection["seconds"], self.budget_seconds, self.c.profile,
-                     f"{self.out}/timing-*/projection.json; it does not start")
+                     f"{self.out}/timing-*/projection.json, {projection['torch_threads']} torch thread(s): it does "
+                     "not start; step times measured on a loaded machine overstate the run, so remove that folder "
+                     "to time again on an idle one")
         self.stage("[2/5] rendering the world (ten test subsets), the baseline, ConcretePlant: "
                    + ", ".join(f"D_{m}" for m in d["data"]["modes"]) + " (the viewer decides each negative's "
                    "anchor_true_of_negative)")
