@@ -119,7 +119,7 @@ def test_study_run_refuses_a_design_outside_git_in_one_line(tmp_path, capsys):
     assert "--not-preregistered" in err and not (tmp_path / "run").exists()  # nothing of the run exists
 
 
-@pytest.mark.parametrize("name", ["study", "study2", "gate"])
+@pytest.mark.parametrize("name", ["study", "study2", "gate", "gate2", "study3"])
 def test_each_study_s_design_section_is_on_its_page(name):
     import importlib
 

@@ -55,7 +55,7 @@ def test_a_tiny_study_runs_end_to_end_and_records_its_design(tmp_path, capsys, m
     printed = capsys.readouterr().out
     design = json.loads((out / "design.json").read_text())
     assert design["n"] in (8, 16) and design["steps"] in (5, 10)
-    assert set(design["batch_size_choice"]["curves"]["none"]) == {"8", "16"}
+    assert set(design["batch_size_choice"]["curves"]["infonce"]) == {"8", "16"}
     assert set(design["steps_choice"]["curve"]) == {"5", "10"}
     result = json.loads((out / "results.json").read_text())
     assert [h["name"] for h in result["hypotheses"]] == [h[0] for h in HYPOTHESES]

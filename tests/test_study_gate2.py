@@ -68,21 +68,26 @@ def test_control_a_holds_swap_pairs_false_of_their_negative_picture_and_b_record
     assert summary["ok"] == 0 and summary["dropped"][gate.ENTAILED]["add_att"] == b["per_edit"]["add_att"]
 
 
-def outcomes(accuracy: dict[str, float], blind: dict[str, float], items: int = 40) -> dict:
+def outcomes(accuracy: dict[str, float], blind: dict[str, float], items: int = 40, subsets=SUBSETS) -> dict:
     """A model's answers: per subset ``items`` answers, the first ``accuracy * items`` right (two items a scene;
     half of them in a subset ``accuracy`` does not name), as many blind answers right as ``blind`` says, and a
-    retrieval rank per query."""
+    retrieval rank per query; M.Avg over the seven SugarCrepe-form subsets of ``subsets``."""
     def answers(name: str, share: float) -> dict:
         return series([f"{name}{i}" for i in range(items)], [i // 2 for i in range(items)],
                       [int(i < round(share * items)) for i in range(items)])
 
-    made = {s: answers(s, accuracy.get(s, 0.5)) for s in SUBSETS}
-    made |= {f"{BLIND}{s}": answers(s, blind.get(s, 0.5)) for s in SUBSETS}
+    made = {s: answers(s, accuracy.get(s, 0.5)) for s in subsets}
+    made |= {f"{BLIND}{s}": answers(s, blind.get(s, 0.5)) for s in subsets}
     made |= {name: answers(name, 0.1) for name in RETRIEVAL_COLUMNS}
     return {"series": made, "metrics": {name: {"mean": name} for name in made} | {"M.Avg": {"macro": list(SUBSETS)}}}
 
 
 def control_a_result(positive: dict, control: dict, blind_positive: dict) -> dict:
+    return gate2.summarise(*control_a_answers(positive, control, blind_positive), 1.0)
+
+
+def control_a_answers(positive: dict, control: dict, blind_positive: dict) -> tuple[dict, dict]:
+    """(a gate 2 design of control A alone, its answers: the baseline and both arms for every seed)."""
     design = json.loads(DESIGN.read_text())
     design["controls"] = {"A": design["controls"]["A"]}
     design["bootstrap"] = 50
@@ -92,7 +97,7 @@ def control_a_result(positive: dict, control: dict, blind_positive: dict) -> dic
         wobble = {s: v + 0.025 * (k % 2) for s, v in positive.items()}  # a seed-level sd above 0
         items[("A: positive control", seed)] = {"outcomes": outcomes(wobble, blind_positive)}
         items[("A: control", seed)] = {"outcomes": outcomes(control, chance)}
-    return gate2.summarise(design, items, 1.0)
+    return design, items
 
 
 def test_a_subset_the_blind_picture_solves_leaves_the_outcome_and_the_pass_follows_the_margin():

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import pytest
 
-from concrete_jungle.evaluation import sugarcrepe
+from concrete_jungle.evaluation.benchmarks import sugarcrepe
 from concrete_jungle.experiments.stages import BLIND, StageConfig, Stages, settings_hash
 from concrete_jungle.toyworld.attributes import ATTRIBUTE_SUBSETS, attribute_test
 from concrete_jungle.toyworld.build import SUBSETS, WorldConfig, build_world, world_settings

@@ -25,14 +25,16 @@ def add_parser(sub) -> None:
     )
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
     r = tasks.add_parser("run", help="run a study (its settings are its design's)")
-    r.add_argument("name", choices=["study1", "study2", "gate", "gate2"],
-                   help="which study (gate: docs/studies/gate.md; gate2: docs/studies/gate2.md)")
+    r.add_argument("name", choices=["study1", "study2", "gate", "gate2", "study3"],
+                   help="which study (gate: docs/studies/gate.md; gate2: docs/studies/gate2.md; study3: "
+                   "docs/studies/study3.md)")
     r.add_argument("--profile", choices=["cpu", "gpu"], default="cpu",
-                   help="cpu (default: 2 cores) or gpu (a larger world and model, one GPU)")
+                   help="cpu (default: 2 cores) or gpu (study1, study2: a larger world and model, one GPU; study3: "
+                   "every row at N* too)")
     r.add_argument("--out", help="output directory (default runs/<name>)")
     r.add_argument("--seeds", type=int_list, help="fine-tuning seeds, comma-separated (default 0,1,2)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
-    r.add_argument("--design", help="gate and gate2 only: the pre-registered design file (default "
+    r.add_argument("--design", help="gate, gate2 and study3 only: the pre-registered design file (default "
                    "docs/studies/<name>/design.json)")
     r.add_argument("--threads", type=positive_int, help="torch threads (default: torch's, one per core); recorded "
                    "with the run where it is timed (gate2)")
@@ -77,6 +79,8 @@ def run_study(args, console: Console) -> int:
         torch.set_num_threads(args.threads)
     if args.name in ("gate", "gate2"):
         return run_gate(args, console)
+    if args.name == "study3":
+        return run_study3(args, console)
     module, config, runner = (study, study.StudyConfig, study.Study) if args.name == "study1" else \
         (study2, study2.Study2Config, study2.Study2)
     options = dict(module.PROFILES[args.profile]) | ({"seeds": args.seeds} if args.seeds else {})
@@ -122,19 +126,42 @@ def run_gate(args, console: Console) -> int:
     return 0
 
 
+def run_study3(args, console: Console) -> int:
+    from ..experiments import study3
+
+    if args.seeds:
+        console.print("study run study3: the seeds are its pre-registered design's (--design FILE); --seeds does not "
+                      "apply", highlight=False)
+        return 2
+    out = args.out or "runs/study3"
+    config = study3.Study3Config(out=out, profile=args.profile, **({"design": args.design} if args.design else {}))
+    checked = preregistration(args, study3, [Path(config.design)], config)
+    result = study3.Study3(config, progress=not args.no_progress, console=console, preregistration=checked).run()
+    for h in result["primary"]:
+        console.print(f"{h['name']}: {h['claim']}: " + ("no matched subset" if h["estimate"] is None else
+                      f"{h['estimate']:+.2f} points of its matched outcome, p {h['p']:.4f}, Holm p "
+                      f"{h['p_holm']:.4f}") + f" -> {h['verdict']}", highlight=False)
+    console.print(f"report: {out}/study.md", highlight=False)
+    return 0
+
+
 def report(args, console: Console) -> int:
-    from ..experiments import gate, gate2, study, study2
+    from ..experiments import gate, gate2, study, study2, study3_result
     from ..experiments.published import RESTORE, PublishedError, check_rows, load, run_record
     from ..records import atomic_write_json, atomic_write_text
 
     design, world_info, items, seconds = load(args.folder)
-    module = {"study2": study2, "gate": gate, "gate2": gate2}.get(design.get("study"), study)
+    module = {"study2": study2, "gate": gate, "gate2": gate2, "study3": study3_result}.get(design.get("study"), study)
     try:
-        if module in (gate, gate2):
-            module.check_answers(args.folder, design, items)
+        if module is study3_result:
+            module.check_answers(args.folder, design, items, world_info)
+            result = module.summarise(design, items, seconds, world_info)
         else:
-            check_rows(args.folder, items, module.CONTRASTED, design["config"]["seeds"])
-        result = module.summarise(design, items, seconds)
+            if module in (gate, gate2):
+                module.check_answers(args.folder, design, items)
+            else:
+                check_rows(args.folder, items, module.CONTRASTED, design["config"]["seeds"])
+            result = module.summarise(design, items, seconds)
         text = module.study_report(result, world_info, run_record(args.folder))
     except KeyError as e:  # the answers were checked whole: what is missing is a setting of the design
         raise PublishedError(f"{Path(args.folder) / 'design.json'} has no {e} (not a design a study of this version "

@@ -184,11 +184,7 @@ def build_pairs(world: Path, d: Path, seed: int, mirror: bool, kinds, drop_entai
 
 class Gate(Study):
     def __init__(self, config: GateConfig, progress: bool = True, console=None, preregistration: dict | None = None):
-        self.c = config
-        self.out = Path(config.out)
-        self.console = console
-        self.preregistration = preregistration
-        self.progress = progress
+        self.keep(config, progress, console, preregistration)
         self.design = read_design(config.design)
 
     def rung_stages(self, rung: dict) -> Stages:

@@ -52,20 +52,25 @@ class Gate2Config:
 def read_design(path: str | Path) -> dict:
     """Gate 2's design, checked for what the runner needs; an error naming the file and the fix."""
     design = read_study_design(path, "gate2", KEYS, DESIGN, Gate2DesignError)
+    check_model(path, design, Gate2DesignError)
+    return design
+
+
+def check_model(path: str | Path, design: dict, error: type) -> None:
+    """The design's model is one of the package's configs, of the sizes the design states; ``error`` otherwise."""
     from ..models import CONFIG_DIR
 
     config = CONFIG_DIR / f"{design['model']['model']}.json"
     if not config.is_file():
-        raise Gate2DesignError(f"{path}: model {design['model']['model']} is not one of the package's configs "
-                               f"({CONFIG_DIR}); name one of them")
+        raise error(f"{path}: model {design['model']['model']} is not one of the package's configs ({CONFIG_DIR}); "
+                    "name one of them")
     vision = json.loads(config.read_text())["vision_cfg"]
     stated = {k: design["model"][k] for k in ("width", "layers", "patch", "image_size")}
     actual = {"width": vision["width"], "layers": vision["layers"], "patch": vision["patch_size"],
               "image_size": vision["image_size"]}
     if stated != actual:
-        raise Gate2DesignError(f"{path}: model {design['model']['model']} is {actual}, the design says {stated}; "
-                               "write the design as it will run")
-    return design
+        raise error(f"{path}: model {design['model']['model']} is {actual}, the design says {stated}; write the "
+                    "design as it will run")
 
 
 def labels(control: str) -> dict[str, str]:
@@ -95,11 +100,7 @@ def check_requirements(design: dict) -> None:
 
 class Gate2(Study):
     def __init__(self, config: Gate2Config, progress: bool = True, console=None, preregistration: dict | None = None):
-        self.c = config
-        self.out = Path(config.out)
-        self.console = console
-        self.preregistration = preregistration
-        self.progress = progress
+        self.keep(config, progress, console, preregistration)
         self.design = read_design(config.design)
         check_requirements(self.design)
 
@@ -128,22 +129,11 @@ class Gate2(Study):
         if (d_timing / "projection.json").is_file():
             return json.loads((d_timing / "projection.json").read_text())
         stages = self.stages(world_settings, d_timing, TIMING_STEPS)
-        clock = time.perf_counter()
-        world = stages.world()
-        world_s = time.perf_counter() - clock
-        clock = time.perf_counter()
-        data = self.datasets(stages, world)
-        data_s = time.perf_counter() - clock
-        baseline = stages.baseline(world)
-        step = {"pretrain": step_seconds(baseline)}
-        for name, arm, row in arms(d):
-            run = stages.finetune(baseline, data[name], row, d["seeds"][0], batch_size=d["finetune"]["batch_size"],
-                                  steps=TIMING_STEPS)
-            step[f"{name}: {arm}"] = step_seconds(run)
-        test = stages.test_data(world, "test")
-        clock = time.perf_counter()
-        stages.evaluate(baseline, test, name="timing_eval.json", per_item=True, blind=True)
-        eval_s = time.perf_counter() - clock
+        timed = timed_stages(stages, lambda world: self.datasets(stages, world),
+                             [(f"{name}: {arm}", name, row, d["finetune"]["batch_size"]) for name, arm, row in arms(d)],
+                             d["seeds"][0])
+        step = timed["step_seconds"]
+        world_s, data_s, eval_s = timed["world"], timed["datasets"], timed["evaluation"]
         train_scenes, test_scenes = world_settings["train"], world_settings["test"]
         w = d["world"]
         rows = len(d["seeds"]) * len(arms(d)) + 1
@@ -165,9 +155,7 @@ class Gate2(Study):
         self.stage(f"[1/4] timing {TIMING_STEPS} steps of each kind on a small world of another seed, and "
                    "projecting the run")
         projection = self.project()
-        self.stage(f"    projected: {projection['seconds'] / 60:.1f} min (" + ", ".join(
-            f"{k} {v / 60:.1f}" for k, v in projection["parts_seconds"].items()) + f"); budget "
-            f"{d['budget']['minutes']} min")
+        self.stage(projected_words(projection, f"{d['budget']['minutes']} min"))
         if projection["seconds"] > projection["budget_seconds"]:
             raise Gate2DesignError(f"the run is projected to take {projection['seconds'] / 60:.0f} min, over the "
                                    f"design's budget of {d['budget']['minutes']} min ({self.out}/timing-*/"
@@ -197,6 +185,33 @@ class Gate2(Study):
             "controls": {name: json.loads((data[name] / "summary.json").read_text()) for name in data},
             "projection": projection}
         return publish_result(self, world_info, items, curves, summarise, study_report, Gate2DesignError)
+
+
+def timed_stages(stages: Stages, datasets, kinds: list[tuple[str, str, Finetune, int]], seed: int,
+                 steps: int = TIMING_STEPS) -> dict:
+    """The seconds a small world's stages take: building it, its data (``datasets(world)``: key -> ConcreteBatch),
+    one evaluation with blind answers, and the median step of pretraining and of each of ``kinds`` ((its name, the
+    key of its data, its fine-tune, its batch size)), each trained ``steps`` steps."""
+    clock = time.perf_counter()
+    world = stages.world()
+    world_s = time.perf_counter() - clock
+    clock = time.perf_counter()
+    data = datasets(world)
+    data_s = time.perf_counter() - clock
+    baseline = stages.baseline(world)
+    step = {"pretrain": step_seconds(baseline)}
+    for name, key, row, batch_size in kinds:
+        step[name] = step_seconds(stages.finetune(baseline, data[key], row, seed, batch_size=batch_size, steps=steps))
+    test = stages.test_data(world, "test")
+    clock = time.perf_counter()
+    stages.evaluate(baseline, test, name="timing_eval.json", per_item=True, blind=True)
+    return {"world": world_s, "datasets": data_s, "evaluation": time.perf_counter() - clock, "step_seconds": step}
+
+
+def projected_words(projection: dict, budget: str) -> str:
+    """The projection's line of a run's progress: its minutes, each part's, and the ``budget``."""
+    return (f"    projected: {projection['seconds'] / 60:.1f} min (" + ", ".join(
+        f"{k} {v / 60:.1f}" for k, v in projection["parts_seconds"].items()) + f"); budget {budget}")
 
 
 def step_seconds(checkpoint: Path) -> float:
@@ -238,10 +253,8 @@ def control_result(name: str, design: dict, items: dict) -> dict:
     names = labels(name)
     values = {arm: [metric_values(items[(names[arm], s)]["outcomes"]) for s in seeds] for arm in names}
     subsets = spec["outcome"]["subsets"]
-    blind = {arm: {s: statistics.fmean(100 * v[f"{BLIND}{s}"] for v in values[arm]) for s in subsets}
-             for arm in names}
-    ceiling = rule["chance"] + rule["blind_above_chance_at_most"]
-    matched = [s for s in subsets if all(blind[arm][s] <= ceiling for arm in names)]
+    blind = blind_scores(values, subsets)
+    matched = matched_subsets(blind, subsets, rule)
 
     def differences(columns: list[str]) -> list[float]:
         return [100 * (statistics.fmean(p[c] for c in columns) - statistics.fmean(c_[c] for c in columns))
@@ -273,6 +286,20 @@ def control_result(name: str, design: dict, items: dict) -> dict:
                                                   for v in values["positive"]),
                      "control_arm": statistics.fmean(100 * statistics.fmean(v[s] for s in matched)
                                                      for v in values["control"])}
+
+
+def blind_scores(values: dict[str, list[dict]], subsets: list[str]) -> dict[str, dict[str, float]]:
+    """Per row, each subset's blind score (%, the mean over the row's seeds); ``values[row]``: each seed's metric
+    values (`stats.metric_values`)."""
+    return {row: {s: statistics.fmean(100 * v[f"{BLIND}{s}"] for v in runs) for s in subsets}
+            for row, runs in values.items()}
+
+
+def matched_subsets(blind: dict[str, dict[str, float]], subsets: list[str], rule: dict) -> list[str]:
+    """The ``subsets`` the text alone cannot solve: those whose blind score (`blind_scores`) is at most the design's
+    chance + ``blind_above_chance_at_most`` in every row of the contrast."""
+    ceiling = rule["chance"] + rule["blind_above_chance_at_most"]
+    return [s for s in subsets if all(scores[s] <= ceiling for scores in blind.values())]
 
 
 def matched_outcomes(outcomes: dict, name: str, subsets: list[str]) -> dict:

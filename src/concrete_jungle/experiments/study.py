@@ -103,25 +103,8 @@ class Study:
 
     def choose_batch_size(self, baseline: Path, hc: Path) -> dict:
         """The gradient-share curve of the baseline on D_hc and the N it picks (the design's first rule)."""
-        from ..analysis.dataset_statistics import concretebatch_features, gradient_share_by_batch_size
-        from ..models import load_model
-
-        d = stage_dir(self.out, "batch-size", {"baseline": str(baseline), "data": str(hc),
-                                               "pairs": self.c.share_pairs, "sizes": list(self.c.batch_sizes)}
-                       | self.stages.text_setting())
-        if (d / "choice.json").is_file():
-            return json.loads((d / "choice.json").read_text())
-        clip = load_model(checkpoint=baseline)
-        image, text, c, _, _ = concretebatch_features(clip, hc, limit=self.c.share_pairs, cache_dir=d / "embeddings",
-                                                      progress=False, trim_text=self.stages.c.trim_text)
-        sizes = [n for n in self.c.batch_sizes if n <= c.shape[0]]
-        curves = gradient_share_by_batch_size(image, text, c, clip.model.logit_scale.exp().item(), sizes,
-                                              batches=16)
-        below = [n for n in sizes if curves["infonce"][n] < self.c.share_threshold]
-        choice = {"n": below[0] if below else sizes[-1], "rule_met": bool(below),
-                  "curves": {s: {str(n): v for n, v in pts.items()} for s, pts in curves.items()}}
-        atomic_write_json(d / "choice.json", choice)
-        return choice
+        return choose_batch_size(self.stages, baseline, hc, self.c.share_pairs, self.c.batch_sizes,
+                                 self.c.share_threshold)
 
     def choose_steps(self, baseline: Path, hc: Path, world: Path, n: int) -> dict:
         """The control's learning curve on the validation scenes and the T it picks (the design's second rule)."""
@@ -172,6 +155,14 @@ class Study:
                 self.lap()
         return self.conclude(world, baseline, runs, design, summarise, study_report)
 
+    def keep(self, config, progress: bool, console, preregistration: dict | None) -> None:
+        """A runner's settings (``config`` with its ``out``), progress bars, console and check of its design."""
+        self.c = config
+        self.out = Path(config.out)
+        self.console = console
+        self.preregistration = preregistration
+        self.progress = progress
+
     def start_clock(self) -> None:
         """The study's wall time, over this start and the earlier ones (`WallClock`, ``<out>/wall_time.json``), and
         the record of every start with the code it ran and its check of the design (`StartRecord`,
@@ -213,6 +204,38 @@ class Study:
         atomic_write_text(self.out / "study.md", report(result, world_info, {"seconds": seconds,
                                                                             "starts": self.starts.starts}))
         return result
+
+
+def choose_batch_size(stages: Stages, baseline: Path, hc: Path, pairs: int, candidates: tuple[int, ...],
+                      threshold: float, batches: int = 16) -> dict:
+    """InfoNCE's hard-negative gradient share on the baseline's features of ``pairs`` D_hc pairs at each candidate N
+    that D_hc holds (``batches`` random batches each), and the N it picks: the smallest candidate below
+    ``threshold`` (``rule_met``), else the largest; None when D_hc holds fewer pairs than the smallest candidate.
+    Kept in ``<out>/batch-size-<hash>``."""
+    from ..analysis.dataset_statistics import concretebatch_features, gradient_share_by_batch_size
+    from ..models import load_model
+
+    d = stage_dir(stages.out, "batch-size", {"baseline": str(baseline), "data": str(hc), "pairs": pairs,
+                                             "sizes": list(candidates)} | stages.text_setting())
+    if (d / "choice.json").is_file():
+        return json.loads((d / "choice.json").read_text())
+    clip = load_model(checkpoint=baseline)
+    image, text, c, _, _ = concretebatch_features(clip, hc, limit=pairs, cache_dir=d / "embeddings", progress=False,
+                                                  trim_text=stages.c.trim_text)
+    sizes = [n for n in candidates if n <= c.shape[0]]
+    curves = gradient_share_by_batch_size(image, text, c, clip.model.logit_scale.exp().item(), sizes,
+                                          batches=batches) if sizes else {}
+    choice = smallest_below(curves.get("infonce", {}), threshold) | {
+        "curves": {s: {str(n): v for n, v in pts.items()} for s, pts in curves.items()}}
+    atomic_write_json(d / "choice.json", choice)
+    return choice
+
+
+def smallest_below(share: dict[int, float], threshold: float) -> dict:
+    """The batch-size rule on a gradient-share curve (N -> InfoNCE's hard-negative share): ``n``, the smallest N
+    whose share is below ``threshold`` (``rule_met``), else the largest N; None for an empty curve."""
+    below = [n for n in sorted(share) if share[n] < threshold]
+    return {"n": below[0] if below else max(share) if share else None, "rule_met": bool(below)}
 
 
 def summarise(design: dict, items: dict, seconds: float) -> dict:
