@@ -16,7 +16,8 @@ from PIL import Image
 from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import aro, load_data, valse, whatsup
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.stats import metric_values
 
 

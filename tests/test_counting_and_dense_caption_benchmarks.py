@@ -16,7 +16,8 @@ from benchmark_fixtures import CLIP_TOKENS, RandomFeatures, noise_image
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import countbench, load_data, sdci
 from concrete_jungle.evaluation.chance import levels
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.models import ClipModel
 
 

@@ -20,7 +20,8 @@ from PIL import Image
 from benchmark_fixtures import noise_image, random_features, write_winoground
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import linear_probe, load_data, retrieval, sugarcrepe, sugarcrepe_pp, winoground
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
 
 

@@ -344,7 +344,7 @@ def test_image_names_outside_the_image_folder_are_rejected_and_links_inside_it_w
 @pytest.mark.parametrize("kind", ["sugarcrepe", "retrieval", "winoground", "coco_probe", "pairs"])
 def test_benchmark_and_training_files_may_not_name_images_outside_their_folder(tmp_path, kind):
     from concrete_jungle.evaluation import load_data
-    from concrete_jungle.evaluation.encoding import BenchmarkDataError
+    from concrete_jungle.evaluation.checks import BenchmarkDataError
     from concrete_jungle.sources import UnsafePathError
     from concrete_jungle.train.pairs import PairsDataset
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from ..records import atomic_write_jsonl, file_digest
 from . import two_by_two
-from .encoding import BenchmarkDataError, Crop, Encoder, image_path
+from .checks import BenchmarkDataError, image_path
+from .encoding import Crop, Encoder
 from .two_by_two import Pair
 
 LAYOUT = ("<root>/bivlc/ holding the dataset imirandam/BiVLC as downloaded (huggingface-cli download imirandam/BiVLC "

@@ -23,8 +23,8 @@ import torch
 
 from ..stats import reported, series
 from .chance import reading
-from .checks import numbered_lines, shown, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images
+from .checks import BenchmarkDataError, check_images, numbered_lines, shown, text_of
+from .encoding import Crop, Encoder
 from .validity import MICRO, averages, blind, blind_block, mean_picture
 
 IMAGE_TO_TEXT = ("image_0", "image_1", "text")  # the answers of an image choosing between the two captions
@@ -185,7 +185,7 @@ def evaluate(encoder: Encoder, data: dict, names: dict[str, str], overall: str =
 
 
 def checked(data: dict[str, list[Pair]], files: dict[Path, str], layout: str, skip_missing: bool) -> dict:
-    """Items per category whose two images are usable (`encoding.check_images`: every image read before any model
+    """Items per category whose two images are usable (`checks.check_images`: every image read before any model
     loads), how many were skipped per category, and the digest of every file read."""
     problems, sha256 = check_images([path_of(image) for items in data.values() for it in items
                                      for image in it.images], layout, skip_missing)

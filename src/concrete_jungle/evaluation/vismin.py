@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ..records import atomic_write_jsonl, file_digest
 from . import two_by_two
-from .encoding import BenchmarkDataError, Encoder, image_path
+from .checks import BenchmarkDataError, image_path
+from .encoding import Encoder
 from .two_by_two import Pair
 
 LAYOUT = ("<root>/vismin/ holding the dataset mair-lab/vismin-bench as downloaded (huggingface-cli download "

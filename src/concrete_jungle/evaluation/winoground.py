@@ -23,8 +23,8 @@ import torch
 from ..stats import metric_values, series
 from ..records import atomic_write_jsonl, file_digest
 from . import two_by_two
-from .checks import numbered_lines, release_folder, shown, text_of
-from .encoding import BenchmarkDataError, Encoder, check_images, image_path
+from .checks import BenchmarkDataError, check_images, image_path, numbered_lines, release_folder, shown, text_of
+from .encoding import Encoder
 from .chance import WINOGROUND
 from .validity import blind, blind_block, mean_picture
 
