@@ -100,7 +100,7 @@ def release_records(folder: Path) -> tuple[list[tuple[str, dict, str | None]], P
         for n, row in enumerate(rows, start=1):
             if row.get("image") is not None:
                 text_of(row["image"], written, f"line {n}", "image")
-        return [(row["id"], row, row.get("image")) for row in rows], written
+        return [(str(row["id"]), row, row.get("image")) for row in rows], written
     if not release.is_file():
         raise BenchmarkDataError(f"{folder} holds neither {RELEASE} nor the dataset's examples.jsonl; expected "
                                  f"layout: {LAYOUT}")

@@ -75,7 +75,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     data: dict[str, list[Pair]] = {}
     for r in records:
         images = tuple(image_path(root / "images", r[k]) for k in ("image_0", "image_1"))
-        data.setdefault(r["category"], []).append(Pair(r["id"], images, (r["text_0"], r["text_1"]), r["category"]))
+        data.setdefault(r["category"], []).append(Pair(str(r["id"]), images, (r["text_0"], r["text_1"]), r["category"]))
     order = [c for c in CATEGORIES if c in data] + sorted(c for c in data if c not in CATEGORIES)
     return two_by_two.checked({c: data[c] for c in order}, {path: file_digest(path)}, LAYOUT, skip_missing) | {
         "notes": notes}
