@@ -152,7 +152,7 @@ def test_wrong_image_folder_and_unreachable_server_stop_before_any_file(tmp_path
     assert main(plant_args(captions, images, out, "--captioner", "openai", "--model", "Qwen/Qwen3-32B",
                            "--base-url", "http://127.0.0.1:9/v1")) == 2
     assert "cannot reach the OpenAI-compatible server" in capsys.readouterr().err
-    assert not out.exists()  # checked before the keyword stage writes its files, as docs/commands.md says
+    assert not out.exists()  # checked before the keyword stage writes its files, as docs/commands/plant.md says
 
 
 def test_resume_with_other_settings_is_refused(tmp_path, capsys):
