@@ -53,3 +53,11 @@ def test_user_csv_errors_name_the_file_and_fix(tmp_path):
         load_ratings(path=str(tmp_path / "nope.csv"), score_column="score")
     with pytest.raises(RatingsError, match="unknown scale"):
         load_ratings("glasgow")
+
+
+@pytest.mark.parametrize("score", ["nan", "inf", "-inf"])
+def test_a_user_csv_score_that_is_not_finite_is_refused_naming_its_line(tmp_path, score):
+    path = tmp_path / "mine.csv"
+    path.write_text(f"token,score\nred,4.5\nblue,{score}\n")
+    with pytest.raises(RatingsError, match=rf"mine.csv, line 3: score '{score}'.*not finite"):
+        load_ratings(path=str(path), word_column="token", score_column="score")

@@ -306,6 +306,10 @@ def test_eval_out_of_another_model_is_refused_naming_it_and_cleared_with_overwri
     assert "## sugarcrepe\n" in report and "## sugarcrepe_pp\n" in report and "seed 0" not in report
     assert set(json.loads((out / "summary.json").read_text())["compositional"]["parts"]) == {
         "sugarcrepe", "sugarcrepe_pp"}
+    capsys.readouterr()
+    assert main([*args[:-1], str(out / "results.md"), "--benchmarks", "sugarcrepe"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out / 'results.md'} is a file, not a folder" in " ".join(err.split()) and len(err.splitlines()) == 1
 
 
 def test_palette_rgba_and_cmyk_images_are_preprocessed_as_the_official_loop_does(tmp_path, clip):

@@ -141,6 +141,9 @@ def run(args, console: Console) -> int:
         print_markdown(console, layout_report(loaded))
         return 0
     args.out = args.out or "results"
+    from ..outputs import output_folder
+
+    output_folder(args.out)  # a file there is refused before any model loads
     if models is not None:
         return run_models(args, models, loaded, console)
     from ..evaluation.encoding import Encoder

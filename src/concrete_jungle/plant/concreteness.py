@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import functools
 import importlib.util
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,11 +85,15 @@ def _read_csv(path: Path, word_column: str, score_column: str, name: str) -> Rat
             if len(row) <= max(wi, si) or not row[si].strip() or not row[wi].strip():
                 continue  # words rated on another scale only
             try:
-                scores.setdefault(normalize(row[wi]), float(row[si]))
+                score = float(row[si])
             except ValueError:
                 raise RatingsError(
                     f"ratings file {path}, line {line}: score {row[si]!r} in column {score_column!r} is not a number"
                 ) from None
+            if not math.isfinite(score):  # a NaN compares false with every threshold: its band would be an accident
+                raise RatingsError(f"ratings file {path}, line {line}: score {row[si]!r} in column {score_column!r} "
+                                   "is not finite; give the word a number or leave its cell empty")
+            scores.setdefault(normalize(row[wi]), score)
     if not scores:
         raise RatingsError(f"ratings file {path} has no rated words in column {score_column!r}")
     return Ratings(name, scores)
