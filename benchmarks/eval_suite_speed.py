@@ -1,19 +1,24 @@
-"""Evaluation time per 1,000 items of the benchmarks whose files this script can write, and, for zero-shot
-classification and retrieval, against clip_benchmark's own loop on the same weights and pictures.
+"""Evaluation time per 1,000 items of every benchmark of the registry, and, for zero-shot classification and
+retrieval, against clip_benchmark's own loop on the same weights and pictures.
 
-A random-init open_clip model (``--model``, default ViT-B-32) on the CPU. Files, written to a temporary data root
-in the layouts `eval` reads: a zero-shot ImageFolder (``--classes`` x ``--per-class`` noise JPEGs, ``--templates``
-prompts), a Flickr30k Karpathy split (``--images`` pictures, five captions each, 6-18 words, which also serves
-aro_order), and the test fixtures of SugarCrepe, SugarCrepe++ and Winoground (tests/benchmark_fixtures.py).
-Seconds are per benchmark's whole evaluation (`evaluation.evaluate_one`, reading included), scaled to 1,000 items
-(the result's ``n``: pictures for zero-shot, pictures and captions for retrieval, the queries). The references:
+A random-init open_clip model (``--model``, default ViT-B-32) on the CPU. Files, written to a temporary data root per
+benchmark in the layout `eval` reads: a zero-shot ImageFolder (``--classes`` x ``--per-class`` noise JPEGs,
+``--templates`` prompts) and a Flickr30k Karpathy split (``--images`` pictures, five captions each, 6-18 words, which
+also serves aro_order), both 320x240; Winoground's fixture with ``--winoground`` examples; every other benchmark's
+test fixture in its release layout, as written (tests/benchmark_fixtures.py, `every_benchmark_writer`: a few to a
+few dozen items each, 48x40 noise pictures). Seconds are a benchmark's whole evaluation (`evaluation.load_data`
+reading its files, then `evaluation.evaluate_one`), the fastest of ``--repeats`` runs, each with a fresh encoder
+(nothing cached), scaled linearly to 1,000 items (the result's ``n`` summed over its parts: pictures for zero-shot
+and the probes, pictures plus captions for retrieval, examples elsewhere); the fastest run leaves out what a process
+pays once (imports, the spaCy pipeline and NLTK for aro_order, the model's first pass). The references:
 ``zero_shot_classifier`` + ``run_classification`` of clip_benchmark's ``metrics/zeroshot_classification.py`` (what
 its ``evaluate`` runs) on torchvision's ImageFolder, and its ``zeroshot_retrieval.evaluate`` on the split's
-pictures with their captions, both with ``amp=False`` (our fp32) and the same batch size, loaders without workers.
-Per item, the same decisions are asserted: each picture's predicted class (argmax), each query's top-1 hit, and
-Recall@1/5/10 equal (to 1e-6: clip_benchmark's are float32 means). Goal: >= 2x clip_benchmark.
+pictures with their captions, both with ``amp=False`` (our fp32) and the same batch size, loaders without workers,
+timed alike (fastest of the repeats, each run beside ours). Per item, the same decisions are asserted: each
+picture's predicted class (argmax), each query's top-1 hit, and Recall@1/5/10 equal (to 1e-6: clip_benchmark's are
+float32 means). Goal: >= 2x clip_benchmark. ``--quick``: the tiny model, a few pictures, one run (the test's).
 
-    python benchmarks/eval_suite_speed.py --classes 10 --per-class 4 --images 16
+    python benchmarks/eval_suite_speed.py --classes 10 --per-class 4 --images 16 --repeats 3
 """
 
 from __future__ import annotations
@@ -31,9 +36,9 @@ import torch.nn.functional as F
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from benchmark_fixtures import write_data_root, write_winoground  # noqa: E402
+from benchmark_fixtures import every_benchmark_writer, write_winoground  # noqa: E402
 
-from concrete_jungle.evaluation import evaluate_one, load_data  # noqa: E402
+from concrete_jungle.evaluation import BENCHMARKS, evaluate_one, load_data  # noqa: E402
 from concrete_jungle.evaluation import zeroshot  # noqa: E402
 from concrete_jungle.evaluation.encoding import Crop, Encoder  # noqa: E402
 from concrete_jungle.models import load_model  # noqa: E402
@@ -148,7 +153,77 @@ def timed(call):
     return out, time.perf_counter() - t0
 
 
-def main() -> None:
+def writers(args, rng) -> dict:
+    """A fixture writer per benchmark (name -> a function of its data root), the scaled ones where the test's
+    fixture is too small to time (zero-shot, retrieval and its order tasks, Winoground)."""
+    return every_benchmark_writer() | {
+        "zeroshot": lambda root: write_zeroshot(root, args.classes, args.per_class, args.templates, rng),
+        "retrieval": lambda root: write_flickr(root, args.images, rng),
+        "aro_order": lambda root: write_flickr(root, args.images, rng),
+        "winoground": lambda root: write_winoground(root / "winoground", "caption {} one", "one caption {}",
+                                                    n=args.winoground)}
+
+
+def items_of(n) -> int:
+    """A result's ``n`` summed over its parts (nested for NegBench's retrieval)."""
+    return n if isinstance(n, int) else sum(map(items_of, n.values()))
+
+
+def same_as_clip_benchmark(name: str, clip, encoder, result: dict, data: dict, batch_size: int, checks: list):
+    """clip_benchmark's loop on ``data``, timed, and whether its per-item decisions are ours (None, None where it
+    has no such loop); the check's line goes to ``checks``."""
+    if name == "zeroshot":
+        reference, ref_seconds = timed(lambda: reference_zeroshot(clip, data, batch_size))
+        same = torch.equal(our_zeroshot_argmax(encoder, data), reference)
+        checks.append(f"zero-shot: each picture's argmax class equal: {same}")
+        return ref_seconds, same
+    if name == "retrieval":
+        (ref_metrics, scores), ref_seconds = timed(lambda: reference_retrieval(clip, data, batch_size))
+        series = result["outcomes"]["series"]
+        owner = torch.tensor([i for i, (_, caps) in enumerate(data["items"]) for _ in caps])
+        t2i = torch.equal(scores.argmax(dim=1) == owner, torch.tensor(series["t2i_rank"]["values"]) == 0)
+        i2t = torch.equal(owner[scores.argmax(dim=0)] == torch.arange(len(data["items"])),
+                          torch.tensor(series["i2t_rank"]["values"]) == 0)
+        recalls = all(abs(result["metrics"][k] - ref_metrics[k]) < 1e-6 for k in ref_metrics)
+        checks.append(f"retrieval: each caption's and picture's top-1 hit equal: {t2i and i2t}; "
+                      f"Recall@1/5/10 equal: {recalls}")
+        return ref_seconds, t2i and i2t and recalls
+    return None, None
+
+
+def time_benchmark(name: str, root: Path, clip, args, checks: list) -> dict:
+    """The fastest of ``args.repeats`` evaluations of benchmark ``name`` (and of clip_benchmark's loop where it has
+    one), each with a fresh encoder; exits where a decision differs from clip_benchmark's."""
+    best = {"seconds": float("inf"), "ref_seconds": None}
+    for _ in range(args.repeats):
+        encoder = Encoder(clip, batch_size=args.batch_size, progress=False)
+        data, read = timed(lambda: load_data(name, root, name == "vtab"))  # vtab: one task of its nineteen
+        result, evaluated = timed(lambda: evaluate_one(name, encoder, data))
+        row = {"items": items_of(result["n"]), "seconds": read + evaluated, "read": read} | {
+            f"{kind}_encoded": count for kind, count in encoder.encoded.items()}
+        ref_seconds, same = same_as_clip_benchmark(name, clip, encoder, result, data, args.batch_size, checks)
+        if same is False:
+            sys.exit("\n".join(checks) + f"\n{name}: the decisions differ from clip_benchmark's")
+        if ref_seconds is not None:
+            best["ref_seconds"] = min(ref_seconds, best["ref_seconds"] or ref_seconds)
+        if row["seconds"] < best["seconds"]:
+            best |= row
+    return best
+
+
+def table(rows: dict) -> list[str]:
+    lines = ["| benchmark | items timed | pictures, texts encoded | seconds (of which reading) | s per 1,000 items "
+             "| clip_benchmark s per 1,000 | speed-up |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in rows.items():
+        per, items = 1000 / r["items"], r["items"]
+        ref = "" if r["ref_seconds"] is None else f"{per * r['ref_seconds']:.1f}"
+        ratio = "" if r["ref_seconds"] is None else f"**{r['ref_seconds'] / r['seconds']:.2f}×**"
+        lines.append(f"| {name} | {items} | {r['images_encoded']}, {r['texts_encoded']} | {r['seconds']:.2f} "
+                     f"({r['read']:.2f}) | {per * r['seconds']:.1f} | {ref} | {ratio} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="ViT-B-32")
     ap.add_argument("--classes", type=int, default=10)
@@ -157,53 +232,33 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=16, help="retrieval pictures (five captions each; at least 10)")
     ap.add_argument("--winoground", type=int, default=8, help="Winoground examples")
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3, help="runs per benchmark; the fastest is reported")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true",
+                    help="the tiny random model (cj-tiny), 3 classes x 2 pictures, 10 retrieval pictures, one run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.model, args.classes, args.per_class, args.templates, args.images, args.winoground, args.repeats = (
+            "cj-tiny", 3, 2, 2, 10, 3, 1)
+    if args.images < 10:
+        ap.error(f"--images {args.images}: clip_benchmark's Recall@10 needs at least 10 pictures; give --images 10 "
+                 "or more")
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     clip = load_model(args.model, "none", seed=0)
-    rows, checks = [], []
+    rows, checks = {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        write_zeroshot(root, args.classes, args.per_class, args.templates, rng)
-        write_flickr(root, args.images, rng)
-        write_data_root(root)
-        write_winoground(root / "winoground", "caption {} one", "one caption {}", n=args.winoground)
-        for name in ("zeroshot", "retrieval", "aro_order", "sugarcrepe", "sugarcrepe_pp", "winoground"):
-            encoder = Encoder(clip, batch_size=args.batch_size, progress=False)
-            result, seconds = timed(lambda: evaluate_one(name, encoder, load_data(name, root, False)))
-            data = load_data(name, root, False)
-            items = result["n"] if isinstance(result["n"], int) else sum(result["n"].values())
-            if name == "zeroshot":
-                reference, ref_seconds = timed(lambda: reference_zeroshot(clip, data, args.batch_size))
-                same = torch.equal(our_zeroshot_argmax(encoder, data), reference)
-                checks.append(f"zero-shot: each picture's argmax class equal: {same}")
-            elif name == "retrieval":
-                (ref_metrics, scores), ref_seconds = timed(lambda: reference_retrieval(clip, data, args.batch_size))
-                series = result["outcomes"]["series"]
-                owner = torch.tensor([i for i, (_, caps) in enumerate(data["items"]) for _ in caps])
-                t2i = torch.equal(scores.argmax(dim=1) == owner, torch.tensor(series["t2i_rank"]["values"]) == 0)
-                i2t = torch.equal(owner[scores.argmax(dim=0)] == torch.arange(len(data["items"])),
-                                  torch.tensor(series["i2t_rank"]["values"]) == 0)
-                recalls = all(abs(result["metrics"][k] - ref_metrics[k]) < 1e-6 for k in ref_metrics)
-                same = t2i and i2t and recalls
-                checks.append(f"retrieval: each caption's and picture's top-1 hit equal: {t2i and i2t}; "
-                              f"Recall@1/5/10 equal: {recalls}")
-            else:
-                ref_seconds = same = None
-            rows.append((name, items, seconds, ref_seconds))
-            if same is False:
-                sys.exit("\n".join(checks) + f"\n{name}: the decisions differ from clip_benchmark's")
-    print(f"model {args.model} (random init, CPU fp32, {args.threads} threads), batch {args.batch_size}, "
-          f"pictures 320x240 JPEG; torch {torch.__version__}\n")
-    print("| benchmark | items | seconds | s per 1,000 items | clip_benchmark s per 1,000 | speed-up |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name, items, seconds, ref_seconds in rows:
-        per = 1000 * seconds / items
-        ref = "" if ref_seconds is None else f"{1000 * ref_seconds / items:.1f}"
-        ratio = "" if ref_seconds is None else f"**{ref_seconds / seconds:.2f}x**"
-        print(f"| {name} | {items} | {seconds:.1f} | {per:.1f} | {ref} | {ratio} |")
-    print("\n" + "\n".join(checks))
+        write = writers(args, rng)
+        for name in BENCHMARKS:
+            write[name](Path(tmp) / name)
+            rows[name] = time_benchmark(name, Path(tmp) / name, clip, args, checks)
+            print(f"{len(rows)}/{len(BENCHMARKS)} {name}: {rows[name]['seconds']:.2f} s for {rows[name]['items']} "
+                  "items", file=sys.stderr, flush=True)
+    print(f"model {args.model} (random init, CPU fp32, {args.threads} threads), batch {args.batch_size}, fastest "
+          f"of {args.repeats} run(s) per benchmark; per 1,000 items scaled linearly from the items timed; torch "
+          f"{torch.__version__}\n")
+    print("\n".join(table(rows)))
+    print("\n" + "\n".join(dict.fromkeys(checks)))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ SugarCrepe (7 subsets: a dict keyed by item index, ``filename``, ``caption``, ``
 SugarCrepe++ (5 subsets: a list of ``id``, ``filename``, ``caption``, ``caption2``, ``negative_caption``), COCO
 ``captions_*.json`` and a Karpathy split file, with a noise JPEG under every file name. Some positives appear in
 two subsets, as in the real benchmark, so de-duplication is exercised; one subset's keys are not contiguous.
+`every_benchmark_writer` gives a fixture writer for every benchmark of the registry (the evaluation tests and
+benchmarks/eval_suite_speed.py use it).
 """
 
 from __future__ import annotations
@@ -297,3 +299,79 @@ def as_opened(path) -> Image.Image:
     with Image.open(path) as im:
         im.load()
         return im
+
+
+def write_karpathy(path, images):
+    path.write_text(json.dumps({"images": images}))
+
+
+def write_retrieval(root):
+    (root / "flickr30k" / "images").mkdir(parents=True)
+    images = []
+    for i in range(3):
+        noise_image(root / "flickr30k" / "images" / f"{i}.jpg", 800 + i)
+        images.append({"filename": f"{i}.jpg", "split": "test", "sentences": [{"raw": f"a photo {i}"}]})
+    write_karpathy(root / "flickr30k" / "dataset_flickr30k.json", images)
+
+
+def write_image_folders(root, splits=("train", "val"), classes=("red", "blue")):
+    for split in splits:
+        for c, name in enumerate(classes):
+            (root / split / name).mkdir(parents=True)
+            noise_image(root / split / name / "0.png", 900 + c)
+
+
+def write_coco_probe(root):
+    for split in ("train", "val"):
+        (root / "coco" / f"{split}2017").mkdir(parents=True)
+        noise_image(root / "coco" / f"{split}2017" / "0.jpg", 950)
+        (root / "coco" / "annotations").mkdir(exist_ok=True)
+        (root / "coco" / "annotations" / f"instances_{split}2017.json").write_text(json.dumps({
+            "images": [{"id": 1, "file_name": "0.jpg"}], "categories": [{"id": 3}],
+            "annotations": [{"id": 0, "image_id": 1, "category_id": 3}]}))
+
+
+# the benchmarks whose fixtures the evaluation tests write themselves
+WRITERS = {"winoground": lambda root: write_winoground(root / "winoground", "a dog {} on a cat", "a cat {} on a dog",
+                                                       n=3),
+           "retrieval": write_retrieval,
+           "linear_probe": lambda root: write_image_folders(root / "imagenet"),
+           "coco_probe": write_coco_probe,
+           "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train",))}
+
+
+def write_nested_zeroshot(root):
+    """Two classes, each with a picture in a sub-folder of the same name (``more/nested.jpg``)."""
+    from test_compositional_benchmarks import write_zeroshot
+
+    folder = root / "zeroshot" / "mine"
+    write_zeroshot(folder, names=("dog", "cat"))
+    for c in range(2):
+        (folder / "test" / f"class_{c}" / "more").mkdir()
+        noise_image(folder / "test" / f"class_{c}" / "more" / "nested.jpg", 610 + c)
+
+
+def every_benchmark_writer() -> dict:
+    """A fixture writer of each benchmark in its release layout (name -> a function of its data root), from the
+    test module of each benchmark (imported here: they import this module)."""
+    from test_compositional_benchmarks import write_aro, write_coco_karpathy, write_valse, write_whatsup
+    from test_counting_and_dense_caption_benchmarks import write_countbench, write_sdci
+    from test_hard_positives import write_release
+    from test_image_choice_benchmarks import write_bivlc, write_naturalbench, write_vismin
+    from test_list_benchmarks import write_crepe, write_imagecode, write_spec, write_svo, write_vl_checklist
+    from test_negation_and_binding_benchmarks import write_cola, write_negbench
+    from test_pair_benchmarks import write_colorswap, write_eqben, write_eqben_full, write_mmvp
+
+    return WRITERS | {
+        "sugarcrepe": write_data_root, "sugarcrepe_pp": write_data_root, "aro": lambda root: write_aro(root / "aro"),
+        "aro_order": write_coco_karpathy, "valse": lambda root: write_valse(root / "valse"),
+        "whatsup": lambda root: write_whatsup(root / "whatsup", root / "coco" / "val2017"),
+        "bivlc": lambda root: write_bivlc(root / "bivlc"), "vismin": lambda root: write_vismin(root / "vismin"),
+        "naturalbench": lambda root: write_naturalbench(root / "naturalbench"), "mmvp_vlm": write_mmvp,
+        "eqben": write_eqben, "eqben_full": write_eqben_full, "colorswap": write_colorswap,
+        "imagecode": write_imagecode, "crepe": write_crepe,
+        "vl_checklist": write_vl_checklist, "spec": write_spec, "svo_probes": write_svo,
+        "countbench": lambda root: write_countbench(root / "countbench"), "sdci": write_sdci,
+        "hard_positives": write_release, "negbench": write_negbench, "negbench_retrieval": write_negbench,
+        "cola": write_cola, "coco_retrieval": write_coco_karpathy, "zeroshot": write_nested_zeroshot,
+        "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train", "test"))}

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from benchmark_fixtures import noise_image, random_features, write_winoground
+from benchmark_fixtures import (WRITERS, every_benchmark_writer, noise_image, random_features, write_image_folders,
+                                write_karpathy, write_retrieval, write_winoground)
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import linear_probe, load_data, retrieval, sugarcrepe, sugarcrepe_pp, winoground
 from concrete_jungle.evaluation.checks import BenchmarkDataError
@@ -564,10 +565,6 @@ def test_compare_refuses_results_computed_on_other_benchmark_files(data_root, tm
            "digest of their benchmark files)" in out
 
 
-def write_karpathy(path, images):
-    path.write_text(json.dumps({"images": images}))
-
-
 def test_an_image_listed_twice_in_a_retrieval_split_is_one_image_with_the_captions_of_both(tmp_path, clip, capsys):
     (tmp_path / "flickr30k" / "images").mkdir(parents=True)
     images = []
@@ -686,40 +683,6 @@ def test_retrieval_ranks_ties_as_clip_benchmark_s_topk_a_duplicated_picture_and_
     result = retrieval.evaluate(Encoder(model, progress=False), retrieval.load(path, tmp_path / "flickr30k" / "images"))
     assert_retrieval_is_clip_benchmark_s(result, clip_benchmark_retrieval(model, tmp_path / "flickr30k" / "images",
                                                                           captions, tmp_path))
-
-
-def write_retrieval(root):
-    (root / "flickr30k" / "images").mkdir(parents=True)
-    images = []
-    for i in range(3):
-        noise_image(root / "flickr30k" / "images" / f"{i}.jpg", 800 + i)
-        images.append({"filename": f"{i}.jpg", "split": "test", "sentences": [{"raw": f"a photo {i}"}]})
-    write_karpathy(root / "flickr30k" / "dataset_flickr30k.json", images)
-
-
-def write_image_folders(root, splits=("train", "val"), classes=("red", "blue")):
-    for split in splits:
-        for c, name in enumerate(classes):
-            (root / split / name).mkdir(parents=True)
-            noise_image(root / split / name / "0.png", 900 + c)
-
-
-def write_coco_probe(root):
-    for split in ("train", "val"):
-        (root / "coco" / f"{split}2017").mkdir(parents=True)
-        noise_image(root / "coco" / f"{split}2017" / "0.jpg", 950)
-        (root / "coco" / "annotations").mkdir(exist_ok=True)
-        (root / "coco" / "annotations" / f"instances_{split}2017.json").write_text(json.dumps({
-            "images": [{"id": 1, "file_name": "0.jpg"}], "categories": [{"id": 3}],
-            "annotations": [{"id": 0, "image_id": 1, "category_id": 3}]}))
-
-
-WRITERS = {"winoground": lambda root: write_winoground(root / "winoground", "a dog {} on a cat", "a cat {} on a dog",
-                                                       n=3),
-           "retrieval": write_retrieval,
-           "linear_probe": lambda root: write_image_folders(root / "imagenet"),
-           "coco_probe": write_coco_probe,
-           "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train",))}
 
 
 def edit_lines(path, change):
@@ -980,43 +943,6 @@ def test_linear_probe_reads_an_image_folder_as_torchvision_does(tmp_path):
 # ------------------------------------------------------------------------------------------------ per-item keys
 
 
-def write_nested_zeroshot(root):
-    """Two classes, each with a picture in a sub-folder of the same name (``more/nested.jpg``)."""
-    from test_compositional_benchmarks import write_zeroshot
-
-    folder = root / "zeroshot" / "mine"
-    write_zeroshot(folder, names=("dog", "cat"))
-    for c in range(2):
-        (folder / "test" / f"class_{c}" / "more").mkdir()
-        noise_image(folder / "test" / f"class_{c}" / "more" / "nested.jpg", 610 + c)
-
-
-def every_benchmark_writer() -> dict:
-    """A fixture writer of each benchmark (name -> a function of its data root)."""
-    from benchmark_fixtures import write_data_root
-    from test_compositional_benchmarks import write_aro, write_coco_karpathy, write_valse, write_whatsup
-    from test_counting_and_dense_caption_benchmarks import write_countbench, write_sdci
-    from test_hard_positives import write_release
-    from test_image_choice_benchmarks import write_bivlc, write_naturalbench, write_vismin
-    from test_list_benchmarks import write_crepe, write_imagecode, write_spec, write_svo, write_vl_checklist
-    from test_negation_and_binding_benchmarks import write_cola, write_negbench
-    from test_pair_benchmarks import write_colorswap, write_eqben, write_eqben_full, write_mmvp
-
-    return WRITERS | {
-        "sugarcrepe": write_data_root, "sugarcrepe_pp": write_data_root, "aro": lambda root: write_aro(root / "aro"),
-        "aro_order": write_coco_karpathy, "valse": lambda root: write_valse(root / "valse"),
-        "whatsup": lambda root: write_whatsup(root / "whatsup", root / "coco" / "val2017"),
-        "bivlc": lambda root: write_bivlc(root / "bivlc"), "vismin": lambda root: write_vismin(root / "vismin"),
-        "naturalbench": lambda root: write_naturalbench(root / "naturalbench"), "mmvp_vlm": write_mmvp,
-        "eqben": write_eqben, "eqben_full": write_eqben_full, "colorswap": write_colorswap,
-        "imagecode": write_imagecode, "crepe": write_crepe,
-        "vl_checklist": write_vl_checklist, "spec": write_spec, "svo_probes": write_svo,
-        "countbench": lambda root: write_countbench(root / "countbench"), "sdci": write_sdci,
-        "hard_positives": write_release, "negbench": write_negbench, "negbench_retrieval": write_negbench,
-        "cola": write_cola, "coco_retrieval": write_coco_karpathy, "zeroshot": write_nested_zeroshot,
-        "vtab": lambda root: write_image_folders(root / "vtab" / "dtd", splits=("train", "test"))}
-
-
 def test_every_benchmark_s_series_keys_its_items_once(tmp_path, nlp):
     """`eval --compare` pairs two results' items by key: within a series each key must name one item. On every
     benchmark's fixture (zero-shot with a sub-folder named alike in two class folders). ``nlp``: ARO's order tasks
@@ -1041,6 +967,29 @@ def test_every_benchmark_s_series_keys_its_items_once(tmp_path, nlp):
             assert len(set(keys)) == len(keys), (name, s, sorted(k for k in set(keys) if keys.count(k) > 1))
     assert without == ["coco_probe"]  # mAP ranks pictures per class: no per-item series
     assert "class_0/more/nested.jpg" in result["outcomes"]["series"]["mine/acc1"]["keys"]
+
+
+def test_the_suite_speed_benchmark_times_every_benchmark_and_matches_clip_benchmark_s_decisions(capsys, nlp):
+    """benchmarks/eval_suite_speed.py --quick: a row for every benchmark of the registry, each with items timed,
+    and zero-shot's and retrieval's per-item decisions equal to clip_benchmark's loop (it exits where they differ).
+    ``nlp``: ARO's order tasks read spaCy's pipeline, loaded once for the session."""
+    import importlib.util
+
+    from concrete_jungle.evaluation.names import BENCHMARKS
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_suite_speed.py"
+    spec = importlib.util.spec_from_file_location("eval_suite_speed", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(["--quick"])
+    out = capsys.readouterr().out
+    rows = {cells[0]: cells for line in out.splitlines() if line.startswith("| ")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    assert set(rows) - {"benchmark", "---"} == set(BENCHMARKS)
+    assert all(int(rows[name][1]) > 0 for name in BENCHMARKS)
+    assert [name for name in BENCHMARKS if rows[name][6]] == ["retrieval", "zeroshot"]  # the two with a reference
+    assert "zero-shot: each picture's argmax class equal: True" in out
+    assert "retrieval: each caption's and picture's top-1 hit equal: True; Recall@1/5/10 equal: True" in out
 
 
 # ------------------------------------------------------------------------------------------------ release layouts

@@ -556,6 +556,37 @@ def test_fsc_clip_without_negatives_is_open_clip_cliploss_on_the_anchors():
     assert_same(values_and_grads(ours, image, text, s), values_and_grads(clip, image, text, s))
 
 
+def test_fsc_clip_reuses_its_token_gradients_memory_only_when_nothing_else_holds_it():
+    """`GradientMemory`: the token features' gradients are written into the last step's memory once that
+    gradient is dropped, never while it, or a view of it, is still held, nor into a gradient being accumulated."""
+    n, k = 6, 2
+    image, text, s, c, has_negative, _ = hard_negative_batch(n, k)
+    patches, tokens, mask = fsc_tokens(n, k, has_negative)
+    loss = FSCCLIPLoss()
+
+    def step():
+        loss(image, text, s, c, has_negative, image_tokens=patches, text_tokens=tokens,
+             text_token_mask=mask).backward()
+
+    step()
+    first, first_patches = tokens.grad.clone(), patches.grad.clone()
+    step()  # accumulated into the gradient held
+    assert torch.equal(tokens.grad, 2 * first) and torch.equal(patches.grad, 2 * first_patches)
+    held, view = patches.grad, tokens.grad[:2]
+    tokens.grad = patches.grad = None
+    step()
+    assert torch.equal(held, 2 * first_patches) and torch.equal(view, 2 * first[:2])
+    assert torch.equal(tokens.grad, first) and tokens.grad.data_ptr() != view.data_ptr()
+    del held, view
+    memory = tokens.grad.data_ptr(), patches.grad.data_ptr()
+    tokens.grad = patches.grad = None
+    others = torch.empty_like(tokens), torch.empty_like(patches)  # would take memory given back to the allocator
+    step()
+    assert (tokens.grad.data_ptr(), patches.grad.data_ptr()) == memory
+    assert all(other.data_ptr() not in memory for other in others)
+    assert torch.equal(tokens.grad, first) and torch.equal(patches.grad, first_patches)
+
+
 def test_fsc_clip_ties_a_negative_equal_to_its_caption_and_patches_all_alike():
     """A negative identical to its caption scores exactly as the caption: with cross-entropy and no smoothing the
     choice costs log 2. A picture whose patches are all the same gives every token min-max weights 0 / 0: they

@@ -73,16 +73,43 @@ def patch_weights(similarity: torch.Tensor, normalizer: str, sparsify: bool) -> 
 
 def local_scores(image_tokens: torch.Tensor, text_tokens: torch.Tensor, present: torch.Tensor,
                  token_mask: torch.Tensor, logit_scale, normalizer: str = "minmax", sparsify: bool = False,
-                 pictures_per_pass: int = 16) -> torch.Tensor:
+                 pictures_per_pass: int = 16, memory: GradientMemory | None = None) -> torch.Tensor:
     """g(a, c) for the n anchor pictures (the first n rows of ``image_tokens``: patch features, rows x P x D) and
     each one's C = 1 + K captions, its own and its negatives' (``text_tokens``: the ``[anchors; negatives]`` rows x
     L x D of `layout`; ``present`` n x C says which exist, a missing one counting as zeros; ``token_mask`` n x C x
     L' which of their first L' positions count). Every token's patches averaged with `patch_weights` of their
     similarity (no gradient through the weights, as in FSC-CLIP), normalised, and scored against the normalised
-    token; ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C. The cosines are `GroupedCosine`'s."""
-    cosine = GroupedCosine.apply(text_tokens, image_tokens, present, token_mask.shape[-1], normalizer, sparsify,
-                                 pictures_per_pass)
+    token; ``log sum_t exp(s cos)`` over the caption's tokens. -> n x C. The cosines are `GroupedCosine`'s, their
+    gradients written into ``memory`` (None: new memory)."""
+    packing = TokenPacking(present, token_mask, pictures_per_pass)
+    cosine = GroupedCosine.apply(text_tokens, image_tokens, packing, normalizer, sparsify,
+                                 GradientMemory(keep=False) if memory is None else memory)
     return torch.logsumexp((logit_scale * cosine).masked_fill(~token_mask, float("-inf")), dim=-1)
+
+
+class GradientMemory:
+    """Memory for the gradients of the token features, kept from one step to the next on the CPU. The CPU
+    allocator gives blocks this large back to the operating system when they are freed (the two gradients are
+    528 MB at N = 1024 with K = 1, 77 positions and 49 patches), and fresh memory costs a page fault per 4 KB page
+    when it is first written: about 0.7x open_clip's ClipLoss step at that size (docs/benchmarks.md). A kept block
+    is handed out again only when nothing else holds it (the gradient it held last was used and dropped, no view
+    of it is left); otherwise, on other devices (whose allocators keep their blocks) and with ``keep=False``, the
+    memory is new. Between steps the kept blocks hold what the backward pass holds at its start anyway."""
+
+    def __init__(self, keep: bool = True):
+        self.keep = keep
+        self._storages: dict[str, torch.UntypedStorage] = {}
+
+    def empty(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """A contiguous tensor of ``like``'s shape, dtype and device; its values are undefined."""
+        holders = getattr(torch._C, "_storage_Use_Count", None)
+        if not self.keep or like.device.type != "cpu" or holders is None:
+            return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+        size = like.numel() * like.element_size()
+        storage = self._storages.get(name)
+        if storage is None or storage.nbytes() != size or holders(storage._cdata) != 1:  # 1: this reference
+            storage = self._storages[name] = torch.UntypedStorage(size)
+        return torch.empty(0, dtype=like.dtype).set_(storage, 0, like.shape)
 
 
 def caption_slots(rows: torch.Tensor, n: int, k: int) -> list[torch.Tensor]:
@@ -91,96 +118,129 @@ def caption_slots(rows: torch.Tensor, n: int, k: int) -> list[torch.Tensor]:
     return [rows[:n]] + [rows[n + j::k] for j in range(k)]
 
 
-class GroupedCosine(torch.autograd.Function):
-    """cos(u_t, m_t), m_t = sum_p a_tp w_p, for the first ``length`` tokens u_t of each anchor picture's captions
-    against the picture's patches w_p (`local_scores`' arguments; -> n x C x length), a_t = `patch_weights` of the
-    similarities <u_t, w_p> (no gradient through them).
+class TokenPacking:
+    """Where `GroupedCosine` reads each counted token: the tokens of each anchor picture's captions that exist and
+    count (``token_mask`` & ``present``, n x C x L'), packed picture by picture without the positions that do not
+    count (padding, the start token), so that no work is spent on them. Pictures go in passes of
+    ``pictures_per_pass``, sorted by their number of counted tokens (stable), so that a pass pads its pictures to
+    a width close to each one's count. ``slots``: the passes' padded slots, side by side; ``filled`` (slots bool):
+    those that hold a token, in the order of ``grid`` (each token's flat index in n x C x L') and of ``rows`` and
+    ``positions`` (where it sits in the ``[anchors; negatives]`` token features)."""
 
-    The work goes in passes of ``pictures_per_pass`` pictures, each pass's captions side by side (read from
-    `caption_slots`' views, never gathered for the whole batch), so that every intermediate is a few MB that the
-    allocator reuses and the cache holds; the gradients are written into the full-size gradients of
-    ``text_tokens`` and ``image_tokens`` in place, with no zero-filled buffer per read. The gradient is written
-    out rather than left to autograd (which would take a pass over the tokens for every elementwise step of the
-    norms): with the averaged patches m computed again in the backward pass rather than kept,
-    d u = d_cos (m / (|u| |m|) - cos u / |u|^2), d m = d_cos (u / (|u| |m|) - cos m / |m|^2), d W = A^T d m, two
-    products per pass forward (the similarities, m) and two backward (m, d W). Norms have F.normalize's floor
-    (1e-12), with no gradient below it."""
+    def __init__(self, present: torch.Tensor, token_mask: torch.Tensor, pictures_per_pass: int):
+        n, count, length = token_mask.shape
+        self.n, self.shape = n, token_mask.shape
+        counted = token_mask & present[..., None]
+        per_picture = counted.flatten(1).sum(dim=1)
+        sizes, order = torch.sort(per_picture, stable=True)
+        picture, caption, position = counted[order].nonzero(as_tuple=True)
+        anchor = order[picture]
+        self.rows = torch.where(caption == 0, anchor, n + anchor * (count - 1) + caption - 1)
+        self.positions = position
+        self.length = length
+        self.grid = (anchor * count + caption) * length + position
+        starts = torch.cumsum(sizes, dim=0) - sizes
+        self.passes, filled, offset = [], [], 0
+        for first in range(0, n, pictures_per_pass):
+            last = min(first + pictures_per_pass, n)
+            width = int(sizes[last - 1])
+            slot = torch.arange(width, device=sizes.device)
+            holds = slot < sizes[first:last, None]
+            at = (starts[first:last, None] + slot).clamp_max(max(len(self.rows) - 1, 0))
+            self.passes.append((order[first:last], at, holds, slice(offset, offset + holds.numel())))
+            filled.append(holds.flatten())
+            offset += holds.numel()
+        self.slots, self.filled = offset, torch.cat(filled)
+
+    def flat(self, text_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``text_tokens`` as (rows L) x D (a view where they are contiguous) and each counted token's row in it."""
+        return text_tokens.reshape(-1, text_tokens.shape[-1]), self.rows * text_tokens.shape[1] + self.positions
+
+    def features(self, text_tokens: torch.Tensor, image_tokens: torch.Tensor, dtype):
+        """Per pass: (its pictures, their patches (b x P x D), their packed tokens (b x width x D), which slots
+        hold one of the picture's tokens, its slots' range in ``slots``, where each slot reads its token in
+        `flat`'s rows), in ``dtype``. A slot that holds none reads another counted token (of a caption that
+        exists: finite, whatever a missing caption's row holds), so that no copy is spent on masking it: its
+        cosine is never read and its gradient is exactly 0."""
+        flat, at_row = self.flat(text_tokens)
+        for pictures, at, holds, slots in self.passes:
+            reads = at_row[at.flatten()]
+            packed = flat.index_select(0, reads).view(*at.shape, -1).to(dtype)
+            yield pictures, image_tokens.index_select(0, pictures).to(dtype), packed, holds, slots, reads
+
+
+class GroupedCosine(torch.autograd.Function):
+    """cos(u_t, m_t), m_t = sum_p a_tp w_p, for the counted tokens u_t of each anchor picture's captions against
+    the picture's patches w_p (`local_scores`' arguments, read as `TokenPacking` says; -> n x C x L', 0 where a
+    token does not count), a_t = `patch_weights` of the similarities <u_t, w_p> (no gradient through them).
+
+    The work goes in `TokenPacking`'s passes, so that every intermediate is a few MB that the allocator reuses and
+    the cache holds; the gradients are written into the full-size gradients of ``text_tokens`` and
+    ``image_tokens``. The gradient is written out rather than left to autograd (which would take a pass over the
+    tokens for every elementwise step of the norms): with the averaged patches m computed again in the backward
+    pass rather than kept, d u = d_cos (m / (|u| |m|) - cos u / |u|^2), d m = d_cos (u / (|u| |m|) - cos m / |m|^2),
+    d W = A^T d m, two products per pass forward (the similarities, m) and two backward (m, d W). Norms have
+    F.normalize's floor (1e-12), with no gradient below it."""
 
     EPS = 1e-12
 
     @staticmethod
-    def forward(ctx, text_tokens: torch.Tensor, image_tokens: torch.Tensor, present: torch.Tensor, length: int,
-                normalizer: str, sparsify: bool, pictures_per_pass: int) -> torch.Tensor:
-        n, count = present.shape
+    def forward(ctx, text_tokens: torch.Tensor, image_tokens: torch.Tensor, packing: TokenPacking,
+                normalizer: str, sparsify: bool, memory: GradientMemory) -> torch.Tensor:
         dtype = torch.promote_types(torch.promote_types(text_tokens.dtype, image_tokens.dtype), torch.float32)
         small = dict(dtype=dtype, device=text_tokens.device)
-        weights = torch.empty(n, count * length, image_tokens.shape[1], **small)
-        cosine, grouped_norm, token_norm = (torch.empty(n, count * length, **small) for _ in range(3))
+        weights = torch.empty(packing.slots, image_tokens.shape[1], **small)
+        cosine, grouped_norm, token_norm = (torch.empty(packing.slots, **small) for _ in range(3))
         with torch.autocast(text_tokens.device.type, enabled=False):  # in float32 at least, as the rest of the loss
-            for pictures, patches, tokens in GroupedCosine._passes(text_tokens, image_tokens, present, length,
-                                                                   pictures_per_pass, dtype):
+            for _, patches, tokens, _, slots, _ in packing.features(text_tokens, image_tokens, dtype):
                 similarity = tokens @ patches.transpose(1, 2)
-                a = weights[pictures] = patch_weights(similarity, normalizer, sparsify)
-                grouped_norm[pictures] = torch.linalg.vector_norm(a @ patches, dim=-1)
-                token_norm[pictures] = torch.linalg.vector_norm(tokens, dim=-1)
-                cosine[pictures] = (a * similarity).sum(dim=-1)
+                a = patch_weights(similarity, normalizer, sparsify)
+                weights[slots] = a.flatten(0, 1)
+                grouped_norm[slots] = torch.linalg.vector_norm(a @ patches, dim=-1).flatten()
+                token_norm[slots] = torch.linalg.vector_norm(tokens, dim=-1).flatten()
+                cosine[slots] = (a * similarity).sum(dim=-1).flatten()
         eps = GroupedCosine.EPS
         grouped_floor, token_floor = grouped_norm.clamp_min(eps), token_norm.clamp_min(eps)
         cosine /= grouped_floor * token_floor
-        ctx.save_for_backward(text_tokens, image_tokens, present, weights, cosine, grouped_floor, token_floor,
+        ctx.save_for_backward(text_tokens, image_tokens, weights, cosine, grouped_floor, token_floor,
                               grouped_norm > eps, token_norm > eps)
-        ctx.pictures_per_pass = pictures_per_pass
-        return cosine.reshape(n, count, length)
+        ctx.packing, ctx.memory = packing, memory
+        out = torch.zeros(packing.shape, **small)
+        out.view(-1)[packing.grid] = cosine[packing.filled]
+        return out
 
     @staticmethod
-    def _passes(text_tokens, image_tokens, present, length, pictures_per_pass, dtype):
-        """Per pass: its pictures (a slice of the n), their patches and the first ``length`` tokens of their
-        captions side by side (pictures x C length x D), in ``dtype``; zeros for a caption that is missing
-        (whatever its row holds, even NaN, reaches neither the value nor the gradient)."""
-        n, count = present.shape
-        slots = caption_slots(text_tokens, n, count - 1)
-        everything = bool(present.all())
-        for start in range(0, n, pictures_per_pass):
-            pictures = slice(start, min(start + pictures_per_pass, n))
-            tokens = torch.cat([slot[pictures, :length] for slot in slots], dim=1).to(dtype)
-            if not everything:
-                tokens = torch.where(present[pictures].repeat_interleave(length, dim=1)[..., None], tokens,
-                                     torch.zeros((), dtype=dtype, device=tokens.device))
-            yield pictures, image_tokens[pictures].to(dtype), tokens
-
-    @staticmethod
-    def backward(ctx, d_cosine: torch.Tensor):
-        text_tokens, image_tokens, present, weights, cosine, grouped_floor, token_floor, grouped_above, \
+    def backward(ctx, d_out: torch.Tensor):
+        text_tokens, image_tokens, weights, cosine, grouped_floor, token_floor, grouped_above, \
             token_above = ctx.saved_tensors
-        n, count = present.shape
-        length = cosine.shape[1] // count
-        d_cosine = d_cosine.reshape(cosine.shape)
+        packing = ctx.packing
         zero = torch.zeros((), dtype=cosine.dtype, device=cosine.device)
-        d_dot = (d_cosine / (grouped_floor * token_floor))[..., None]
+        d_cosine = torch.zeros_like(cosine)
+        d_cosine[packing.filled] = d_out.reshape(-1)[packing.grid]
+        d_dot = (d_cosine / (grouped_floor * token_floor))[:, None]
         # d cos / d |m| = -cos / |m| and d |m| / d m = m / |m| above the floor; the same for u
         grouped_scale = torch.where(grouped_above, -d_cosine * cosine / (grouped_floor * grouped_floor),
-                                    zero)[..., None]
-        token_scale = torch.where(token_above, -d_cosine * cosine / (token_floor * token_floor), zero)[..., None]
-        # every row of [anchors; negatives] is in one slot: its first `length` positions are written below; the
-        # positions after them and the negatives' pictures are not read
-        d_text = torch.empty_like(text_tokens)
-        d_text[:, length:] = 0
-        d_slots = caption_slots(d_text, n, count - 1)
-        d_image = torch.empty_like(image_tokens)
-        d_image[n:] = 0
-        missing = present.logical_not().repeat_interleave(length, dim=1)[..., None]
+                                    zero)[:, None]
+        token_scale = torch.where(token_above, -d_cosine * cosine / (token_floor * token_floor), zero)[:, None]
+        # the tokens that do not count and the negatives' pictures get no gradient; every anchor picture is in
+        # one pass, which writes its rows
+        d_text = ctx.memory.empty("text_tokens", text_tokens).zero_()
+        d_flat = d_text.view(-1, d_text.shape[-1])
+        d_image = ctx.memory.empty("image_tokens", image_tokens)
+        d_image[packing.n:] = 0
         with torch.autocast(text_tokens.device.type, enabled=False):
-            for pictures, patches, tokens in GroupedCosine._passes(text_tokens, image_tokens, present, length,
-                                                                   ctx.pictures_per_pass, cosine.dtype):
-                a = weights[pictures]
+            for pictures, patches, tokens, holds, slots, reads in packing.features(text_tokens, image_tokens,
+                                                                                  cosine.dtype):
+                b, width = holds.shape
+                a = weights[slots].view(b, width, -1)
                 grouped = a @ patches
-                d_grouped = d_dot[pictures] * tokens + grouped_scale[pictures] * grouped
-                torch.bmm(a.transpose(1, 2), d_grouped, out=d_image[pictures])
-                d_tokens = d_dot[pictures] * grouped + token_scale[pictures] * tokens
-                d_tokens = d_tokens.masked_fill_(missing[pictures], 0)
-                for c, d_slot in enumerate(d_slots):
-                    d_slot[pictures, :length] = d_tokens[:, c * length:(c + 1) * length]
-        return d_text, d_image, None, None, None, None, None
+                d_dot_pass = d_dot[slots].view(b, width, 1)
+                d_grouped = torch.addcmul(grouped_scale[slots].view(b, width, 1) * grouped, d_dot_pass, tokens)
+                d_image.index_copy_(0, pictures, (a.transpose(1, 2) @ d_grouped).to(d_image.dtype))
+                d_tokens = torch.addcmul(token_scale[slots].view(b, width, 1) * tokens, d_dot_pass, grouped)
+                # added, not copied: a slot that holds no token of the pass reads another one, and adds it 0
+                d_flat.index_add_(0, reads, d_tokens.flatten(0, 1).to(d_flat.dtype))
+        return d_text, d_image, None, None, None, None
 
 
 class FSCCLIPLoss(HardNegativeLoss):
@@ -201,6 +261,7 @@ class FSCCLIPLoss(HardNegativeLoss):
         super().__init__(*args, **kwargs)
         self.clip = ClipLoss(local_loss=self.local_loss, gather_with_grad=self.gather_with_grad,
                              cache_labels=self.cache_labels, rank=self.rank, world_size=self.world_size)
+        self.gradient_memory = GradientMemory()
         if not self.options.local_negatives:
             self.needs = frozenset()
 
@@ -235,7 +296,7 @@ class FSCCLIPLoss(HardNegativeLoss):
         if o.local_negatives:
             present, mask = self._captions(n, k, has_negative, image_tokens, text_tokens, text_token_mask)
             scores = local_scores(image_tokens, text_tokens, present, mask, logit_scale, o.sim_normalizer,
-                                  o.sim_sparsify)
+                                  o.sim_sparsify, memory=self.gradient_memory)
             logits = own_choice_logits(scores[:, 0], scores[:, 1:], has_negative)
             terms["fsc_clip/local"] = self.choice_loss(logits, has_negative, rows)
             loss = loss + o.local_weight * terms["fsc_clip/local"]
