@@ -47,7 +47,7 @@ def main() -> None:
         t0 = time.perf_counter()
         if not (path / "model_index.json").is_file():
             if args.tiny:
-                from concrete_jungle.tiny import build_tiny_sdxl_img2img
+                from concrete_jungle.models.tiny import build_tiny_sdxl_img2img
 
                 build_tiny_sdxl_img2img(path)
             else:

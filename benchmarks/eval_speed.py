@@ -2,7 +2,7 @@
 
 The reference is the SugarCrepe paper's loop: for every item, encode its image and both captions alone
 and compare. Ours encodes each unique image (1,560 for 7,511 items) and caption once, in batches, the captions
-at the batch's longest caption (sorted by length; `text_encoding.py`), and once more at the full 77-token
+at the batch's longest caption (sorted by length; `models/text_encoding.py`), and once more at the full 77-token
 context (`--no-trim-text`'s path). A random-init open_clip model (`--model`, default the tiny `cj-tiny`) on the
 CPU and the official JSON with generated images under the official file names; every path gives the same
 per-item answers (checked here too). Goals: cj-tiny >= 4x; ViT-B-32 >= 3x.

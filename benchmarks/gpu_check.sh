@@ -15,7 +15,7 @@
 #   train_step.txt     benchmarks/train_step.py: ViT-B-32, N = 1024 anchors (2N images and texts), bf16, batches on
 #                      the GPU: ms/step against open_clip_train, pairs/s, model FLOPs utilisation (goal >= 35 %)
 #   train_step_captions.txt  the same with the toy world's captions: ours encodes them at their length
-#                      (text_encoding.py), open_clip_train at 77 tokens (goal <= 0.80)
+#                      (models/text_encoding.py), open_clip_train at 77 tokens (goal <= 0.80)
 #   train_cached.txt   benchmarks/train_data_path.py: `train()` end to end on a synthetic COCO-size ConcreteBatch read
 #                      from the image cache, against the same step on GPU-resident batches (goal >= 0.90), MFU
 #   editor.txt         benchmarks/editor_throughput.py: the diffusers editor with SDXL-Turbo's full-size

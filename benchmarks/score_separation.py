@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 
 from concrete_jungle import plant
-from concrete_jungle.checkpoints import WEIGHTS_FILE
+from concrete_jungle.models.checkpoints import WEIGHTS_FILE
 from concrete_jungle.experiments.stages import StageConfig, Stages, stage_dir
 from concrete_jungle.plant import PlantConfig
 from concrete_jungle.plant.scoring import ScoringConfig

@@ -9,7 +9,7 @@ them), so a step is the model's work, not the host-to-device copy (`--from-host`
 memory and times the copy too), and both trainers get open_clip_train's TF32 and cuDNN settings;
 `--compile` runs both through torch.compile (open_clip_train's --torchcompile). Texts are random tokens filling
 the whole context unless `--captions` names real captions (e.g. the SugarCrepe positives: COCO captions), which
-ours encodes at each batch's longest caption (`text_encoding.py`; `--no-trim-text`: at the full context, as
+ours encodes at each batch's longest caption (`models/text_encoding.py`; `--no-trim-text`: at the full context, as
 open_clip_train does). Goal with captions: ratio <= 0.80.
 
     python benchmarks/train_step.py --model cj-tiny --n 64 --steps 4 --rounds 9
@@ -32,10 +32,10 @@ from open_clip.loss import ClipLoss
 from open_clip_train.scheduler import cosine_lr
 from open_clip_train.train import train_one_epoch
 
-from concrete_jungle import models  # noqa: F401  (registers cj-tiny)
+from concrete_jungle.models import factory  # noqa: F401  (registers cj-tiny)
 from concrete_jungle.loss import CementLoss
 from concrete_jungle.sources import anchor_caption, read_samples
-from concrete_jungle.text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
+from concrete_jungle.models.text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
 from concrete_jungle.train.loop import StepContext, param_groups, training_step, use_open_clip_cuda_settings
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from concrete_jungle.analysis.statistics import gradient_share_by_batch_size
+from concrete_jungle.analysis.dataset_statistics import gradient_share_by_batch_size
 from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -73,7 +73,7 @@ def test_analyze_gradient_share_writes_json_and_plot(tmp_path, small_concretebat
 
 @pytest.fixture(scope="module")
 def scorers(tmp_path_factory):
-    from concrete_jungle.tiny import build_tiny_dinov2, build_tiny_roberta
+    from concrete_jungle.models.tiny import build_tiny_dinov2, build_tiny_roberta
 
     root = tmp_path_factory.mktemp("scorers")
     return build_tiny_dinov2(root / "dino"), build_tiny_roberta(root / "roberta")
@@ -83,7 +83,7 @@ def test_dataset_statistics_equal_a_direct_computation(tmp_path, scorers):
     from bert_score import score as bert_score
     from transformers import AutoImageProcessor, AutoModel
 
-    from concrete_jungle.analysis.statistics import word_edit_distance
+    from concrete_jungle.analysis.dataset_statistics import word_edit_distance
     from concrete_jungle.concretebatch import iter_records
     from concrete_jungle.models import load_model
     from test_gallery import make_concretebatch
@@ -130,7 +130,7 @@ def test_dataset_statistics_equal_a_direct_computation(tmp_path, scorers):
 
 
 def test_word_edit_distance():
-    from concrete_jungle.analysis.statistics import word_edit_distance
+    from concrete_jungle.analysis.dataset_statistics import word_edit_distance
 
     assert word_edit_distance("a red car", "a blue car") == 1
     assert word_edit_distance("in front of the tree", "behind the tree") == 3
@@ -138,7 +138,7 @@ def test_word_edit_distance():
 
 
 def test_embeddings_are_computed_once_per_model_and_dataset(tmp_path):
-    from concrete_jungle.analysis.statistics import concretebatch_features
+    from concrete_jungle.analysis.dataset_statistics import concretebatch_features
     from concrete_jungle.errors import DatasetError
     from concrete_jungle.models import load_model
     from test_gallery import make_concretebatch
@@ -161,7 +161,7 @@ def test_embeddings_are_computed_once_per_model_and_dataset(tmp_path):
 def test_the_analysis_encodes_captions_at_the_full_context_when_asked(tmp_path):
     """A run made before captions were encoded at their length (Study 1) analyses its data as it trained: the
     features come from the full context, into a cache of their own, and agree with the cut ones up to rounding."""
-    from concrete_jungle.analysis.statistics import analyze_datasets, feature_cache_path
+    from concrete_jungle.analysis.dataset_statistics import analyze_datasets, feature_cache_path
     from concrete_jungle.models import load_model
     from test_gallery import make_concretebatch
 
@@ -183,7 +183,7 @@ def test_the_analysis_encodes_captions_at_the_full_context_when_asked(tmp_path):
 def test_analyze_features_are_keyed_by_the_shards_not_the_manifest(tmp_path):
     import shutil
 
-    from concrete_jungle.analysis.statistics import feature_cache_path
+    from concrete_jungle.analysis.dataset_statistics import feature_cache_path
     from concrete_jungle.models import load_model
 
     captions, images = make_dataset(tmp_path, 10, image_size=16)
@@ -280,7 +280,7 @@ def texts_inside_the_figure(fig) -> list[str]:
 
 
 def test_a_checkpoint_is_named_by_its_run_and_step_in_figures_and_the_report():
-    from concrete_jungle.analysis.statistics import model_label
+    from concrete_jungle.analysis.dataset_statistics import model_label
 
     assert model_label(CHECKPOINT) == "checkpoint step-0000120 of run (sha1 bbe8f093)"
     assert model_label({"name": "cj-tiny", "pretrained": "none", "seed": 0}) == "cj-tiny (random init, seed 0)"
@@ -290,7 +290,7 @@ def test_the_correlation_figure_tells_clip_l_from_clip_v_and_keeps_the_model_on_
     import matplotlib.pyplot as plt
 
     from concrete_jungle.analysis.figures import correlation_figure
-    from concrete_jungle.analysis.statistics import model_label
+    from concrete_jungle.analysis.dataset_statistics import model_label
 
     fig = correlation_figure(pair_rows_for_figures(), model_label(CHECKPOINT))
     ax = fig.axes[0]
@@ -312,7 +312,7 @@ def test_the_gradient_share_title_names_the_model_without_a_path_and_wraps_betwe
     import matplotlib.pyplot as plt
 
     from concrete_jungle.analysis.figures import gradient_share_figure, gradient_share_title
-    from concrete_jungle.analysis.statistics import model_label
+    from concrete_jungle.analysis.dataset_statistics import model_label
 
     title = gradient_share_title("D_hc", 256, model_label(CHECKPOINT), 15.0)
     curves = {"none": {8: 0.4, 16: 0.3}, "adaptive": {8: 0.6, 16: 0.5}}
@@ -408,7 +408,7 @@ def test_lines_through_binned_means_break_where_a_bin_is_left_out():
 def test_the_encoding_progress_bar_counts_to_the_ok_records_of_the_manifest(planted, tmp_path, capsys):
     import shutil
 
-    from concrete_jungle.analysis.statistics import concretebatch_features
+    from concrete_jungle.analysis.dataset_statistics import concretebatch_features
     from concrete_jungle.models import load_model
     from concrete_jungle.records import read_jsonl
 
@@ -434,7 +434,7 @@ def test_caption_only_negatives_leave_out_the_image_quantities_and_records_of_k_
         tmp_path, scorers, capsys):
     from transformers import AutoImageProcessor, AutoModel
 
-    from concrete_jungle.analysis.statistics import table1_markdown, word_edit_distance
+    from concrete_jungle.analysis.dataset_statistics import table1_markdown, word_edit_distance
     from concrete_jungle.concretebatch import iter_records
     from concrete_jungle.models import load_model
     from test_gallery import make_k_negative_batch

@@ -116,13 +116,12 @@ def test_architecture_doc_names_only_modules_that_exist():
 # layers, never one of its own layer or above. Stages do not import each other, except that training runs the
 # evaluation hook (`train` sits one layer above `evaluation`).
 LAYERS = [
-    {"errors", "loss_options"},
-    {"records", "configs", "stats", "images", "plugins", "checkpoints", "text_encoding", "loss", "tiny", "nlp",
-     "locks", "tar_archive"},
-    {"registry", "outputs", "identity"},
-    {"models", "token_features"},
+    {"errors"},
+    {"records", "configs", "outcomes", "images", "nlp"},
+    {"files"},
+    {"models"},
+    {"loss"},
     {"sources", "concretebatch"},
-    {"export", "wise_ft"},
     {"plant", "evaluation"},
     {"train", "analysis"},
     {"toyworld"},
@@ -198,6 +197,44 @@ print(sorted(str(w.message) for w in caught if w.category is DeprecationWarning)
                          ("editors", "plant.editors"), ("train_config", "train.config")]))
 
 
+
+@pytest.mark.parametrize("old, new", sorted(__import__("concrete_jungle").MOVED.items()))
+def test_a_moved_module_imports_by_its_old_name_with_a_warning(old, new):
+    import importlib
+    import sys
+
+    sys.modules.pop(f"concrete_jungle.{old}", None)  # imported before: import it again, as a first import would
+    with pytest.warns(DeprecationWarning, match=rf"^concrete_jungle\.{old} moved to concrete_jungle\.{new}; the old "
+                                                r"name goes in 0\.3$"):
+        module = importlib.import_module(f"concrete_jungle.{old}")
+    target = importlib.import_module(f"concrete_jungle.{new}")
+    names = {k for k in vars(target) if not k.startswith("__")}
+    assert names and all(getattr(module, k) is getattr(target, k) for k in names)
+
+
+# modules a torch-free command or config check imports: none of them may import torch (or open_clip)
+TORCH_FREE = ["concrete_jungle", "concrete_jungle.configs", "concrete_jungle.errors", "concrete_jungle.records",
+              "concrete_jungle.outcomes", "concrete_jungle.files.locks", "concrete_jungle.files.outputs",
+              "concrete_jungle.files.identity", "concrete_jungle.files.tar_archive", "concrete_jungle.models",
+              "concrete_jungle.models.pretrained", "concrete_jungle.models.checkpoints",
+              "concrete_jungle.models.wise_ft", "concrete_jungle.loss.options", "concrete_jungle.concretebatch",
+              "concrete_jungle.concretebatch.export", "concrete_jungle.plant.plugins", "concrete_jungle.train.config",
+              "concrete_jungle.evaluation.names", "concrete_jungle.loss_options", "concrete_jungle.registry",
+              "concrete_jungle.stats"]
+
+
+def test_the_torch_free_modules_and_their_packages_import_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys, warnings\nwarnings.simplefilter('ignore', DeprecationWarning)\n"
+            f"for name in {TORCH_FREE!r}:\n    importlib.import_module(name)\n"
+            "    if {'torch', 'open_clip'} & set(sys.modules):\n        print(name, 'imports torch')\n        break\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout == ""
+
+
 def test_the_architecture_doc_quotes_the_counts_of_the_package():
     doc = (ROOT / "docs" / "architecture.md").read_text()
     quoted = doc.split("<!-- python tests/test_architecture.py -->\n```text\n", 1)[1].split("```", 1)[0]
@@ -240,7 +277,7 @@ def benchmark_modules() -> set[str]:
 
 
 def builtin_plugin_modules() -> set[str]:
-    from concrete_jungle.plugins import BUILTIN
+    from concrete_jungle.plant.plugins import BUILTIN
 
     return {path.partition(":")[0] for paths in BUILTIN.values() for path in paths.values()}
 
@@ -255,7 +292,7 @@ DISPATCH = {
     "concrete_jungle": moved_modules,  # the names moved in 0.2
     "concrete_jungle.evaluation": benchmark_modules,  # read_benchmark, evaluate_one
     "concrete_jungle.evaluation.chance": benchmark_modules,  # item_chances
-    "concrete_jungle.plugins": builtin_plugin_modules,  # the built-in captioners, editors and scorers
+    "concrete_jungle.plant.plugins": builtin_plugin_modules,  # the built-in captioners, editors and scorers
     "concrete_jungle.sources.peers.ceclip": set,  # NumPy's classes that a pickled array names, nothing of ours
 }
 

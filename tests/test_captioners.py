@@ -87,7 +87,7 @@ def test_rules_reports_words_it_cannot_replace():
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
-    from concrete_jungle.tiny import build_tiny_causal_lm
+    from concrete_jungle.models.tiny import build_tiny_causal_lm
 
     return build_tiny_causal_lm(tmp_path_factory.mktemp("lm") / "tiny-llama")
 

@@ -1,4 +1,4 @@
-"""Checkpoints as commands take them (checkpoints.py): a run's folder, its checkpoints folder and
+"""Checkpoints as commands take them (models/checkpoints.py): a run's folder, its checkpoints folder and
 checkpoints/latest for every command that takes one, a path that names none, a weights file that is not one; and a
 checkpoint folder published as it is (its model card, plain open_clip's `local-dir:` loading)."""
 
@@ -47,7 +47,7 @@ def test_a_published_checkpoint_folder_has_a_model_card_from_its_run_and_loads_i
     import torch
     from PIL import Image
 
-    from concrete_jungle.checkpoints import resolve_checkpoint
+    from concrete_jungle.models.checkpoints import resolve_checkpoint
     from concrete_jungle.models import load_model
 
     folder = resolve_checkpoint(run)

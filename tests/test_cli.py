@@ -306,7 +306,7 @@ def test_plant_merge_help_is_merge_s_own_and_keywords_help_says_what_workers_do(
 
 
 def test_train_loss_takes_every_loss_a_config_names(capsys):
-    from concrete_jungle.loss_options import LOSS_NAMES
+    from concrete_jungle.loss.options import LOSS_NAMES
 
     for name in LOSS_NAMES:  # Cement's schedules and the peers' losses
         assert main(["train", "--out", "run", "--data", "cb", "--loss", name, "--print-config"]) == 0

@@ -18,7 +18,7 @@ from concrete_jungle.cli import main
 from concrete_jungle.evaluation import aro, load_data, valse, whatsup
 from concrete_jungle.evaluation.checks import BenchmarkDataError
 from concrete_jungle.evaluation.encoding import Encoder
-from concrete_jungle.stats import metric_values
+from concrete_jungle.outcomes import metric_values
 
 
 @torch.no_grad()

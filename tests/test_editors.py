@@ -9,7 +9,7 @@ from concrete_jungle.plant.editors import NoEditor, make_editor
 
 @pytest.fixture(scope="module")
 def tiny_sdxl(tmp_path_factory):
-    from concrete_jungle.tiny import build_tiny_sdxl_img2img
+    from concrete_jungle.models.tiny import build_tiny_sdxl_img2img
 
     return build_tiny_sdxl_img2img(tmp_path_factory.mktemp("sdxl") / "tiny-sdxl")
 

@@ -78,7 +78,7 @@ def test_sugarcrepe_ties_are_wrong_and_keys_need_not_be_contiguous(tmp_path, cli
 
 
 def test_macro_averages():
-    from concrete_jungle.stats import metric_values, series
+    from concrete_jungle.outcomes import metric_values, series
 
     # subset k gets k of 10 items right: accuracies 0.1 ... 0.7
     answers = {s: series(range(10), range(10), [1] * (k + 1) + [0] * (9 - k)) for k, s in enumerate(sugarcrepe.SUBSETS)}
@@ -516,7 +516,7 @@ def test_sugarcrepe_evaluates_the_subset_files_that_are_there(data_root, tmp_pat
     assert main(["eval", "--data-root", str(root), "--check", "--skip-missing"]) == 0
     data = sugarcrepe.load(root / "sugarcrepe", root / "coco" / "val2017")
     assert list(data["items"]) == ["add_att", "replace_rel", "swap_obj", "my_subset"]  # official order, then others
-    from concrete_jungle.stats import metric_values, series
+    from concrete_jungle.outcomes import metric_values, series
 
     accuracy = {"add_att": 5, "replace_rel": 7, "swap_obj": 9, "my_subset": 1}  # of 10
     answers = {s: series(range(10), range(10), [1] * k + [0] * (10 - k)) for s, k in accuracy.items()}

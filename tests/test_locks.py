@@ -1,4 +1,4 @@
-"""One job per output (locks.py): a second job on a folder a live job holds is refused naming the holder, a dead
+"""One job per output (files/locks.py): a second job on a folder a live job holds is refused naming the holder, a dead
 job's lock is taken over, for every command that writes."""
 
 import json

@@ -1,7 +1,8 @@
-"""Loading models (models.py, registry.py): pretrained weights that cannot be had offline, and the hash the embedding
-cache is keyed by following the weights file's content and the precision; a checkpoint's config checked against its
-weights; a weights file checked against the name it is loaded as (shapes, and the activation where the registry, a
-config beside it or the weights it was fine-tuned from tell it); published checkpoints by name."""
+"""Loading models (models/factory.py, models/pretrained.py): pretrained weights that cannot be had offline, and the
+hash the embedding cache is keyed by following the weights file's content and the precision; a checkpoint's config
+checked against its weights; a weights file checked against the name it is loaded as (shapes, and the activation
+where the registry, a config beside it or the weights it was fine-tuned from tell it); published checkpoints by
+name."""
 
 import json
 import os
@@ -209,13 +210,13 @@ def test_random_bytes_as_weights_are_no_weights_file_not_code(tmp_path):
 def test_every_published_checkpoint_names_an_architecture_open_clip_builds_with_the_activation_of_its_start():
     import open_clip
 
-    from concrete_jungle import registry
+    from concrete_jungle.models import pretrained as published
 
-    names = [p.name for p in registry.PEERS]
+    names = [p.name for p in published.PEERS]
     assert len(names) == len(set(names)) and all(n == n.lower() for n in names)
     assert {"negclip", "ce-clip", "fsc-clip", "clic-vit-b-32-cogvlm", "spec-clip", "degla",
             "tripletclip"} <= set(names)
-    for peer in registry.PEERS:
+    for peer in published.PEERS:
         assert peer.licence and peer.paper and peer.repository.startswith("https://"), peer.name
         assert peer.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", peer.sha256), peer.name
         assert not (peer.file and peer.hf_hub), peer.name
@@ -225,7 +226,7 @@ def test_every_published_checkpoint_names_an_architecture_open_clip_builds_with_
         assert peer.architecture in open_clip.list_models(), peer.name
         # QuickGELU exactly for fine-tunes of OpenAI's weights, as each entry's start says
         assert peer.architecture.endswith("-quickgelu") == (peer.start.split()[1] == "openai"), peer.name
-        assert peer.file is None or peer.file.endswith(registry.WEIGHT_SUFFIXES), peer.name
+        assert peer.file is None or peer.file.endswith(published.WEIGHT_SUFFIXES), peer.name
         assert peer.hf_hub is None or peer.hf_hub in peer.weights, peer.name
         assert peer.file or peer.hf_hub or "put" in peer.note, peer.name  # where no file is named, what to do
 
@@ -280,14 +281,14 @@ def test_a_published_checkpoint_on_disk_is_checked_against_its_digest_and_its_ar
 def test_a_file_with_a_published_digest_gets_that_checkpoint_s_architecture_and_its_name(tmp_path, monkeypatch):
     import dataclasses
 
-    from concrete_jungle import registry
+    from concrete_jungle.models import pretrained as published
     from concrete_jungle.models import ModelError, load_model, uses_quick_gelu
     from concrete_jungle.records import file_digest
 
     weights, _ = quickgelu_weights(tmp_path)
-    toy = dataclasses.replace(registry.find("negclip"), name="toy", method="Toy", architecture="cj-tiny-quickgelu",
+    toy = dataclasses.replace(published.find("negclip"), name="toy", method="Toy", architecture="cj-tiny-quickgelu",
                               file=weights.name, sha256=file_digest(weights))
-    monkeypatch.setattr(registry, "PEERS", registry.PEERS + (toy,))  # an entry whose file the test can make
+    monkeypatch.setattr(published, "PEERS", published.PEERS + (toy,))  # an entry whose file the test can make
     monkeypatch.setenv("CJ_PEERS_DIR", str(tmp_path))
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / weights.name).write_bytes(weights.read_bytes())
@@ -306,7 +307,7 @@ def test_a_hub_checkpoint_whose_config_leaves_out_quickgelu_is_corrected_for_a_f
 
     import huggingface_hub.constants
 
-    from concrete_jungle import registry
+    from concrete_jungle.models import pretrained as published
     from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
 
     clip = load_model("cj-tiny-quickgelu", "none", seed=1)
@@ -319,9 +320,9 @@ def test_a_hub_checkpoint_whose_config_leaves_out_quickgelu_is_corrected_for_a_f
     (repo / "refs" / "main").write_text("abc123")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    toy = dataclasses.replace(registry.find("clic-vit-b-32-cogvlm"), name="toy-clic", method="Toy CLIC",
+    toy = dataclasses.replace(published.find("clic-vit-b-32-cogvlm"), name="toy-clic", method="Toy CLIC",
                               hf_hub="toy/clic", architecture="cj-tiny-quickgelu")
-    monkeypatch.setattr(registry, "PEERS", registry.PEERS + (toy,))
+    monkeypatch.setattr(published, "PEERS", published.PEERS + (toy,))
     as_published = load_model("hf-hub:toy/clic")  # the Hub config as it is: GELU
     corrected = load_model("peer:toy-clic")
     assert not uses_quick_gelu(as_published.model) and uses_quick_gelu(corrected.model)
@@ -356,3 +357,15 @@ def test_weights_holding_a_nan_or_an_infinity_are_refused_naming_the_file_and_th
                  str(tmp_path / "sweep")]) == 2
     assert "tensor visual.proj holds 1 NaN or infinite value(s)" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "sweep" / "alpha-0.5").exists()
+
+
+def test_the_models_package_offers_the_factorys_names_on_first_use():
+    import concrete_jungle.models as models
+    from concrete_jungle.models import factory
+
+    defined = {n for n, v in vars(factory).items()
+               if not n.startswith("_") and getattr(v, "__module__", None) == factory.__name__}
+    assert defined and defined <= models.FACTORY_NAMES, sorted(defined - models.FACTORY_NAMES)
+    assert all(getattr(models, n) is getattr(factory, n) for n in models.FACTORY_NAMES)
+    with pytest.raises(AttributeError, match="no attribute 'load_modle'"):
+        models.load_modle

@@ -49,6 +49,6 @@ def test_peer_recipes_load_and_name_their_loss(path):
 
 
 def test_every_peer_loss_has_a_recipe():
-    from concrete_jungle.loss_options import PEER_LOSSES
+    from concrete_jungle.loss.options import PEER_LOSSES
 
     assert {p.stem for p in PEERS.glob("*.yaml")} == set(PEER_LOSSES)

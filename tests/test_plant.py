@@ -52,7 +52,7 @@ def test_plant_writes_a_concretebatch(tmp_path):
 
 
 def test_plant_with_the_diffusers_editor(tmp_path):
-    from concrete_jungle.tiny import build_tiny_sdxl_img2img
+    from concrete_jungle.models.tiny import build_tiny_sdxl_img2img
 
     model = build_tiny_sdxl_img2img(tmp_path / "sdxl")
     captions, images = make_dataset(tmp_path, 6)

@@ -21,7 +21,7 @@ EDITOR = ["--editor", "plugin_example:CountingEditor"]
 
 @pytest.fixture(scope="module")
 def tiny_scorers(tmp_path_factory):
-    from concrete_jungle.tiny import build_tiny_dinov2, build_tiny_roberta
+    from concrete_jungle.models.tiny import build_tiny_dinov2, build_tiny_roberta
 
     root = tmp_path_factory.mktemp("scorers")
     return build_tiny_dinov2(root / "dino"), build_tiny_roberta(root / "roberta")
@@ -160,7 +160,7 @@ def test_a_gate_rejects_exactly_the_pairs_its_threshold_names_and_a_new_gate_mak
 
 def test_analyze_summarises_and_the_gallery_shows_the_planted_scores(scored, tmp_path):
     from concrete_jungle.analysis.gallery import build_gallery
-    from concrete_jungle.analysis.statistics import analyze_datasets
+    from concrete_jungle.analysis.dataset_statistics import analyze_datasets
     from concrete_jungle.models import load_model
 
     out, _, _ = scored

@@ -195,7 +195,7 @@ def interval(items: dict, weights: dict, metric: str, seeds=(0, 1, 2)) -> tuple[
     """A contrast of the published answers (points), with its 95 % interval: 2,000 resamples of test scenes and
     seeds, seed 0 (paired by seed unless the baseline, one model, is in it)."""
     from concrete_jungle.experiments.stages import BASELINE
-    from concrete_jungle.stats import bootstrap_contrast
+    from concrete_jungle.outcomes import bootstrap_contrast
 
     groups = {label: [items[(label, s)]["outcomes"] for s in ((None,) if label == BASELINE else seeds)]
               for label in weights}
@@ -271,7 +271,7 @@ def seed_level(items: dict, weights: dict, metric: str, seeds=(0, 1, 2)) -> tupl
     import statistics
 
     from concrete_jungle.experiments.study2 import with_targeted
-    from concrete_jungle.stats import metric_values
+    from concrete_jungle.outcomes import metric_values
 
     assert len(seeds) == 3
     t = 0.95 / (2 * 0.975 * 0.025) ** 0.5  # the t quantile of 0.975 with 2 degrees of freedom, 4.303
@@ -395,7 +395,7 @@ def test_answers_read_back_keep_a_series_that_had_no_items(tmp_path):
     """A series without items (a world whose swap negatives all keep their words has no bag-of-words-differing part)
     has no line in the answers file; read back, it is there and empty, and its metric has no value."""
     from concrete_jungle.experiments.published import read_answers, write_gzip_lines
-    from concrete_jungle.stats import metric_values
+    from concrete_jungle.outcomes import metric_values
 
     recipes = {"swap_att": {"mean": "swap_att"}, "swap_att/bow_differs": {"mean": "swap_att/bow_differs"},
                "all": {"micro": ["swap_att", "swap_att/bow_differs"]}}

@@ -41,7 +41,7 @@ def local_ray():
 def plant_with_tiny_sdxl(root, samples):
     """Captions, images and the local engine's dataset with the tiny SDXL editor (slow enough to be killed mid-run),
     edited on one thread as an edit actor of one CPU edits."""
-    from concrete_jungle.tiny import build_tiny_sdxl_img2img
+    from concrete_jungle.models.tiny import build_tiny_sdxl_img2img
 
     captions, images = make_dataset(root, samples, image_size=32)
     editor = ["--editor", "diffusers", "--editor-model", build_tiny_sdxl_img2img(root / "sdxl"), "--size", 64,

@@ -17,7 +17,7 @@ def answers(rates: dict[str, float], seeds=(0, 1, 2), items=400, seed=0):
     """Per-item answers of every row with the given accuracy (the same items, two per scene, independent draws per
     seed), as `stats` outcomes."""
     from concrete_jungle.evaluation.sugarcrepe import recipes
-    from concrete_jungle.stats import series
+    from concrete_jungle.outcomes import series
 
     rng = np.random.default_rng(seed)
     out = {}

@@ -95,7 +95,7 @@ def test_the_design_section_is_the_code_s_design_and_the_published_design_s():
 def answers(rates: dict[str, float], seeds=(0, 1, 2), items=300, seed=0):
     """Every row's answers with the given accuracy per row (default 0.6): the same items, three per scene."""
     from concrete_jungle.evaluation.sugarcrepe import recipes
-    from concrete_jungle.stats import series
+    from concrete_jungle.outcomes import series
 
     rng = np.random.default_rng(seed)
     out = {}

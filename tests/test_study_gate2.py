@@ -14,7 +14,7 @@ from concrete_jungle.concretebatch import iter_records
 from concrete_jungle.experiments import gate, gate2
 from concrete_jungle.experiments.report import RETRIEVAL_COLUMNS
 from concrete_jungle.experiments.stages import BLIND
-from concrete_jungle.stats import series
+from concrete_jungle.outcomes import series
 from concrete_jungle.toyworld.build import SUBSETS, WorldConfig, build_world
 
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "studies" / "gate2" / "design.json"

@@ -1,5 +1,5 @@
-"""Text at the captions' length (text_encoding.py): the same features, losses, gradients and benchmark decisions as
-open_clip's full-context encoding, and the full context kept wherever cutting would not be exact."""
+"""Text at the captions' length (models/text_encoding.py): the same features, losses, gradients and benchmark
+decisions as open_clip's full-context encoding, and the full context kept wherever cutting would not be exact."""
 
 import json
 
@@ -11,7 +11,7 @@ from benchmark_fixtures import write_winoground
 from concrete_jungle.evaluation import sugarcrepe, sugarcrepe_pp, winoground
 from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.models import load_model
-from concrete_jungle.text_encoding import ROUND, encode_prefix, encode_text, trimmable, trimmed_length
+from concrete_jungle.models.text_encoding import ROUND, encode_prefix, encode_text, trimmable, trimmed_length
 
 CAPTIONS = ["a dog", "two", "a man holding an umbrella next to a red car on a rainy street in the city at night",
             "a cat sitting on a wooden table beside a bowl of fruit", "",
@@ -68,7 +68,7 @@ def test_a_model_where_cutting_would_not_be_exact_keeps_the_full_context(tmp_pat
 
 def test_training_steps_give_the_untrimmed_losses_and_gradients(tmp_path):
     from concrete_jungle.loss import CementLoss
-    from concrete_jungle.text_encoding import TrimmedTextCLIP, trim_tokens
+    from concrete_jungle.models.text_encoding import TrimmedTextCLIP, trim_tokens
     from concrete_jungle.train.loop import StepContext, training_step
 
     clip = load_model("cj-tiny", "none", seed=3)

@@ -1,4 +1,4 @@
-"""Patch and token features on open_clip's own modules (token_features.py): the pooled features are exactly the
+"""Patch and token features on open_clip's own modules (models/token_features.py): the pooled features are exactly the
 model's, the tokens live in the joint space, the token mask, cut captions, other towers refused."""
 
 import json
@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from concrete_jungle.models import CONFIG_DIR, load_model
-from concrete_jungle.text_encoding import trim_tokens
-from concrete_jungle.token_features import (TokenFeaturesError, encode_image_tokens, encode_text_tokens,
+from concrete_jungle.models.text_encoding import trim_tokens
+from concrete_jungle.models.token_features import (TokenFeaturesError, encode_image_tokens, encode_text_tokens,
                                             token_features)
 
 CAPTIONS = ["a red cube left of a blue ball", "two cats", "a dog under a wooden table near the window", "x"]

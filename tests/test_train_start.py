@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from concrete_jungle import registry
+from concrete_jungle.models import pretrained as published
 from concrete_jungle.configs import ConfigError
 from concrete_jungle.models import ModelError, load_model
 from concrete_jungle.records import file_digest
@@ -49,11 +49,11 @@ def peers(tmp_path, monkeypatch):
     with one (as FSC-CLIP), both fine-tunes of QuickGELU weights, in a peers' folder of their own."""
     monkeypatch.setenv("CJ_PEERS_DIR", str(tmp_path / "peers"))
     other_file = save_peer_file(tmp_path / "peers" / "other" / "other.pt", seed=2)
-    toy = dataclasses.replace(registry.find("negclip"), name="toy", method="Toy", architecture="cj-tiny-quickgelu",
+    toy = dataclasses.replace(published.find("negclip"), name="toy", method="Toy", architecture="cj-tiny-quickgelu",
                               file="toy.pth")
-    other = dataclasses.replace(registry.find("fsc-clip"), name="other", method="Other",
+    other = dataclasses.replace(published.find("fsc-clip"), name="other", method="Other",
                                 architecture="cj-tiny-quickgelu", file="other.pt", sha256=file_digest(other_file))
-    monkeypatch.setattr(registry, "PEERS", registry.PEERS + (toy, other))
+    monkeypatch.setattr(published, "PEERS", published.PEERS + (toy, other))
     return save_peer_file(tmp_path / "peers" / "toy" / "toy.pth")
 
 
@@ -125,7 +125,7 @@ def test_a_published_checkpoint_s_file_is_checked_before_it_trains(tmp_path, dat
                                                                   problem):
     """Each file is given as model.pretrained: the published digest, another entry's file, the registry's
     architecture against the config's model, finite weights, and no code read from a pickle."""
-    made = {"other": lambda: registry.peer_dir() / "other" / "other.pt", "toy": lambda: peers,
+    made = {"other": lambda: published.peer_dir() / "other" / "other.pt", "toy": lambda: peers,
             "demo": lambda: save_peer_file(tmp_path / "demo.pth", model="cj-demo"),
             "nan": lambda: save_peer_file(tmp_path / "nan.pth", edit=nan_in_projection),
             "code": lambda: torch.save({"state_dict": {}, "args": argparse.Namespace(lr=1e-5)},  # needs its class

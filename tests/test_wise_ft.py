@@ -1,4 +1,4 @@
-"""WiSE-FT (wise_ft.py, `concrete-jungle wise-ft`): checkpoints between a start model and its fine-tune, the two
+"""WiSE-FT (models/wise_ft.py, `concrete-jungle wise-ft`): checkpoints between a start model and its fine-tune, the two
 ends bit for bit at alpha 0 and 1, models of different architectures refused with the reason, a stopped sweep
 resumed and another one's folders kept."""
 
@@ -94,7 +94,7 @@ def test_a_sweep_run_again_keeps_what_it_wrote_and_another_sweep_into_its_folder
 
 def test_alphas_that_print_alike_get_a_folder_each(tmp_path, capsys):
     """``--alpha 0.5 0.500000001`` wrote both into alpha-0.5 and reported two checkpoints, the first lost."""
-    from concrete_jungle.wise_ft import alpha_name
+    from concrete_jungle.models.wise_ft import alpha_name
 
     assert [alpha_name(a) for a in (0.0, 0.25, 0.5, 1.0)] == ["alpha-0", "alpha-0.25", "alpha-0.5", "alpha-1"]
     assert alpha_name(0.500000001) == "alpha-0.500000001" and alpha_name(1 / 3) == "alpha-0.3333333333333333"

@@ -1,10 +1,10 @@
 """concrete-jungle: concreteness-aware hard negatives (ConcretePlant) and Cement loss for compositional CLIP.
 
 The packages are the pipeline, in its order: `sources` (captions and images in), `plant` (ConcretePlant:
-keywords, rewrite, edit), `concretebatch` (the dataset on disk, `export` to share it), `train` (Slipform),
-`evaluation` (benchmarks), `analysis` (Table 1, Fig. 5-6, the gallery); `toyworld` and `experiments` (the demo
-and the studies) and `cli` (the command) sit on top. The low helpers (`loss`, `models`, `records`, ...) import no
-stage. docs/architecture.md is the map.
+keywords, rewrite, edit), `concretebatch` (the dataset on disk, `concretebatch.export` to share it), `train`
+(Slipform), `evaluation` (benchmarks), `analysis` (Table 1, Fig. 5-6, the gallery); `toyworld` and `experiments`
+(the demo and the studies) and `cli` (the command) sit on top. The low helpers (`loss`, `models`, `files`,
+`records`, ...) import no stage. docs/architecture.md is the map.
 """
 
 import importlib
@@ -31,6 +31,22 @@ MOVED = {
     "image_cache": "train.image_cache",
     "analysis_figures": "analysis.figures",
     "gallery": "analysis.gallery",
+    # and, before 0.3, the models' modules into models/ and the low file helpers into files/
+    "checkpoints": "models.checkpoints",
+    "registry": "models.pretrained",
+    "wise_ft": "models.wise_ft",
+    "token_features": "models.token_features",
+    "text_encoding": "models.text_encoding",
+    "tiny": "models.tiny",
+    "loss_options": "loss.options",
+    "plugins": "plant.plugins",
+    "export": "concretebatch.export",
+    "stats": "outcomes",
+    "analysis.statistics": "analysis.dataset_statistics",
+    "locks": "files.locks",
+    "outputs": "files.outputs",
+    "identity": "files.identity",
+    "tar_archive": "files.tar_archive",
 }
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..stats import RESAMPLES
+from ..outcomes import RESAMPLES
 
 CARD = "README.md"
 MARK = "<!-- written by concrete-jungle model-card -->"
@@ -30,7 +30,7 @@ class CardError(ValueError):
 def start_licence(model: dict, depth: int = 0) -> tuple[str, str | None]:
     """(licence in words, Hub licence id or None) of the weights a model section (``name``, ``pretrained``,
     ``checkpoint``) starts from, followed through checkpoints of ours to the first weights not trained here."""
-    from .. import registry
+    from ..models import pretrained as published
 
     if model.get("checkpoint") and depth < 8:
         run = Path(model["checkpoint"]).resolve()
@@ -39,8 +39,8 @@ def start_licence(model: dict, depth: int = 0) -> tuple[str, str | None]:
                 return start_licence(json.loads(config.read_text(encoding="utf-8"))["model"], depth + 1)
         return "unknown: the checkpoint it started from has no training run beside it", None
     name, tag = model.get("name") or "", model.get("pretrained") or "none"
-    if name.startswith(registry.PREFIX) or tag.startswith(registry.PREFIX):
-        peer = registry.find(name if name.startswith(registry.PREFIX) else tag)
+    if name.startswith(published.PREFIX) or tag.startswith(published.PREFIX):
+        peer = published.find(name if name.startswith(published.PREFIX) else tag)
         return f"{peer.licence} ({peer.method}, {peer.repository})", None
     if tag == "openai":
         return OPENAI
@@ -160,7 +160,7 @@ def data_source(result: dict) -> str:
 
 def card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/NAME",
          resamples: int = RESAMPLES) -> str:
-    from ..checkpoints import CONFIG_FILE, resolve_checkpoint
+    from ..models.checkpoints import CONFIG_FILE, resolve_checkpoint
 
     folder = resolve_checkpoint(folder)
     config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
@@ -199,7 +199,7 @@ def upload_line(repo: str, folder: Path) -> str:
 def write_card(folder: str | Path, results: list[str] | None = None, repo: str = "ORG/NAME",
                resamples: int = RESAMPLES) -> Path:
     """Write the card into the checkpoint folder (replacing only a card written here); its path."""
-    from ..checkpoints import resolve_checkpoint
+    from ..models.checkpoints import resolve_checkpoint
     from ..records import atomic_write_text
 
     folder = resolve_checkpoint(folder)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..stats import RESAMPLES
+from ..outcomes import RESAMPLES
 
 KINDS = ("compositional", "recognition")
 
@@ -55,7 +55,7 @@ def headline_draws(name: str, result: dict, resamples: int, rng: np.random.Gener
     """Bootstrap replicates of a benchmark's headline number (the mean of its headline metrics, the registry's) over
     its images; None when its result holds no per-item outcomes for them."""
     from ..evaluation.names import BENCHMARKS
-    from ..stats import metric_values, prepared
+    from ..outcomes import metric_values, prepared
 
     keys = [k for k in BENCHMARKS[name].headlines if result["metrics"].get(k) is not None]
     outcomes = result.get("outcomes")
@@ -163,9 +163,9 @@ OUTPUTS = ["tradeoff.png", "tradeoff.md", "tradeoff.json"]
 def tradeoff(items: list[str], out: str | Path, resamples: int = RESAMPLES, seed: int = 0,
              normalised: bool = False, overwrite: bool = False) -> dict:
     """Place every model, find the front, write ``tradeoff.png``, ``tradeoff.md`` and ``tradeoff.json`` to
-    ``out`` (replacing only such files a trade-off wrote there, `outputs.claim`, unless ``overwrite``); the placed
+    ``out`` (replacing only such files a trade-off wrote there, `files.outputs.claim`, unless ``overwrite``); the placed
     points."""
-    from ..outputs import claim, output_folder, written
+    from ..files.outputs import claim, output_folder, written
     from ..records import atomic_write_json, atomic_write_text
 
     output_folder(out)

@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
 
 def run(args, console: Console) -> int:
     from ..concretebatch import shard_urls
-    from ..locks import locked
+    from ..files.locks import locked
 
     for d in args.datasets if args.analysis == "datasets" else [args.data]:
         shard_urls(d, args.partial)  # a finished ConcreteBatch, or a clear error before the model loads
@@ -65,7 +65,7 @@ def run(args, console: Console) -> int:
 
 def analyze(args, console: Console) -> int:
     if args.analysis == "datasets":
-        from ..analysis.statistics import analyze_datasets
+        from ..analysis.dataset_statistics import analyze_datasets
 
         clip, device = load_model_from_args(args)
         stats = analyze_datasets(args.datasets, clip, args.out, device=device, dino_model=args.dino_model,
@@ -73,7 +73,7 @@ def analyze(args, console: Console) -> int:
                                  bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir,
                                  partial=args.partial, trim_text=not args.no_trim_text)
         from ..analysis.entailed import entailed_sentence
-        from ..analysis.statistics import dataset_notes
+        from ..analysis.dataset_statistics import dataset_notes
 
         for note in dataset_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
             console.print(f"note: {note}", highlight=False)
@@ -84,7 +84,7 @@ def analyze(args, console: Console) -> int:
         return 0
     from rich.table import Table
 
-    from ..analysis.statistics import concretebatch_features, gradient_share_samples, means, model_label, spread
+    from ..analysis.dataset_statistics import concretebatch_features, gradient_share_samples, means, model_label, spread
     from ..analysis.figures import LABELS, gradient_share_title, plot_gradient_share
     from ..records import atomic_write_json
 

@@ -142,7 +142,7 @@ def check_model_args(args) -> None:
     from ..configs import open_clip_model_names
 
     if args.checkpoint:
-        from ..checkpoints import resolve_checkpoint
+        from ..models.checkpoints import resolve_checkpoint
 
         args.checkpoint = str(resolve_checkpoint(args.checkpoint))  # `latest` and run folders too
     elif not args.model:

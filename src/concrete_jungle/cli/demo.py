@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
-    from ..outputs import output_folder
+    from ..files.outputs import output_folder
 
     if args.out:
         output_folder(args.out)  # a file there: one line naming it, before any work

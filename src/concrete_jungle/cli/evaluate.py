@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..stats import RESAMPLES
+from ..outcomes import RESAMPLES
 
 from .args import add_model_args, check_model_args, load_model_from_args, non_negative_int, positive_int
 from .tables import print_markdown
@@ -152,7 +152,7 @@ def run(args, console: Console) -> int:
     encoder = Encoder(clip, device=device, batch_size=args.batch_size, num_workers=args.workers,
                       trim_text=not args.no_trim_text,
                       cache_dir=args.cache_dir, progress=not args.no_progress)
-    from ..locks import locked
+    from ..files.locks import locked
 
     with locked(Path(args.out) / ".eval.lock", f"--out {args.out}", "concrete-jungle eval"):
         results = evaluation.run(encoder, names, loaded, out=args.out, overwrite=args.overwrite)
@@ -205,9 +205,9 @@ def run_models(args, models: list, loaded: dict, console: Console) -> int:
 
     from ..evaluation.encoding import Encoder
     from ..evaluation.leaderboard import OUTPUTS, evaluate_models, table, write
-    from ..locks import locked
+    from ..files.locks import locked
     from ..models import load_model
-    from ..outputs import claim, written
+    from ..files.outputs import claim, written
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 

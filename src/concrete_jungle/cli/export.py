@@ -34,8 +34,8 @@ def add_parser(sub) -> None:
 
 def run(args, console: Console) -> int:
     from ..concretebatch import shard_urls
-    from ..export import export
-    from ..locks import locked
+    from ..concretebatch.export import export
+    from ..files.locks import locked
 
     shard_urls(args.dataset, args.partial)  # a ConcreteBatch directory, or one clear line
     with locked(Path(args.out) / ".export.lock", f"--out {args.out}", "concrete-jungle export"):

@@ -43,7 +43,7 @@ def run(args, console: Console) -> int:
         key, value = item.split("=", 1)
         filters[key] = value
     from ..concretebatch import shard_urls
-    from ..locks import locked
+    from ..files.locks import locked
 
     for d in args.datasets:
         # a ConcreteBatch directory, or a clear error before the output folder is made

@@ -48,8 +48,8 @@ def run(args, console: Console) -> int:
     def say(message: str) -> None:
         console.print(message, highlight=False)
 
-    from ..locks import locked
-    from ..outputs import output_folder
+    from ..files.locks import locked
+    from ..files.outputs import output_folder
 
     out = output_folder(args.toy if grid is None else grid.out, "--toy" if grid is None else "out")
     # the output folder is taken first (a lock in it): a folder it cannot write into is refused before any work

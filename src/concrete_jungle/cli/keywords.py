@@ -43,7 +43,7 @@ def run(args, console: Console) -> int:
     from ..nlp import load_spacy
     from ..plant.keyword_job import FilterConfig, run_keywords, summary_table
 
-    from ..locks import locked
+    from ..files.locks import locked
 
     out = Path(args.out)
     with locked(out.with_name(f".{out.name}.lock"), f"--out {out}", "concrete-jungle keywords"):

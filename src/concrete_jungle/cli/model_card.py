@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ..stats import RESAMPLES
+from ..outcomes import RESAMPLES
 
 from .args import positive_int
 
@@ -44,9 +44,9 @@ def add_parser(sub) -> None:
 
 def run(args, console: Console) -> int:
     from ..analysis.model_card import upload_line, write_card
-    from ..checkpoints import resolve_checkpoint
+    from ..models.checkpoints import resolve_checkpoint
 
-    from ..locks import locked
+    from ..files.locks import locked
 
     folder = resolve_checkpoint(args.checkpoint)
     # the folder is taken first (a lock in it): one it cannot write into is refused before the card is made

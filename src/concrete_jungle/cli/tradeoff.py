@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..stats import RESAMPLES
+from ..outcomes import RESAMPLES
 
 from .args import positive_int
 

@@ -6,7 +6,7 @@ import os
 
 from rich.console import Console
 
-from ..loss_options import LOSS_NAMES, PEER_LOSSES
+from ..loss.options import LOSS_NAMES, PEER_LOSSES
 from .args import add_print_config, positive_float, positive_int, print_config
 
 

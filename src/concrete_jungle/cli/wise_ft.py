@@ -39,9 +39,9 @@ def add_parser(sub) -> None:
 
 
 def run(args, console: Console) -> int:
-    from ..locks import locked
-    from ..outputs import output_folder
-    from ..wise_ft import check_end, wise_ft
+    from ..files.locks import locked
+    from ..files.outputs import output_folder
+    from ..models.wise_ft import check_end, wise_ft
 
     check_end(args.start, "START")  # both named right before any model loads
     check_end(args.finetuned, "FINETUNED")

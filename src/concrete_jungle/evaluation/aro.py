@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..stats import reported, series
+from ..outcomes import reported, series
 from ..records import file_digest
 from .checks import (BenchmarkDataError, boxes_outside, check_images, image_path, items_of, load_json_file,
                      numbered_lines, pixel_box, text_of, unit_of)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .choice import subset_picks
 from .checks import check_images, unit_of
 from .encoding import Crop, Encoder

@@ -5,7 +5,7 @@ A model scores a text by its tokens and a picture by its pixels, so two options 
 score, and the benchmark's tie rule decides between them. Random scoring here means: every distinct text (and
 picture) gets an independent random score. A pick among k distinct options is then right with probability 1/k,
 unless an option listed before the right one reads as it does (numpy's argmax gives a tie to the first: the pick is
-then never the right one). Each item gets its own probability; the metric's recipe (`stats.metric_values`: the
+then never the right one). Each item gets its own probability; the metric's recipe (`outcomes.metric_values`: the
 means, the macro averages, their filters) turns them into the metric's chance level, so the level follows the items
 the metric was computed on.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ..stats import metric_values
+from ..outcomes import metric_values
 
 # what open_clip's tokenizer reads of a text: lower case, words, single digits and runs of other symbols, whatever
 # the spacing between them ("a dog, running" and "a dog , running" are one text to it)

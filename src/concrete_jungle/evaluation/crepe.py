@@ -46,7 +46,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..records import file_digest
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .chance import pick_chance
 from .checks import (BenchmarkDataError, boxes_outside, check_images, csv_rows, image_path, partial, release_folder,
                      shown)

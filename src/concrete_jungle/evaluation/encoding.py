@@ -78,7 +78,8 @@ class Encoder:
     def __init__(self, clip: ClipModel, device: str = "cpu", batch_size: int = 64, num_workers: int = 0,
                  cache_dir: str | Path | None = None, progress: bool = True, trim_text: bool = True):
         self.clip = clip
-        self.trim_text = trim_text  # texts at their length where exact (text_encoding.py); False: the full context
+        # texts at their length where exact (models/text_encoding.py); False: the full context
+        self.trim_text = trim_text
         self.device = device
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -171,7 +172,7 @@ class Encoder:
         def compute():
             from tqdm import tqdm
 
-            from ..text_encoding import encode_text, pooled_positions, trimmable
+            from ..models.text_encoding import encode_text, pooled_positions, trimmable
 
             model = self.clip.model
             tokens = self.clip.tokenizer(unique)

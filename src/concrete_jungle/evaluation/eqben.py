@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..images import npy_frame
 from ..records import file_digest
-from ..stats import reported
+from ..outcomes import reported
 from . import two_by_two
 from .checks import (BenchmarkDataError, CheckedImages, check_images, image_path, items_of, load_json_file,
                      release_folder, text_of)

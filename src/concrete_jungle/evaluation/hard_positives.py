@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 
 from ..records import file_digest
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .chance import below_chance, pick_chance
 from .checks import (BenchmarkDataError, boxes_outside, check_images, image_path, items_of, load_json_file, pixel_box,
                      text_of, unit_of)

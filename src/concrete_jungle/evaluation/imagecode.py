@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..records import file_digest
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .checks import BenchmarkDataError, check_images, load_json_file, release_folder, text_of
 from .encoding import Encoder
 from .validity import MICRO, blind_block

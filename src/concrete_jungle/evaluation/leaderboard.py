@@ -3,7 +3,7 @@ each in its own folder under the leaderboard's, and a leaderboard of models × b
 
 A cell is the benchmark's headline number (the mean of its registry ``headlines`` that have a value, as the summary
 line of `eval` takes it, `report.summary`). Every model after the first carries, in each cell, the difference from
-the first in points with its 95 % interval: the paired bootstrap of `eval --compare` (`stats.bootstrap_contrast`
+the first in points with its 95 % interval: the paired bootstrap of `eval --compare` (`outcomes.bootstrap_contrast`
 over the images, the same draws for the same seed), on the headline metric itself, or, for a benchmark whose
 headline is a mean of several metrics, on that mean (a macro recipe over them, so every resample averages the
 metrics of one draw of images). Beside the benchmarks: each kind's raw and chance-normalised means (`report.summary`).
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..stats import RESAMPLES
+from ..outcomes import RESAMPLES
 from .names import BENCHMARKS
 from .report import column_names, counts, percent, summary
 
@@ -52,7 +52,7 @@ class Entry:
 def entries(items: list[str], pretrained: str = "openai") -> list[Entry]:
     """The models ``items`` name (`FORMS`), checked as far as the disk tells, before anything loads; labelled by
     ``LABEL=`` or by the shortest trailing part of what was given that tells them apart; each with its folder."""
-    from ..checkpoints import resolve_checkpoint
+    from ..models.checkpoints import resolve_checkpoint
     from ..configs import open_clip_model_names
 
     if len(items) < 2:
@@ -142,7 +142,7 @@ def headline_difference(first: dict, second: dict, keys: list[str], labels: tupl
     bootstrap p: `eval --compare`'s paired bootstrap (one metric: exactly its interval; several: a macro recipe
     over them, bootstrapped as one). Without per-item outcomes for them (a result written before outcomes were
     kept, or a metric that is not a mean over items, mAP): the estimate alone. None where either has no value."""
-    from ..stats import bootstrap_contrast, check_same_items, verdict
+    from ..outcomes import bootstrap_contrast, check_same_items, verdict
 
     values = [sum(r["metrics"][k] for k in keys) / len(keys) if keys and all(
         r["metrics"].get(k) is not None for k in keys) else None for r in (first, second)]

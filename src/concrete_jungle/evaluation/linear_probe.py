@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..stats import metric_values, series
+from ..outcomes import metric_values, series
 from ..records import file_digest
 from .checks import BenchmarkDataError, check_images, image_path, load_json_file, shown, text_of, unit_of
 from .encoding import Encoder

@@ -32,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..records import file_digest
-from ..stats import reported, series
+from ..outcomes import reported, series
 from . import two_by_two
 from .chance import reading
 from .checks import BenchmarkDataError, check_images, csv_lines, image_path

@@ -45,7 +45,7 @@ from typing import NamedTuple
 import torch
 
 from ..records import file_digest
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .chance import pick_chance
 from .checks import BenchmarkDataError, check_images, csv_rows, image_path, release_folder, unit_of
 from .choice import subset_picks

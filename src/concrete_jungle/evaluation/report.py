@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..stats import RESAMPLES
+from ..outcomes import RESAMPLES
 from .names import BENCHMARKS
 
 
@@ -165,11 +165,11 @@ def compare(first: list[str | Path], second: list[str | Path] | None = None, res
 
     Without ``second``: every file against the first (one run each; McNemar p for accuracy metrics). With
     ``second``: the runs of ``first`` (e.g. seeds) against the runs of ``second``, the difference of their means,
-    runs resampled within each side as well as images (`stats.bootstrap_contrast`). Results computed on other
+    runs resampled within each side as well as images (`outcomes.bootstrap_contrast`). Results computed on other
     benchmark files (their ``benchmark_files_sha256`` differ) are refused; results written before they carried
     one are compared with a note. Items are matched by key; results on other items are refused with the reason.
     The comparison as a dict; `compare_markdown` renders it."""
-    from ..stats import OutcomesError, binary, bootstrap_contrast, check_same_items, mcnemar, verdict
+    from ..outcomes import OutcomesError, binary, bootstrap_contrast, check_same_items, mcnemar, verdict
 
     paths = [str(p) for p in first + (second or [])]
     results = [read_result(p) for p in paths]

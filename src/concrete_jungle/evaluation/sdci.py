@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from ..records import file_digest
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .chance import below_chance, pick_chance
 from .checks import BenchmarkDataError, check_images, image_path, load_json_file, shown, text_of
 from .encoding import Crop, Encoder

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..records import file_digest
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .chance import pick_chance
 from .checks import (BenchmarkDataError, check_images, image_path, items_of, load_json_file, partial, release_folder,
                      shown, text_of, unit_of)

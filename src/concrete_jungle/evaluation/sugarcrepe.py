@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..stats import metric_values, series
+from ..outcomes import metric_values, series
 from ..records import file_digest
 from .checks import (BenchmarkDataError, checked_items, checked_subsets, image_path, load_json_file, release_folder,
                      subset_files, unit_of)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..records import file_digest
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .checks import BenchmarkDataError, check_images, csv_rows, image_path, shown, text_of
 from .encoding import Crop, Encoder
 from .validity import MICRO, averages, blind_block

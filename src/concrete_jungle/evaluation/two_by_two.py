@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..stats import reported, series
+from ..outcomes import reported, series
 from .chance import reading
 from .checks import BenchmarkDataError, check_images, numbered_lines, shown, text_of
 from .encoding import Crop, Encoder

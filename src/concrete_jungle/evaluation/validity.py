@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..stats import metric_values
+from ..outcomes import metric_values
 from .chance import reading
 
 MACRO, MICRO = "macro (mean of subsets)", "micro (mean of items)"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..stats import reported, series
+from ..outcomes import reported, series
 from ..records import file_digest
 from .checks import (BenchmarkDataError, check_images, image_path, items_of, load_json_file, release_folder, shown,
                      text_of, unit_of)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..stats import metric_values, series
+from ..outcomes import metric_values, series
 from .clip_benchmark_data import build, features
 from .checks import BenchmarkDataError, tree_sha256, unit_of
 from .encoding import Encoder

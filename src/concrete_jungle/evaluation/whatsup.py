@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..stats import reported, series
+from ..outcomes import reported, series
 from ..records import file_digest
 from .checks import BenchmarkDataError, check_images, image_path, items_of, load_json_file, shown, text_of
 from .choice import subset_picks

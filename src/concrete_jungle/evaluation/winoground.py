@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..stats import metric_values, series
+from ..outcomes import metric_values, series
 from ..records import atomic_write_jsonl, file_digest
 from . import two_by_two
 from .checks import BenchmarkDataError, check_images, image_path, release_folder

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..stats import reported, series
+from ..outcomes import reported, series
 from ..records import file_digest
 from .checks import (BenchmarkDataError, check_images, checked_templates, distinct_names, numbered_lines,
                      repeated_names, tree_sha256)

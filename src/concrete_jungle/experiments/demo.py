@@ -189,12 +189,12 @@ class Demo(Stages):
 
 def positive_control(answers: dict, seeds: tuple[int, ...], summary: dict) -> dict:
     """The positive control's result: each arm's `POSITIVE_OUTCOME` (mean over seeds, %), their difference in points
-    with its 95 % interval from the paired bootstrap over test images and seeds (`stats.bootstrap_contrast`, as the
+    with its 95 % interval from the paired bootstrap over test images and seeds (`outcomes.bootstrap_contrast`, as the
     studies' contrasts: the same images and the same seed's batches in both arms), its verdict (the interval
     above 0: the testbed registered the effect), and the records' counts (``summary``: the dataset's)."""
     import numpy as np
 
-    from ..stats import bootstrap_contrast, check_same_items, metric_values
+    from ..outcomes import bootstrap_contrast, check_same_items, metric_values
 
     trained, masked = (row.label for row in POSITIVE)
     groups = {label: [answers[(label, s)]["outcomes"] for s in seeds] for label in (trained, masked)}
@@ -332,7 +332,7 @@ def positive_control_markdown(p: dict) -> str:
 
 def report(c: DemoConfig, result: dict, world_info: dict, datasets: dict, analysed: dict, gallery: Path,
            curves: Path, out: Path) -> str:
-    from ..analysis.statistics import SCHEDULES, table1_markdown
+    from ..analysis.dataset_statistics import SCHEDULES, table1_markdown
     from ..analysis.figures import LABELS
 
     rel = lambda p: Path(p).resolve().relative_to(out.resolve()).as_posix()  # noqa: E731

@@ -287,7 +287,7 @@ def rung_result(rung: dict, items: dict, design: dict) -> dict:
     interval, the pass by the margin, each subset's difference, and the scene-and-seed bootstrap interval."""
     import numpy as np
 
-    from ..stats import bootstrap_contrast, metric_values
+    from ..outcomes import bootstrap_contrast, metric_values
 
     names, seeds, margin = labels(rung["rung"]), design["seeds"], design["margin"]
     metric = design["outcome"]["metric"]
@@ -345,7 +345,7 @@ def check_answers(folder: str | Path, design: dict, items: dict) -> None:
 def summarise(design: dict, items: dict, seconds: float) -> dict:
     """The gate's result from its design and the answers alone: each rung's contrast and verdict, the gated rung
     (the first that passes) and the table of every row."""
-    from ..stats import check_same_items, metric_values
+    from ..outcomes import check_same_items, metric_values
 
     check_same_items([v["outcomes"] for v in items.values()], [str(k) for k in items])
     rungs = [rung_result(r, items, design) for r in rungs_run(design, items)]

@@ -232,7 +232,7 @@ def control_result(name: str, design: dict, items: dict) -> dict:
     bootstrap interval of the outcome."""
     import numpy as np
 
-    from ..stats import bootstrap_contrast, metric_values
+    from ..outcomes import bootstrap_contrast, metric_values
 
     spec, seeds, margin, rule = design["controls"][name], design["seeds"], design["margin"], design["matched_outcome"]
     names = labels(name)
@@ -283,7 +283,7 @@ def matched_outcomes(outcomes: dict, name: str, subsets: list[str]) -> dict:
 def summarise(design: dict, items: dict, seconds: float) -> dict:
     """Gate 2's result from its design and the answers alone: each control's contrast and verdict, whether the
     setup is gated (either control passes), and the table of every row."""
-    from ..stats import check_same_items, metric_values
+    from ..outcomes import check_same_items, metric_values
 
     check_same_items([v["outcomes"] for v in items.values()], [str(k) for k in items])
     controls = [control_result(name, design, items) for name in design["controls"]]

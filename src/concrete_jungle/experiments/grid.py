@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..configs import from_dict, load_yaml, raise_problems
 from ..records import atomic_write_json, atomic_write_text
-from ..stats import RESAMPLES
+from ..outcomes import RESAMPLES
 from ..train.config import LossConfig, load_config
 from ..train.start import start_identity
 
@@ -156,11 +156,11 @@ def outputs(grid: GridConfig) -> list[str]:
 
 def run_grid(grid: GridConfig, progress: bool = True, log=print, overwrite: bool = False) -> dict:
     """Train and evaluate every cell (reusing finished ones of the same identity), then compare each with the start;
-    the table. ``overwrite``: replace grid files in ``out`` that a grid did not write (`outputs.claim`)."""
+    the table. ``overwrite``: replace grid files in ``out`` that a grid did not write (`files.outputs.claim`)."""
     import torch
 
-    from ..identity import RECORD, check_reusable, record
-    from ..outputs import claim, written
+    from ..files.identity import RECORD, check_reusable, record
+    from ..files.outputs import claim, written
 
     from ..models import load_model
     from ..train.loop import train

@@ -265,7 +265,7 @@ def read_answers(path: Path, recipes: dict) -> dict:
 
 
 def answer_counts(items: dict) -> tuple[int, dict[str, int]]:
-    """(test scenes, items per series) of the answers: those of the first model (`stats.check_same_items` holds
+    """(test scenes, items per series) of the answers: those of the first model (`outcomes.check_same_items` holds
     every other to the same items)."""
     series = next(iter(items.values()))["outcomes"]["series"]
     scenes = {unit for data in series.values() for unit in data["units"]}

@@ -65,7 +65,7 @@ class StageConfig:
     no_leak: bool = False  # the toy captioner refuses a negative that is a held-out scene (toyworld.rewrite)
     # the viewer decides each planted negative's anchor_true_of_negative (toyworld.entailment); off: unknown
     entailment: bool = False
-    # captions encoded at their length (text_encoding.py) in training, evaluation and analysis; False: the full
+    # captions encoded at their length (models/text_encoding.py) in training, evaluation and analysis; False: the full
     # context, the computation of runs made before that existed (equal up to float rounding, which compounds)
     trim_text: bool = True
 

@@ -12,7 +12,7 @@ baseline's features of D_hc, is below ``share_threshold``: the regime the margin
 steps T (from the control's learning curve on the validation scenes: the first evaluated step at which its
 validation Recall@1, the mean of both directions, is within ``plateau`` points of its best). Each hypothesis is a
 contrast of M.Avg on the held-out test; its 95 % interval comes from a paired bootstrap over test scenes (all
-items of a scene's image together) and seeds (`stats.bootstrap_contrast`), and its verdict is read off the
+items of a scene's image together) and seeds (`outcomes.bootstrap_contrast`), and its verdict is read off the
 interval: supported (above 0), contradicted (below 0), not resolved (straddles 0). The smallest difference the
 design resolves is (1.96 + 0.84) bootstrap standard errors (two-sided 5 %, 80 % power).
 """
@@ -102,7 +102,7 @@ class Study:
 
     def choose_batch_size(self, baseline: Path, hc: Path) -> dict:
         """The gradient-share curve of the baseline on D_hc and the N it picks (the design's first rule)."""
-        from ..analysis.statistics import concretebatch_features, gradient_share_by_batch_size
+        from ..analysis.dataset_statistics import concretebatch_features, gradient_share_by_batch_size
         from ..models import load_model
 
         d = stage_dir(self.out, "batch-size", {"baseline": str(baseline), "data": str(hc),
@@ -217,7 +217,7 @@ class Study:
 def summarise(design: dict, items: dict, seconds: float) -> dict:
     """The results of a study from its design and its models' test outcomes alone: the table and every contrast
     (`concrete-jungle study report` computes the same from the published files)."""
-    from ..stats import metric_values
+    from ..outcomes import metric_values
 
     table = results_table({k: metric_values(v["outcomes"]) for k, v in items.items()})
     c = design["config"]
@@ -231,11 +231,11 @@ def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, seed: int = 0
     ``items[(label, seed)]["outcomes"]`` are the test answers of a fine-tune (`stats`): every model must hold the
     same items. A resample draws test scenes (images) with replacement, all items of a scene together, and seeds
     with replacement, the same draws for every row (the pairing: one seed means the same batches in every row);
-    M.Avg is the mean of the subsets' accuracies (`stats.bootstrap_contrast`).
+    M.Avg is the mean of the subsets' accuracies (`outcomes.bootstrap_contrast`).
     """
     import numpy as np
 
-    from ..stats import bootstrap_contrast, check_same_items
+    from ..outcomes import bootstrap_contrast, check_same_items
 
     check_same_items([v["outcomes"] for v in items.values()], [str(k) for k in items])
     rng = np.random.default_rng(seed)

@@ -168,7 +168,7 @@ def with_targeted(outcomes: dict) -> dict:
 
 def summarise(design: dict, items: dict, seconds: float) -> dict:
     """Study 2's results from its design and its models' test answers alone (`concrete-jungle study report`)."""
-    from ..stats import metric_values
+    from ..outcomes import metric_values
 
     table = results_table({k: metric_values(v["outcomes"]) for k, v in items.items()})
     c = design["config"]
@@ -183,7 +183,7 @@ def contrasts(items: dict, seeds: tuple[int, ...], resamples: int, alpha: float 
     ones from their 95 % intervals."""
     import numpy as np
 
-    from ..stats import bootstrap_contrast, check_same_items, holm
+    from ..outcomes import bootstrap_contrast, check_same_items, holm
 
     check_same_items([v["outcomes"] for v in items.values()], [str(k) for k in items])
     rng = np.random.default_rng(seed)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..loss_options import CEClipOptions
+from .options import CEClipOptions
 from .layout import HardNegativeLoss, at_least_float32
 from .peer_batch import leading, mean_term, pair_nll, read_batch
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..loss_options import DeGLAOptions
+from .options import DeGLAOptions
 from .cement import CementLoss
 from .sample_terms import check_batch, global_mean, own_choice_logits, split_negatives
 from .layout import HardNegativeLoss, at_least_float32

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from open_clip.loss import ClipLoss
 
-from ..loss_options import FSCCLIPOptions
+from .options import FSCCLIPOptions
 from .sample_terms import check_batch, global_mean, own_choice_logits, split_negatives
 from .layout import HardNegativeLoss
 
@@ -245,7 +245,7 @@ class GroupedCosine(torch.autograd.Function):
 
 class FSCCLIPLoss(HardNegativeLoss):
     """FSC-CLIP's loss on the `layout` batch (module docstring). ``forward(..., image_tokens=, text_tokens=,
-    text_token_mask=)``: the extras of `needs` when the local loss is on (`concrete_jungle.token_features`):
+    text_token_mask=)``: the extras of `needs` when the local loss is on (`concrete_jungle.models.token_features`):
     patch features of the anchor pictures (n or n (1 + K) rows x P x D; only the anchors' are read), token
     features of every caption (n (1 + K) x L x D) and which tokens count (n (1 + K) x L bool). ``concreteness``
     gives the batch's shape only: FSC-CLIP does not read ratings.
@@ -311,7 +311,7 @@ class FSCCLIPLoss(HardNegativeLoss):
         counted, so that its score stays finite (it is masked out of the choice afterwards)."""
         if image_tokens is None or text_tokens is None or text_token_mask is None:
             raise ValueError("FSCCLIPLoss with local_negatives needs image_tokens, text_tokens and text_token_mask "
-                             "(concrete_jungle.token_features); set loss.fsc_clip.local_negatives: false to "
+                             "(concrete_jungle.models.token_features); set loss.fsc_clip.local_negatives: false to "
                              "train without them")
         rows = n * (1 + k)
         if image_tokens.ndim != 3 or image_tokens.shape[0] not in (n, rows):
@@ -325,7 +325,7 @@ class FSCCLIPLoss(HardNegativeLoss):
         counted = mask[exists]
         if not counted.any(dim=1).all():
             raise ValueError("text_token_mask marks no token of some caption; every caption needs at least its "
-                             "end-of-text token (concrete_jungle.token_features)")
+                             "end-of-text token (concrete_jungle.models.token_features)")
         # positions after the last one any caption counts add nothing: the work is over the captions' length
         last = int(counted.any(dim=0).nonzero().max()) + 1
         present = torch.cat([torch.ones_like(has_negative[:, :1]), has_negative], dim=1)

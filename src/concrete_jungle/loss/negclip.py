@@ -22,8 +22,8 @@ With negative pictures this is InfoNCE over every pair (Cement without margin); 
 
 from __future__ import annotations
 
-from ..loss_options import NegCLIPOptions
 from .layout import HardNegativeLoss
+from .options import NegCLIPOptions
 from .peer_batch import mean_term, pair_nll, read_batch
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 
 
-from ..loss_options import TripletCLIPOptions
+from .options import TripletCLIPOptions
 from .layout import HardNegativeLoss
 from .peer_batch import mean_term, pair_nll, read_batch
 

@@ -91,7 +91,7 @@ class PlantConfig:
     def check_inputs(self) -> None:
         """The caption files and image folder exist and the captioner and editor import as classes with their
         methods: checked before any file is written or any model loads."""
-        from ..plugins import load_class
+        from .plugins import load_class
         from ..sources import expand_paths
 
         expand_paths(self.captions)
@@ -112,7 +112,7 @@ class PlantConfig:
         that can be had; `plugins.check`), without loading a model: checked before the keyword stage writes
         anything. ``captioner`` or ``editor`` False: one handed in already built, not checked. Returns the notes
         they give (what their options will cost)."""
-        from ..plugins import check
+        from .plugins import check
         from .scoring import check_scoring
 
         notes = [check("captioner", self.captioner, self.captioner_options) if captioner else None,

@@ -227,7 +227,7 @@ def rewrite_rate(config: PlantConfig, mean_caption_bytes: float) -> StageRate | 
 
 def estimate(config: PlantConfig, throughput: ThroughputTable | None = None) -> dict:
     """Every figure of the bill, keyed: ``{"figures": {key: {figure, value, unit, basis, how}}, ...}``."""
-    from ..plugins import target
+    from .plugins import target
     from ..sources import expand_paths
 
     expand_paths(config.captions)

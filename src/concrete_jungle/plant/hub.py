@@ -3,7 +3,7 @@ anything: a local folder, a model in the local cache, or the Hub within reach.
 
 Without the check, a model that is not cached on a machine offline costs the Hub client's retries and ends in a
 long traceback about a file the user never named (`model_index.json`); `eval` checks its open_clip weights the
-same way (`registry.check_downloadable`).
+same way (`models.pretrained.check_downloadable`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ..concretebatch import (ShardWriter, encode_jpeg, read_shard_manifests, sam
                              shard_problem, write_shard_manifest)
 from ..configs import ConfigError
 from ..errors import PlantError
-from ..locks import locked
+from ..files.locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, file_digest
 from ..sources.peers import (CAPTION_FILES, FORMATS, NAMES_IMAGE_FILES, SLOT_TYPES, PeerNegative, PeerOptions,
                              image_root, input_files, needs, read_records)

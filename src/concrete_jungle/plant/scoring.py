@@ -101,7 +101,7 @@ SAME_PICTURE = {"by": "neg_image_is_anchor"}
 def declared_scores(scoring: ScoringConfig) -> dict[str, str]:
     """Score name -> the scorer that gives it, from the scorers' classes (imported, not built); two scorers giving
     one score is an error (one would overwrite the other)."""
-    from ..plugins import load_class
+    from .plugins import load_class
 
     owner: dict[str, str] = {}
     for name in scoring.scorers:
@@ -118,7 +118,7 @@ def declared_scores(scoring: ScoringConfig) -> dict[str, str]:
 def check_scoring(scoring: ScoringConfig | None, gates: list[Gate], device: str = "cpu") -> list[str]:
     """The scorers import, declare their scores and take their options (their own checks: models that can be had),
     and every gate names a score one of them gives; nothing is loaded. Returns the notes the scorers give."""
-    from ..plugins import check
+    from .plugins import check
 
     if scoring is None:  # and no gates: `PlantConfig` refuses gates without scores
         return []

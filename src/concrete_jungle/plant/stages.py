@@ -37,7 +37,7 @@ from ..nlp import load_spacy
 from .keyword_job import run_keywords
 from ..images import ImageRejected
 from .keywords import sample_rng
-from ..locks import locked
+from ..files.locks import locked
 from ..records import atomic_write_json, atomic_write_text, differing, read_jsonl
 from ..sources import UnsafePathError
 from ..sources.stores import StoreError, read_named

@@ -21,7 +21,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from ..tar_archive import TarScan, scan_tar
+from ..files.tar_archive import TarScan, scan_tar
 
 SEP = "::"
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")  # a WebDataset sample's image, in the order looked for

@@ -7,9 +7,9 @@ shard (`stores`), never unpacked.
 
 Every sample is read exactly or is a skip with its reason, naming the shard:
 
-- the member index comes from `tar_archive.scan_tar`, which knows when an archive ends early: a damaged shard gives
-  its samples before the damage, a skip for the sample whose member the damage falls in (never a truncated caption)
-  and one skip ``<shard>#damaged`` saying where it stopped;
+- the member index comes from `files.tar_archive.scan_tar`, which knows when an archive ends early: a damaged shard
+  gives its samples before the damage, a skip for the sample whose member the damage falls in (never a truncated
+  caption) and one skip ``<shard>#damaged`` saying where it stopped;
 - img2dataset's metadata beside the shard (``000000.parquet``, ``000000_stats.json``) is checked against it: a
   failed download is a skip with img2dataset's reason; a key it lists as downloaded that the shard lacks is a skip,
   and fewer samples than it counts is damage; a key it marks failed that the shard holds is one skip naming both
@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from .stores import IMAGE_EXTENSIONS, locator
 from .base import CaptionSample, ReadOptions, SourceError, SourceFile
-from ..tar_archive import TarScan, scan_tar
+from ..files.tar_archive import TarScan, scan_tar
 
 
 def split_key(name: str) -> tuple[str, str]:

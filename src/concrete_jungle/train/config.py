@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
-from ..loss_options import (LOSS_NAMES, LOSS_SCHEDULES, PEER_LOSSES, CEClipOptions, CLICOptions, DeGLAOptions,
+from ..loss.options import (LOSS_NAMES, LOSS_SCHEDULES, PEER_LOSSES, CEClipOptions, CLICOptions, DeGLAOptions,
                             FSCCLIPOptions, NegCLIPOptions, TripletCLIPOptions)
 from ..sources import SourceError, expand_paths
 from .start import is_peer, start_identity, start_problems
@@ -34,7 +34,7 @@ class ModelConfig:
     precision: str = "amp_bf16"  # bf16 autocast on CUDA; fp32 on the CPU
     grad_checkpointing: bool = False
     compile: bool = False
-    # encode each batch's captions at their length, not the full context, where that is exact (text_encoding.py)
+    # encode each batch's captions at their length, not the full context, where that is exact (models/text_encoding.py)
     trim_text: bool = True
 
     def __post_init__(self):
@@ -452,8 +452,8 @@ def check_resumable(config: TrainConfig, resume: str | None) -> None:
     compared."""
     import json
 
-    from ..checkpoints import CheckpointError, resolve_checkpoint
-    from ..identity import changes
+    from ..models.checkpoints import CheckpointError, resolve_checkpoint
+    from ..files.identity import changes
 
     if not resume:
         return

@@ -44,7 +44,7 @@ import torch
 
 from ..concretebatch import IndexedConcreteBatch, dataset_digest, negative_slots, positives_per_record, slots_of
 from ..errors import DatasetError
-from ..locks import locked
+from ..files.locks import locked
 from ..records import atomic_write_json
 
 FILES = ("images.u8", "tokens.i32", "values.f32", "masks.u8", "positives.i32")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..loss import LOSSES, CementLoss
-from ..loss_options import LOSS_SCHEDULES
+from ..loss.options import LOSS_SCHEDULES
 from .config import LossConfig, reads_negative_images
 from .ema import EmaTeacher
 
@@ -59,7 +59,7 @@ class TokenCLIP(nn.Module):
         self.model = model
 
     def forward(self, images: torch.Tensor, texts: torch.Tensor):
-        from ..token_features import token_features
+        from ..models.token_features import token_features
 
         features = token_features(self.model, images, texts)
         tokens = {k: features[k] for k in TOKEN_EXTRAS}

@@ -1,5 +1,5 @@
 """The model a run starts from (the config's ``model`` section): an open_clip name with a pretrained tag or weights
-file, a published checkpoint (``peer:NAME``, `registry`), a Hub model, or a checkpoint folder of ours.
+file, a published checkpoint (``peer:NAME``, `models.pretrained`), a Hub model, or a checkpoint folder of ours.
 
 `start_problems` says what is wrong with a checkpoint folder or a published checkpoint from the disk alone, before
 torch is imported (`config.check_config`). A published checkpoint trains from the file in the peers'
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..configs import ConfigError
-from ..registry import PREFIX, ModelError, PeerError, find, hub_files, loadable_weights, peer_dir
+from ..models.pretrained import PREFIX, ModelError, PeerError, find, hub_files, loadable_weights, peer_dir
 
 UNSET = (None, "", "openai")  # model.pretrained left out (its default) or null: a peer's own file
 
@@ -34,7 +34,7 @@ def start_problems(model) -> list[str]:
     peer:NAME``: an unknown name, a checkpoint that cannot load, weights not on disk, a ``model.pretrained`` that
     is neither left out nor a weights file, a ``model.checkpoint`` beside it (torch-free)."""
     if not is_peer(model):
-        from ..checkpoints import CheckpointError, resolve_checkpoint
+        from ..models.checkpoints import CheckpointError, resolve_checkpoint
 
         try:
             resolve_checkpoint(model.checkpoint)
@@ -69,7 +69,7 @@ def start_identity(model) -> dict:
     from ..records import file_digest
 
     if model.checkpoint:
-        from ..checkpoints import checkpoint_digest, resolve_checkpoint
+        from ..models.checkpoints import checkpoint_digest, resolve_checkpoint
 
         return {"checkpoint": checkpoint_digest(resolve_checkpoint(model.checkpoint))}
     if is_peer(model):
@@ -88,7 +88,7 @@ def check_pretrained(model) -> None:
             model.pretrained in (None, "none") or Path(model.pretrained).is_file():
         return
     import open_clip
-    from .. import models  # noqa: F401  (registers our model configs, e.g. cj-tiny)
+    from ..models import factory  # noqa: F401  (registers our model configs, e.g. cj-tiny)
 
     tags = open_clip.list_pretrained_tags_by_model(model.name)
     if model.pretrained not in tags:

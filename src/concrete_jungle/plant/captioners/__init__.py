@@ -7,7 +7,7 @@ per request: the raw text it produced, or an error. Cleaning and validation are 
 - ``rules``: offline substitution, the NegCLIP-style baseline and the CPU default (`rules.py`)
 - ``openai``: any OpenAI-compatible server, e.g. vLLM serving Qwen3-32B (`openai_api.py`)
 - ``transformers``: in-process batched generation with a causal LM (`transformers_lm.py`)
-- any other class with this interface, by entry point or ``package.module:Class`` (`plugins.py`); the demo's
+- any other class with this interface, by entry point or ``package.module:Class`` (`plant/plugins.py`); the demo's
   toy world joins that way
 """
 
@@ -47,6 +47,6 @@ class Captioner(Protocol):
 
 def make_captioner(name: str, **options) -> Captioner:
     """A captioner by name (built-in, registered plugin, or ``package.module:Class``; see `plugins`)."""
-    from ...plugins import create
+    from ..plugins import create
 
     return create("captioner", name, **options)

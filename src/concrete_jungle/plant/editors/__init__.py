@@ -2,7 +2,7 @@
 
 - ``diffusers``: image-to-image with SDXL-Turbo or any img2img-capable model (`diffusers_img2img.py`)
 - ``none``: text-only hard negatives; the anchor image is reused and the record says so
-- any other class with this interface, by entry point or ``package.module:Class`` (`plugins.py`); the demo's
+- any other class with this interface, by entry point or ``package.module:Class`` (`plant/plugins.py`); the demo's
   toy world joins that way
 
 An editor is anything with a ``name`` and ``edit(images, prompts, seeds) -> images``.
@@ -34,6 +34,6 @@ class NoEditor:
 
 def make_editor(name: str, **options) -> Editor:
     """An editor by name (built-in, registered plugin, or ``package.module:Class``; see `plugins`)."""
-    from ...plugins import create
+    from ..plugins import create
 
     return create("editor", name, **options)

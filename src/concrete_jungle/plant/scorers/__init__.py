@@ -12,7 +12,7 @@ score of a text-only negative, whose picture is the anchor's).
   (`clip.py`)
 - ``pixel``: ``image_sim`` without a model, from the two pictures' pixels (`pixel.py`)
 - any other class with this interface, by entry point (group ``concrete_jungle.scorers``) or
-  ``package.module:Class`` (`plugins.py`)
+  ``package.module:Class`` (`plant/plugins.py`)
 
 A scorer is a class with ``scores`` (a class attribute: the names of the scores it gives, read before it is built
 so that gates can be checked), a constructor taking its options and ``device``, and on an instance ``name`` and
@@ -50,7 +50,7 @@ class Scorer(Protocol):
 
 def make_scorer(name: str, device: str, **options) -> Scorer:
     """A scorer by name (built-in, registered plugin, or ``package.module:Class``; see `plugins`) on ``device``."""
-    from ...plugins import create
+    from ..plugins import create
 
     return create("scorer", name, device=device, **options)
 

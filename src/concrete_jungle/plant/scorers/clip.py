@@ -36,7 +36,7 @@ class OpenClipScorer:
 
         from ...configs import open_clip_model_names
         from ...errors import PlantError
-        from ...registry import check_downloadable
+        from ...models.pretrained import check_downloadable
 
         if model not in open_clip_model_names():
             raise PlantError(f"scorer open_clip: {model!r} is not an open_clip model name (open_clip.list_models())")
@@ -53,7 +53,7 @@ class OpenClipScorer:
 
     @torch.no_grad()
     def _texts(self, texts: list[str]) -> torch.Tensor:
-        from ...text_encoding import encode_text
+        from ...models.text_encoding import encode_text
 
         out = []
         for i in range(0, len(texts), self.batch_size):

@@ -5,7 +5,7 @@ is the Hugging Face dataset ``TripletCLIP/TripletCLIP-High-Quality``), read by i
 
 Each key is one record with one negative that has its own picture. Members of other names are kept in the
 record's fields (text as text, JSON parsed, anything else by its size and SHA-256). The pictures stay in the
-shard: the record names them by locator (`sources.stores`). The tar is read by `tar_archive.scan_tar`, so a
+shard: the record names them by locator (`sources.stores`). The tar is read by `files.tar_archive.scan_tar`, so a
 damaged shard gives its whole records, a reject for the record the damage falls in and one for the damage itself.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..stores import locator, store_name
-from ...tar_archive import scan_tar
+from ...files.tar_archive import scan_tar
 from ..webdataset import group_members, split_key
 from .base import FormatNeeds, PeerNegative, PeerOptions, PeerRecord
 

@@ -88,7 +88,7 @@ def encode_text_tokens(model, texts: torch.Tensor, normalize_tokens: bool = True
     joint space, normalised unless ``normalize_tokens`` is False; the mask T x L of the tokens that carry the
     caption: its words and its end-of-text token, not the start token, whose state is the same for every caption
     under the causal mask, nor the padding). ``texts`` may be cut after the batch's last end-of-text token
-    (`concrete_jungle.text_encoding.trim_tokens`): the tokens kept are the same."""
+    (`concrete_jungle.models.text_encoding.trim_tokens`): the tokens kept are the same."""
     tower, pool = _text_tower(model)
     if tower is not model:  # CustomTextCLIP: the TextTransformer returns its token states itself
         with _output_tokens(tower):

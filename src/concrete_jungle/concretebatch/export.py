@@ -28,7 +28,7 @@ import re
 import shutil
 from pathlib import Path
 
-from .records import atomic_write_json, atomic_write_text, write_error
+from ..records import atomic_write_json, atomic_write_text, write_error
 
 COLUMNS = ("id", "image", "caption", "neg_image", "neg_caption", "concreteness", "more_negatives", "keyword",
            "category", "mode", "meta")
@@ -68,8 +68,8 @@ def source_digest(urls: list[str]) -> str:
     two exports with the same one hold the same rows."""
     import hashlib
 
-    from .concretebatch import recorded_digest
-    from .records import file_digest
+    from .shards import recorded_digest
+    from ..records import file_digest
 
     parts = []
     for url in urls:
@@ -85,7 +85,7 @@ def export(root: str | Path, out: str | Path, to: str = "parquet", partial: bool
     card); the files written. ``overwrite``: replace an export of another dataset that ``out`` holds."""
     from tqdm import tqdm
 
-    from .concretebatch import shard_urls
+    from .shards import shard_urls
 
     root, out = Path(root), Path(out)
     urls = shard_urls(root, partial)  # damaged, unfinished or unmerged: refused, as every reader does
@@ -134,7 +134,8 @@ def write_parquet(url: str, target: Path, source: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .concretebatch import index_shards, negatives_of, read_member
+    from .reading import index_shards, read_member
+    from .shards import negatives_of
 
     rows = {c: [] for c in COLUMNS}
     for record in index_shards([url]):

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import JobError
+from ..errors import JobError
 
 
 class LockedError(JobError):

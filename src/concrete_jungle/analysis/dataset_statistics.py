@@ -131,7 +131,7 @@ def concretebatch_features(clip, source, device: str = "cpu", batch_size: int = 
 def _encode_concretebatch(clip, source, device: str, batch_size: int, limit: int | None, dino, progress: bool,
                           partial: bool = False, trim_text: bool = True):
     from ..concretebatch import iter_records
-    from ..text_encoding import encode_text
+    from ..models.text_encoding import encode_text
 
     dino_scores: list[float | None] = []
     anchors_i, negs_i, anchors_t, negs_t, cs, metas = [], [], [], [], [], []

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import JobError
-from .records import atomic_write_json
+from ..errors import JobError
+from ..records import atomic_write_json
 
 RECORD = "identity.json"
 

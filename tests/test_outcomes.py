@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from concrete_jungle.cli import main
-from concrete_jungle.stats import OutcomesError, bootstrap_contrast, mcnemar, metric_values, series
+from concrete_jungle.outcomes import OutcomesError, bootstrap_contrast, mcnemar, metric_values, series
 
 
 def outcomes(flags: dict[str, list[int]], images: list[str]) -> dict:
@@ -66,7 +66,7 @@ def test_the_metrics_asked_for_are_computed_from_their_own_series_alone():
 
 
 def test_holm_adjusts_the_smallest_p_by_the_family_size_and_keeps_the_order():
-    from concrete_jungle.stats import holm
+    from concrete_jungle.outcomes import holm
 
     assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
     assert holm({"a": 0.5, "b": 0.6}) == {"a": 1.0, "b": 1.0}
@@ -217,7 +217,7 @@ def test_every_interval_has_one_default_number_of_resamples():
     from concrete_jungle.cli import build_parser
     from concrete_jungle.evaluation import leaderboard, report
     from concrete_jungle.experiments.grid import GridEval
-    from concrete_jungle.stats import RESAMPLES
+    from concrete_jungle.outcomes import RESAMPLES
 
     parser = build_parser()
     for command in (["eval"], ["tradeoff", "a", "b", "--out", "t"], ["model-card", "ckpt"]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .records import atomic_write_json, file_digest
+from ..records import atomic_write_json, file_digest
 
 MANIFEST = ".outputs.json"
 

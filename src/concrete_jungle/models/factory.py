@@ -37,13 +37,14 @@ import torch
 
 from open_clip.pretrained import get_pretrained_cfg
 
-from . import registry
-from .registry import HF_HUB, HUB_WEIGHTS, ModelError, cached_weights, check_downloadable, hub_files
+from .pretrained import (HF_HUB, HUB_WEIGHTS, PREFIX, ModelError, Peer, by_file, by_sha256, cached_weights,
+                         check_downloadable, hub_files, loadable_weights)
+from .pretrained import find as find_peer
 from .checkpoints import (ARCHITECTURE_FILE, CONFIG_FILE, WEIGHTS_FILE, checkpoint_digest, config_digest,
                           resolve_checkpoint)
-from .records import file_digest
+from ..records import file_digest
 
-CONFIG_DIR = Path(__file__).parent / "model_configs"
+CONFIG_DIR = Path(__file__).parents[1] / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
 # a fine-tune stays within a few percent of its start (relative distance); weights trained apart are about 1.4
 LINEAGE_DISTANCE = 0.5
@@ -124,8 +125,8 @@ def load_model(
     seed: int = 0,
 ) -> ClipModel:
     """A model by open_clip name and pretrained tag (``none``: random init with ``seed``; a weights file: checked
-    against the name, `check_weights_file`), a published checkpoint (``peer:NAME``, `registry`; ``pretrained`` is
-    not used), a Hugging Face Hub model (``hf-hub:ORG/NAME``), or a checkpoint dir of ours."""
+    against the name, `check_weights_file`), a published checkpoint (``peer:NAME``, `models.pretrained`;
+    ``pretrained`` is not used), a Hugging Face Hub model (``hf-hub:ORG/NAME``), or a checkpoint dir of ours."""
     if checkpoint is not None:
         path = resolve_checkpoint(checkpoint)
         config = check_architecture(path)
@@ -138,8 +139,8 @@ def load_model(
 
     if name is None:
         raise ModelError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
-    if name.startswith(registry.PREFIX):  # a weights file as ``pretrained``: a local copy of the peer's
-        return load_peer(registry.find(name), device, precision,
+    if name.startswith(PREFIX):  # a weights file as ``pretrained``: a local copy of the peer's
+        return load_peer(find_peer(name), device, precision,
                          Path(pretrained) if pretrained and Path(pretrained).is_file() else None)
     if name.startswith(HF_HUB):
         return load_hub(name.removeprefix(HF_HUB), device, precision)
@@ -185,9 +186,9 @@ def check_model(name: str | None = None, pretrained: str | None = None, checkpoi
         check_architecture(resolve_checkpoint(checkpoint))
     elif name is None:
         raise ModelError("name a model (--model ViT-B-32) or a checkpoint (--checkpoint DIR)")
-    elif name.startswith(registry.PREFIX):
-        peer = registry.find(name)
-        if registry.loadable_weights(peer) is None:
+    elif name.startswith(PREFIX):
+        peer = find_peer(name)
+        if loadable_weights(peer) is None:
             hub_files(peer.hf_hub, peer)
     elif name.startswith(HF_HUB):
         hub_files(name.removeprefix(HF_HUB))
@@ -210,18 +211,18 @@ def open_clip_weights(name: str, pretrained: str | None) -> tuple[str | None, Pa
     return tag, weights
 
 
-def load_peer(peer: registry.Peer, device: str, precision: str, given: Path | None = None) -> ClipModel:
+def load_peer(peer: Peer, device: str, precision: str, given: Path | None = None) -> ClipModel:
     """A published checkpoint with the architecture its registry entry states, from its file in the peers' folder
     or from ``given`` (a copy of it), the file's digest checked where one is published: another entry's file is
     refused naming both."""
-    weights = registry.loadable_weights(peer, given)
+    weights = loadable_weights(peer, given)
     if weights is None:
         return load_hub(peer.hf_hub, device, precision, peer)
     digest = file_digest(weights)
-    other = registry.by_sha256(digest)
+    other = by_sha256(digest)
     if other is not None and other != peer:
         raise ModelError(f"{weights} is {other.method}'s published checkpoint (sha256 {digest[:12]}…), not "
-                         f"{peer.method}'s: use --model {registry.PREFIX}{other.name}, or {peer.method}'s own file")
+                         f"{peer.method}'s: use --model {PREFIX}{other.name}, or {peer.method}'s own file")
     if peer.sha256 and digest != peer.sha256:
         raise ModelError(f"{weights} is not the {peer.method} file its authors published (sha256 {digest}, "
                          f"published {peer.sha256}): another version or an incomplete download; download it "
@@ -230,11 +231,11 @@ def load_peer(peer: registry.Peer, device: str, precision: str, given: Path | No
         print(f"note: {weights}: no published digest to check it against (its sha256 is {digest})",
               file=sys.stderr)
     clip = load_model(peer.architecture, str(weights), device=device, precision=precision)
-    clip.identity["pretrained"] = f"{registry.PREFIX}{peer.name}"
+    clip.identity["pretrained"] = f"{PREFIX}{peer.name}"
     return clip
 
 
-def load_hub(repo: str, device: str, precision: str, peer: registry.Peer | None = None) -> ClipModel:
+def load_hub(repo: str, device: str, precision: str, peer: Peer | None = None) -> ClipModel:
     """An open_clip model from the Hugging Face Hub (``hf-hub:ORG/NAME``): from the cache, or downloaded when the
     Hub can be reached (else one line, at once). A peer's activation is the registry's: a Hub config that does not
     record QuickGELU for a fine-tune of OpenAI's weights is corrected, said in one line."""
@@ -258,7 +259,7 @@ def load_hub(repo: str, device: str, precision: str, peer: registry.Peer | None 
     config["model_cfg"]["quick_gelu"] = uses_quick_gelu(model)
     config = json.loads(json.dumps({"model_cfg": config["model_cfg"], "preprocess_cfg": _preprocess_cfg(model)}))
     weights = next((w for w in (try_to_load_from_cache(repo, f) for f in HUB_WEIGHTS) if isinstance(w, str)), None)
-    identity = {"name": f"{HF_HUB}{repo}", "pretrained": f"{registry.PREFIX}{peer.name}" if peer else "hub"} | (
+    identity = {"name": f"{HF_HUB}{repo}", "pretrained": f"{PREFIX}{peer.name}" if peer else "hub"} | (
         {"weights_sha1": file_digest(Path(weights), "sha1")} if weights else {}) | (
         {"precision": precision} if precision != "fp32" else {})
     return finite(ClipModel(model.eval(), preprocess, open_clip.get_tokenizer(f"{HF_HUB}{repo}"), config, identity),
@@ -335,11 +336,11 @@ def check_weights_file(name: str, path: Path, quick_gelu: bool) -> None:
         raise ModelError(f"{path} is not {name}'s weights: {what}; name the architecture they were trained as "
                          "(--model), or peer:NAME for a published checkpoint")
     activation = "QuickGELU" if quick_gelu else "GELU"
-    peer = registry.by_sha256(file_digest(path)) or registry.by_file(path)
+    peer = by_sha256(file_digest(path)) or by_file(path)
     if peer is not None and peer.architecture is not None and \
             peer.architecture.endswith("-quickgelu") != quick_gelu:
         raise ModelError(f"{path} is {peer.method}'s published checkpoint ({peer.start}), but --model {name} runs "
-                         f"{activation}: use --model {registry.PREFIX}{peer.name} (or --model {peer.architecture})")
+                         f"{activation}: use --model {PREFIX}{peer.name} (or --model {peer.architecture})")
     beside = path.parent / CONFIG_FILE
     if beside.is_file():
         recorded = json.loads(beside.read_text(encoding="utf-8")).get("model_cfg", {})
@@ -363,7 +364,7 @@ def check_weights_file(name: str, path: Path, quick_gelu: bool) -> None:
     other = ("trained with GELU (open_clip's own trainings on LAION or DataComp)" if quick_gelu
              else "a fine-tune of OpenAI's weights")
     print(f"note: the activation of {path} cannot be read from its weights: built with {activation}, as --model "
-          f"{name} says; if they are {other}, name {twin} (docs/commands.md, 'Published checkpoints')",
+          f"{name} says; if they are {other}, name {twin} (docs/commands/models.md, 'Published checkpoints')",
           file=sys.stderr)
 
 
@@ -444,7 +445,7 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, config: dict,
     complete: a checkpoint folder is whole or absent, whenever the process dies."""
     import shutil
 
-    from .records import atomic_write_safetensors, atomic_write_text
+    from ..records import atomic_write_safetensors, atomic_write_text
 
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
