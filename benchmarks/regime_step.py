@@ -25,7 +25,7 @@ import torch
 from concrete_jungle.models import factory  # noqa: F401  (registers cj-tiny)
 from concrete_jungle.loss import CementLoss
 from concrete_jungle.train.config import FreezeConfig, LoraConfig, RegimeConfig
-from concrete_jungle.train.loop import param_groups, training_step, use_open_clip_cuda_settings
+from concrete_jungle.train.loop import StepContext, param_groups, training_step, use_open_clip_cuda_settings
 from concrete_jungle.train.regime import Regime
 
 REGIMES = {
@@ -75,12 +75,13 @@ def main() -> None:
 
     def run(name: str) -> tuple[float, float]:
         model, optimizer = runs[name]
+        step = StepContext(model, model, cement, optimizer, device, 1.0, autocast)
         t0, cpu0 = time.perf_counter(), time.process_time()
         for images, texts in batches:
             batch = (images[: args.n], images[args.n:, None], texts[: args.n], texts[args.n:, None], c[:, None],
                      has_negative[:, None], has_negative[:, None],
                      torch.zeros_like(has_negative)[:, None])
-            training_step(model, model, cement, optimizer, batch, 1e-5, 1.0, device, autocast)
+            training_step(step, batch, 1e-5)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         return (time.perf_counter() - t0) / args.steps, (time.process_time() - cpu0) / args.steps

@@ -70,7 +70,7 @@ def main() -> None:
     from concrete_jungle.train.image_cache import CachedSet, build_cache
     from concrete_jungle.loss import CementLoss
     from concrete_jungle.models import load_model
-    from concrete_jungle.train.loop import param_groups, train, training_step, use_open_clip_cuda_settings
+    from concrete_jungle.train.loop import StepContext, param_groups, train, training_step, use_open_clip_cuda_settings
     from concrete_jungle.train.config import load_config
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -120,10 +120,11 @@ def main() -> None:
         batch = tuple(t.to(device) for t in dataset.batch(list(range(args.n))))
         loss = CementLoss("cement")
         autocast = device.startswith("cuda") and args.precision == "amp_bf16"
+        step = StepContext(model, model, loss, optimizer, device, 1.0, autocast, dataset.normalize)
         times = []
-        for step in range(args.steps):
+        for _ in range(args.steps):
             t0 = time.perf_counter()
-            out = training_step(model, model, loss, optimizer, batch, 1e-5, 1.0, device, autocast, dataset.normalize)
+            out = training_step(step, batch, 1e-5)
             out["contrastive_loss"].item()
             times.append(time.perf_counter() - t0)
         resident = args.n / statistics.median(times[5:])

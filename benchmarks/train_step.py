@@ -36,7 +36,7 @@ from concrete_jungle.models import factory  # noqa: F401  (registers cj-tiny)
 from concrete_jungle.loss import CementLoss
 from concrete_jungle.sources import anchor_caption, read_samples
 from concrete_jungle.models.text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
-from concrete_jungle.train.loop import param_groups, training_step, use_open_clip_cuda_settings
+from concrete_jungle.train.loop import StepContext, param_groups, training_step, use_open_clip_cuda_settings
 
 
 class Loader(list):
@@ -101,6 +101,7 @@ def main() -> None:
     forward_ours, forward_theirs = (torch.compile(forward_ours), torch.compile(theirs)) if args.compile else (
         forward_ours, theirs)
     cement = CementLoss("cement")
+    step_ours = StepContext(forward_ours, ours, cement, opt_ours, device, 1.0, autocast, trim_text=trim)
     targs = SimpleNamespace(accum_freq=1, batch_size=2 * args.n, device=device, distill=False, grad_clip_norm=1.0,
                             horovod=False, log_every_n_steps=10**9, precision=args.precision, skip_scheduler=False,
                             wandb=False, world_size=1, rank=0)
@@ -111,7 +112,7 @@ def main() -> None:
             batch = (images[: args.n], images[args.n:, None], texts[: args.n], texts[args.n:, None], c[:, None],
                      has_negative[:, None], has_negative[:, None],
                      torch.zeros_like(has_negative)[:, None])
-            training_step(forward_ours, ours, cement, opt_ours, batch, 1e-5, 1.0, device, autocast, trim_text=trim)
+            training_step(step_ours, batch, 1e-5)
         sync()
 
     def run_theirs():

@@ -15,6 +15,7 @@ from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 import benchmark_fixtures  # noqa: E402
+from plant_fixtures import make_dataset, plant_args  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -95,10 +96,6 @@ TINY_TRAIN = ["--set", "model.name=cj-tiny", "--set", "model.pretrained=none", "
 @pytest.fixture(scope="session")
 def planted(tmp_path_factory):
     """A small ConcreteBatch (48 samples, text-only negatives) made by `plant`, for commands that read one."""
-    from test_plant import make_dataset, plant_args
-
-    from concrete_jungle.cli import main
-
     root = tmp_path_factory.mktemp("planted")
     captions, images = make_dataset(root, 48, image_size=32)
     assert main(plant_args(captions, images, root / "cb", "--samples-per-shard", 16)) == 0

@@ -13,7 +13,7 @@ from concrete_jungle.analysis.dataset_statistics import gradient_share_by_batch_
 from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_plant import make_dataset, plant_args  # noqa: E402
+from plant_fixtures import make_dataset, plant_args  # noqa: E402
 
 
 def random_pairs(m, d=32, seed=0):

@@ -238,7 +238,7 @@ class KeyEchoServer(BaseHTTPRequestHandler):
 @pytest.mark.processes
 @pytest.mark.parametrize("mode", ["ok", "401", "500"])
 def test_the_api_key_reaches_the_server_and_nothing_else(tmp_path, mode):
-    from test_plant import make_dataset
+    from plant_fixtures import make_dataset
 
     key = "sk-test-7f3a9c41e2b84d06"
     KeyEchoServer.mode, KeyEchoServer.seen = mode, []

@@ -223,7 +223,7 @@ COMMANDS_THAT_WRITE = ["keywords", "plant", "import", "train", "cache", "eval", 
 def command_args(command, folder, planted, data_root, tmp_path, request) -> list:
     """The arguments with which ``command`` writes into ``folder``, made here: empty, or a copy of the input the
     command writes into (a dataset for `cache`, a checkpoint for `model-card`)."""
-    from test_plant import make_dataset, plant_args
+    from plant_fixtures import make_dataset, plant_args
     from test_wise_ft import checkpoint
 
     captions, images = make_dataset(tmp_path, 4, image_size=8)

@@ -17,7 +17,8 @@ from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import load_data
 from concrete_jungle.evaluation.benchmarks import aro, valse, whatsup
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.outcomes import metric_values
 
 

@@ -41,12 +41,38 @@ def github_anchor(heading: str) -> str:
 
 def test_every_long_page_has_contents_linking_each_section():
     long_pages = [path for path in DOCS if len(path.read_text(encoding="utf-8").splitlines()) > 400]
-    assert {p.name for p in long_pages} >= {"method.md", "benchmarks.md", "commands.md"}
+    assert {p.name for p in long_pages} >= {"method.md", "benchmarks.md"}
     for path in long_pages:
         text = path.read_text(encoding="utf-8")
         links = set(re.findall(r"^ *- \[.*?\]\(#([^)]+)\)", text, re.M))
         missing = [h for h in re.findall(r"^## (.+)$", text, re.M) if github_anchor(h) not in links]
         assert not missing, (path.name, missing)
+
+
+def headings(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings (code blocks aside)."""
+    text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return {github_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_every_link_between_the_docs_reaches_a_file_and_its_heading():
+    broken = []
+    for page in DOCS:
+        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            if not dest.exists() or anchor and dest.suffix == ".md" and anchor not in headings(dest):
+                broken.append(f"{page.relative_to(REPO).as_posix()}: {target}")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_commands_index_links_every_page_of_docs_commands():
+    index = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    pages = sorted(p.name for p in (REPO / "docs" / "commands").glob("*.md"))
+    assert len(pages) >= 6 and all(f"(commands/{name}" in index for name in pages)
 
 
 def test_the_demo_s_times_are_quoted_from_their_one_source():
@@ -56,7 +82,7 @@ def test_the_demo_s_times_are_quoted_from_their_one_source():
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     assert f"({default} on 2 idle cores; `--quick`, {quick};" in readme
     assert "docs/benchmarks.md#the-demos-wall-time-concrete-jungle-demo" in readme
-    commands = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    commands = (REPO / "docs" / "commands" / "demo.md").read_text(encoding="utf-8")
     assert re.search(rf"^concrete-jungle demo +# {default} on 2 idle cores", commands, re.M)
     assert re.search(rf"^concrete-jungle demo --quick +# {quick} on 2 idle cores", commands, re.M)
 

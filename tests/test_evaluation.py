@@ -22,7 +22,8 @@ from benchmark_fixtures import (WRITERS, every_benchmark_writer, noise_image, ra
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import load_data
 from concrete_jungle.evaluation.benchmarks import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, winoground
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
 
 

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from concrete_jungle.cli import main
-from test_plant import dataset_fingerprint, make_dataset, plant_args
+from plant_fixtures import dataset_fingerprint, make_dataset, plant_args
 
 
 def cli(args, limit_bytes=None, timeout=300):

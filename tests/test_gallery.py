@@ -13,7 +13,7 @@ from PIL import Image
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import SHARD_PATTERN, ShardWriter, encode_jpeg
 from concrete_jungle.analysis.gallery import word_diff
-from test_plant import make_dataset
+from plant_fixtures import make_dataset
 
 RECORDS = [  # (id, caption, negative, keyword, category, concreteness)
     ("a1", "A red car parked on the street", "A blue car parked on the street", "red", "attribute", 4.24),

@@ -16,7 +16,8 @@ from benchmark_fixtures import varied_picture as picture
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import chance_levels, load_data
 from concrete_jungle.evaluation.benchmarks import hard_positives
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 
 # captions of many lengths and kinds (VARIED_CAPTIONS): with random weights a caption's score is mostly its own, so
 # items built from different captions come out right and wrong in every measure

@@ -17,7 +17,8 @@ from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation.benchmarks import bivlc, naturalbench, vismin
 from concrete_jungle.evaluation import chance_levels
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 
 PAIRS = [("a dog chasing a cat on the grass", "a cat chasing a dog on the grass"),
          ("a red cup left of a blue plate", "a blue cup left of a red plate"),

@@ -12,7 +12,7 @@ from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TINY_TRAIN  # noqa: E402
-from test_plant import plant_args  # noqa: E402
+from plant_fixtures import plant_args  # noqa: E402
 
 
 def hostile_images(folder: Path) -> dict[str, str]:

@@ -8,7 +8,7 @@ import benchmark_fixtures
 import pytest
 
 from concrete_jungle.cli import main
-from test_plant import make_dataset
+from plant_fixtures import make_dataset
 
 
 def run(args):

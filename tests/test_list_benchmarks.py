@@ -16,7 +16,8 @@ from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import chance_levels, load_data
 from concrete_jungle.evaluation.benchmarks import crepe, imagecode, spec, svo_probes, vl_checklist
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 from concrete_jungle.evaluation.validity import MACRO, MICRO
 
 

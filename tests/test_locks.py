@@ -16,7 +16,7 @@ from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TINY_TRAIN  # noqa: E402
-from test_plant import dataset_fingerprint, make_dataset, plant_args  # noqa: E402
+from plant_fixtures import dataset_fingerprint, make_dataset, plant_args  # noqa: E402
 
 
 def dead_pid() -> int:

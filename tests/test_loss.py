@@ -1,8 +1,6 @@
 """Cement loss (docs/method.md §5): exactness against open_clip's ClipLoss, closed-form gradients, margins, masks,
 data parallel, bad input."""
 
-import os
-import socket
 import warnings
 
 import open_clip
@@ -12,6 +10,7 @@ import torch.nn.functional as F
 
 from concrete_jungle.loss import (AdaptiveMargin, CementLoss, InverseMargin, StaticMargin, hard_negative_diagnostics,
                                   make_schedule)
+from data_parallel import WORLD, assert_ranks_match, run_ranks
 
 SCALE = 14.3
 
@@ -325,7 +324,6 @@ def test_unnormalised_features_warn_once():
 
 # ----------------------------------------------------------------------------- data parallel, 2 CPU processes
 
-WORLD = 2
 N_LOCAL = 6
 
 
@@ -372,40 +370,23 @@ def _step(model, loss_fn, x_image, x_text, c, has_negative, has_image=None, enta
 CONFIGS = [(False, True), (True, True), (False, False)]  # (local_loss, gather_with_grad)
 
 
-def _worker(rank, port, out_dir):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+def _rank_cases(rank):
+    """This rank's loss and gradients for every (k, masked, local_loss, gather_with_grad) (`data_parallel`)."""
     mine = slice(rank * N_LOCAL, (rank + 1) * N_LOCAL)
     for k, masked in ((1, False), (2, False), (2, True)):
         x_image, x_text, c, has_negative, has_image = _global_batch(k)
         for local_loss, gather_with_grad in CONFIGS:
             loss_fn = CementLoss("cement", local_loss=local_loss, gather_with_grad=gather_with_grad,
                                  rank=rank, world_size=WORLD, mask_entailed=masked)
-            loss, grads = _step(_model(), loss_fn, _local(x_image, rank, k), _local(x_text, rank, k), c[mine],
-                                has_negative[mine], None if has_image is None else has_image[mine],
-                                _entailed(k)[mine])
-            losses = [torch.zeros(()) for _ in range(WORLD)]
-            dist.all_gather(losses, loss)
-            for g in grads.values():
-                dist.all_reduce(g)  # summed here; DDP's average is this divided by the world size
-            torch.save({"losses": torch.stack(losses), "grads": grads},
-                       os.path.join(out_dir, f"rank{rank}-k{k}-{masked}-{local_loss}-{gather_with_grad}.pt"))
-    dist.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+            yield f"k{k}-{masked}-{local_loss}-{gather_with_grad}", _step(
+                _model(), loss_fn, _local(x_image, rank, k), _local(x_text, rank, k), c[mine], has_negative[mine],
+                None if has_image is None else has_image[mine], _entailed(k)[mine])
 
 
 @pytest.fixture(scope="module")
 def two_process_results(tmp_path_factory):
     """One 2-process gloo run (spawned here) computing the loss and gradients under every config."""
-    out = tmp_path_factory.mktemp("ddp")
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
-    return out
+    return run_ranks(tmp_path_factory.mktemp("ddp"), _rank_cases)
 
 
 @pytest.mark.processes
@@ -415,18 +396,6 @@ def test_two_processes_equal_one_process_on_the_global_batch(two_process_results
                                                              masked):
     ref_loss, ref_grads = _step(_model(), CementLoss("cement", mask_entailed=masked), *_global_batch(k),
                                 _entailed(k))
-    for rank in range(WORLD):
-        result = torch.load(two_process_results / f"rank{rank}-k{k}-{masked}-{local_loss}-{gather_with_grad}.pt",
-                            weights_only=True)
-        if local_loss:  # each rank's loss is its share; DDP averages them
-            assert result["losses"].mean().item() == pytest.approx(ref_loss.item(), abs=1e-6)
-        else:  # every rank computes the whole global loss
-            torch.testing.assert_close(result["losses"], ref_loss.expand(WORLD), atol=1e-6, rtol=0)
-        for name, g in result["grads"].items():
-            if gather_with_grad:
-                # open_clip's semantics: gradients flow back through the gather, DDP's average is exact
-                torch.testing.assert_close(g / WORLD, ref_grads[name], atol=1e-6, rtol=1e-5)
-            else:
-                # without gather_with_grad each rank reaches only its own features: the sum over ranks
-                # (DDP's average times the world size) is the global gradient, as with ClipLoss
-                torch.testing.assert_close(g, ref_grads[name], atol=1e-6, rtol=1e-5)
+    assert_ranks_match(two_process_results, f"k{k}-{masked}-{local_loss}-{gather_with_grad}", ref_loss, ref_grads,
+                       local_loss, gather_with_grad, loss_tol=dict(atol=1e-6, rtol=0),
+                       grad_tol=dict(atol=1e-6, rtol=1e-5))

@@ -10,7 +10,7 @@ from concrete_jungle.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TINY_TRAIN  # noqa: E402
-from test_plant import make_dataset, plant_args  # noqa: E402
+from plant_fixtures import make_dataset, plant_args  # noqa: E402
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from benchmark_fixtures import as_opened, image_feature, image_name, text_featur
 from benchmark_fixtures import varied_picture as picture
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation.benchmarks import cola, negbench
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 
 
 def rgb(path) -> Image.Image:

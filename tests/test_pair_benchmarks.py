@@ -18,7 +18,8 @@ from benchmark_fixtures import as_opened, image_feature, noise_image, text_featu
 from benchmark_fixtures import varied_picture as picture
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation.benchmarks import colorswap, eqben, mmvp_vlm
-from concrete_jungle.evaluation.encoding import BenchmarkDataError, Encoder
+from concrete_jungle.evaluation.checks import BenchmarkDataError
+from concrete_jungle.evaluation.encoding import Encoder
 
 
 def caption_pair(n: int) -> tuple[str, str]:

@@ -4,8 +4,6 @@ two gloo processes equal one process on the global batch."""
 
 import itertools
 import math
-import os
-import socket
 
 import open_clip
 import pytest
@@ -16,6 +14,7 @@ from concrete_jungle.loss import (LOSSES, CEClipLoss, CEClipOptions, CementLoss,
                                   NegCLIPOptions, TripletCLIPLoss)
 from concrete_jungle.loss.degla import DeGLALoss, DeGLAOptions
 from concrete_jungle.loss.fsc_clip import FSCCLIPLoss, FSCCLIPOptions, calibrated_focal_loss
+from data_parallel import WORLD, assert_ranks_match, run_ranks
 
 TOL = dict(atol=1e-6, rtol=0)
 
@@ -1007,7 +1006,6 @@ def test_without_mask_entailed_the_field_changes_nothing_bitwise(name):
 
 # ----------------------------------------------------------------------------- every loss: data parallel
 
-WORLD = 2
 N_LOCAL = 4
 K = 2
 DIM = 8
@@ -1071,10 +1069,9 @@ def _local(x, rank):
     return torch.cat([anchors, negatives])
 
 
-def _worker(rank, port, out_dir):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+def _rank_cases(rank):
+    """This rank's losses and gradients for every loss of LOSSES, masked or not, under every config
+    (`data_parallel`)."""
     raw, c = _global_batch()
     mine = slice(rank * N_LOCAL, (rank + 1) * N_LOCAL)
     local_raw = {name: x[mine] if name in PER_PICTURE else _local(x, rank) for name, x in raw.items()}
@@ -1082,29 +1079,14 @@ def _worker(rank, port, out_dir):
         for local_loss, gather_with_grad in CONFIGS:
             loss_fn = loss_class(options_class(), local_loss=local_loss, gather_with_grad=gather_with_grad,
                                  rank=rank, world_size=WORLD, mask_entailed=masked)
-            losses, grads = _step(_model(), loss_fn, local_raw, c[mine], HAS_NEGATIVE[mine],
-                                  HAS_NEGATIVE_IMAGE[mine], ENTAILED[mine])
-            gathered = [torch.zeros_like(losses) for _ in range(WORLD)]
-            dist.all_gather(gathered, losses)
-            for g in grads.values():
-                dist.all_reduce(g)  # summed here; DDP's average is this divided by the world size
-            torch.save({"losses": torch.stack(gathered), "grads": grads},
-                       os.path.join(out_dir, f"{name}-{masked}-rank{rank}-{local_loss}-{gather_with_grad}.pt"))
-    dist.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+            yield f"{name}-{masked}-{local_loss}-{gather_with_grad}", _step(
+                _model(), loss_fn, local_raw, c[mine], HAS_NEGATIVE[mine], HAS_NEGATIVE_IMAGE[mine], ENTAILED[mine])
 
 
 @pytest.fixture(scope="module")
 def two_process_results(tmp_path_factory):
     """One 2-process gloo run (spawned here) computing every loss in LOSSES under every config."""
-    out = tmp_path_factory.mktemp("ddp")
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
-    return out
+    return run_ranks(tmp_path_factory.mktemp("ddp"), _rank_cases)
 
 
 @pytest.mark.processes
@@ -1118,14 +1100,5 @@ def test_two_processes_equal_one_process_on_the_global_batch(two_process_results
     ref_losses, ref_grads = _step(_model(), loss_class(options_class(), mask_entailed=masked), raw, c,
                                   HAS_NEGATIVE, HAS_NEGATIVE_IMAGE, ENTAILED)
     assert torch.isfinite(ref_losses).all() and not math.isclose(ref_losses[0].item(), 0.0)
-    for rank in range(WORLD):
-        result = torch.load(two_process_results / f"{name}-{masked}-rank{rank}-{local_loss}-{gather_with_grad}.pt",
-                            weights_only=True)
-        if local_loss:  # each rank's loss is its share; DDP averages them
-            torch.testing.assert_close(result["losses"].mean(dim=0), ref_losses, **TOL)
-        else:  # every rank computes the whole global loss
-            torch.testing.assert_close(result["losses"], ref_losses.expand(WORLD, -1), **TOL)
-        for param, g in result["grads"].items():
-            # with gather_with_grad the gradient flows back through the gather and DDP's average is exact;
-            # without it each rank reaches only its own features, and the sum over ranks is the global gradient
-            torch.testing.assert_close(g / WORLD if gather_with_grad else g, ref_grads[param], **TOL)
+    assert_ranks_match(two_process_results, f"{name}-{masked}-{local_loss}-{gather_with_grad}", ref_losses, ref_grads,
+                       local_loss, gather_with_grad, loss_tol=TOL, grad_tol=TOL)

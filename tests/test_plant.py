@@ -1,7 +1,6 @@
 """ConcretePlant end to end: ConcreteBatch records, resumption after kill -9 or Ctrl-C, sharding, bad input, its
 summary."""
 
-import hashlib
 import io
 import json
 import os
@@ -20,31 +19,7 @@ from plugin_example import PurpleCaptioner
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_quintuples, iter_records, read_manifest, read_member
-
-SUBJECTS = ["dog", "cat", "horse", "car", "bus", "boat", "man", "woman", "child", "bird"]
-COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
-PLACES = ["table", "bench", "bed", "street", "beach", "field", "sofa", "tree"]
-RELATIONS = ["under", "on", "next to", "in front of", "behind", "near"]
-
-
-def make_dataset(root, n, image_size=32):
-    """n samples: JSONL captions with two captions each, and a JPEG per sample."""
-    rng = np.random.default_rng(0)
-    (root / "images").mkdir(parents=True, exist_ok=True)
-    with open(root / "captions.jsonl", "w") as f:
-        for i in range(n):
-            s, c, p, r = (SUBJECTS[i % 10], COLOURS[(i // 10) % 6], PLACES[(i // 60) % 8], RELATIONS[(i // 3) % 6])
-            caps = [f"A {s}.", f"A {c} {s} sitting {r} the {p}"]
-            f.write(json.dumps({"id": f"img{i:05d}", "captions": caps, "image": f"img{i:05d}.jpg"}) + "\n")
-            Image.fromarray(rng.integers(0, 255, (image_size, image_size, 3), dtype=np.uint8)).save(
-                root / "images" / f"img{i:05d}.jpg")
-    return root / "captions.jsonl", root / "images"
-
-
-def plant_args(captions, images, out, *extra):
-    return ["plant", "--captions", str(captions), "--images", str(images), "--out", str(out), "--mode", "hc",
-            "--no-progress", *map(str, extra)]
-
+from plant_fixtures import SUBJECTS, dataset_fingerprint, make_dataset, plant_args, wait_for
 
 def test_plant_writes_a_concretebatch(tmp_path):
     captions, images = make_dataset(tmp_path, 40)
@@ -87,23 +62,6 @@ def test_plant_with_the_diffusers_editor(tmp_path):
     records = list(iter_records(out))
     assert records and all(r["neg_image"].size == (64, 64) and not r["meta"]["neg_image_is_anchor"] for r in records)
     assert all(r["image"].size == (32, 32) for r in records)  # the anchor is kept as it was
-
-
-def digest(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def dataset_fingerprint(out):
-    return {p.name: digest(p) for p in sorted(out.glob("shard-*.tar"))} | {"manifest": digest(out / "manifest.jsonl")}
-
-
-def wait_for(condition, timeout=120):
-    end = time.time() + timeout
-    while time.time() < end:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def run_until(args, condition, timeout=120):
@@ -194,7 +152,7 @@ def test_wrong_image_folder_and_unreachable_server_stop_before_any_file(tmp_path
     assert main(plant_args(captions, images, out, "--captioner", "openai", "--model", "Qwen/Qwen3-32B",
                            "--base-url", "http://127.0.0.1:9/v1")) == 2
     assert "cannot reach the OpenAI-compatible server" in capsys.readouterr().err
-    assert not out.exists()  # checked before the keyword stage writes its files, as docs/commands.md says
+    assert not out.exists()  # checked before the keyword stage writes its files, as docs/commands/plant.md says
 
 
 def test_resume_with_other_settings_is_refused(tmp_path, capsys):
@@ -344,7 +302,7 @@ def test_image_names_outside_the_image_folder_are_rejected_and_links_inside_it_w
 @pytest.mark.parametrize("kind", ["sugarcrepe", "retrieval", "winoground", "coco_probe", "pairs"])
 def test_benchmark_and_training_files_may_not_name_images_outside_their_folder(tmp_path, kind):
     from concrete_jungle.evaluation import load_data
-    from concrete_jungle.evaluation.encoding import BenchmarkDataError
+    from concrete_jungle.evaluation.checks import BenchmarkDataError
     from concrete_jungle.sources import UnsafePathError
     from concrete_jungle.train.pairs import PairsDataset
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
-from test_plant import make_dataset
+from plant_fixtures import make_dataset
 
 from concrete_jungle.cli import main
 from concrete_jungle.configs import ConfigError

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from plugin_example import CountingCaptioner, CountingEditor, PixelChangeScorer
-from test_plant import make_dataset, plant_args
+from plant_fixtures import make_dataset, plant_args
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_records, read_manifest

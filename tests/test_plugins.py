@@ -12,7 +12,7 @@ from PIL import ImageOps
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_records
-from test_plant import make_dataset, plant_args
+from plant_fixtures import make_dataset, plant_args
 
 TESTS = Path(__file__).parent
 

@@ -16,7 +16,7 @@ import torch
 ray = pytest.importorskip("ray", reason="the Ray engine needs pip install 'concrete-jungle[ray]'")
 
 from concrete_jungle.cli import main  # noqa: E402
-from test_plant import make_dataset, plant_args  # noqa: E402
+from plant_fixtures import make_dataset, plant_args  # noqa: E402
 
 EXTRA = ["--samples-per-shard", 12, "--batch-size", 4]
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("ray", reason="the Ray engine needs pip install 'concrete-jungle[ray]'")
 
-from test_plant import plant_args  # noqa: E402
+from plant_fixtures import plant_args  # noqa: E402
 from test_ray import EXTRA, plant_with_tiny_sdxl, records  # noqa: E402
 
 

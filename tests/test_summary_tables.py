@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from test_import import write_negclip  # noqa: E402  (the import tests' NegCLIP rows)
-from test_plant import make_dataset, plant_args  # noqa: E402  (the plant tests' captions and images)
+from plant_fixtures import make_dataset, plant_args  # noqa: E402  (the plant tests' captions and images)
 
 from concrete_jungle.cli import main  # noqa: E402
 

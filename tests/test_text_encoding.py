@@ -69,7 +69,7 @@ def test_a_model_where_cutting_would_not_be_exact_keeps_the_full_context(tmp_pat
 def test_training_steps_give_the_untrimmed_losses_and_gradients(tmp_path):
     from concrete_jungle.loss import CementLoss
     from concrete_jungle.models.text_encoding import TrimmedTextCLIP, trim_tokens
-    from concrete_jungle.train.loop import training_step
+    from concrete_jungle.train.loop import StepContext, training_step
 
     clip = load_model("cj-tiny", "none", seed=3)
     losses, grads = [], []
@@ -87,8 +87,8 @@ def test_training_steps_give_the_untrimmed_losses_and_gradients(tmp_path):
                      clip.tokenizer([c + " again" for c in caps])[:, None], torch.full((8, 1), 4.5),
                      torch.ones(8, 1, dtype=torch.bool), torch.ones(8, 1, dtype=torch.bool),
                      torch.zeros(8, 1, dtype=torch.bool))
-            out = training_step(forward, model, CementLoss("cement"), optimizer, batch, 1e-3, 1.0, "cpu", False,
-                                trim_text=trim)
+            step = StepContext(forward, model, CementLoss("cement"), optimizer, "cpu", grad_clip=1.0, trim_text=trim)
+            out = training_step(step, batch, 1e-3)
             run.append(out["contrastive_loss"].item())
             grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
         assert trim_tokens(model, batch[2]).shape[1] < 77  # the captions were cut

@@ -26,7 +26,7 @@ from concrete_jungle.train.config import load_config
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TINY_TRAIN, cli  # noqa: E402
-from test_plant import make_dataset, wait_for  # noqa: E402
+from plant_fixtures import make_dataset, wait_for  # noqa: E402
 
 FIELDS = {"step", "epoch", "loss", "lr", "logit_scale", "hn_grad_share", "p_pos", "logit_gap", "margin",
           "samples_per_s"}

@@ -106,7 +106,7 @@ def test_a_training_step_gives_a_loss_that_reads_them_each_picture_s_positives_a
     from concrete_jungle.loss import CLICLoss
     from concrete_jungle.models.text_encoding import TrimmedTextCLIP
     from concrete_jungle.models import load_model
-    from concrete_jungle.train.loop import training_step
+    from concrete_jungle.train.loop import StepContext, training_step
 
     clip = load_model("cj-tiny", "none", seed=3)
     model = clip.model.eval()
@@ -122,8 +122,8 @@ def test_a_training_step_gives_a_loss_that_reads_them_each_picture_s_positives_a
              torch.ones(6, 1, dtype=torch.bool), torch.zeros(6, 1, dtype=torch.bool),
              torch.zeros(6, 1, dtype=torch.bool), positives, has_positive)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    out = training_step(TrimmedTextCLIP(model) if trim else model, model, CLICLoss(), optimizer, batch, 0.0, None,
-                        "cpu", False, trim_text=trim)
+    step = StepContext(TrimmedTextCLIP(model) if trim else model, model, CLICLoss(), optimizer, "cpu", trim_text=trim)
+    out = training_step(step, batch, 0.0)
     with torch.no_grad():
         images = F.normalize(model.encode_image(batch[0]), dim=-1)
         texts = F.normalize(model.encode_text(torch.cat([batch[2], batch[3][:, 0]])), dim=-1)

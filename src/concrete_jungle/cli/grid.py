@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
         "data order, evaluate each on the same items, and write grid.md (each cell's gain over the start with its "
         "95 % interval), grid.json and a heat-map per benchmark. Resumable cell by cell: run the same command "
         "again. --toy OUT makes the toy world's grid (D_hc and NegCLIP-style swaps of the same anchors) and runs it.")
-    p.add_argument("config", nargs="?", help="the grid's YAML file (docs/commands.md#grid)")
+    p.add_argument("config", nargs="?", help="the grid's YAML file (docs/commands/train.md, grid)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the grid file, e.g. --set eval.resamples=5000")
     p.add_argument("--toy", metavar="OUT", help="render the toy world, pretrain its baseline, plant D_hc, import "

@@ -31,7 +31,7 @@ def load_data(name: str, root: Path, skip_missing: bool) -> dict:
 
 def read_benchmark(name: str, root: Path, skip_missing: bool) -> dict:
     """A benchmark's items from the data root, by its module's reader (`names.BENCHMARKS`)."""
-    from .encoding import BenchmarkDataError
+    from .checks import BenchmarkDataError
 
     if name not in BENCHMARKS:
         raise BenchmarkDataError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")

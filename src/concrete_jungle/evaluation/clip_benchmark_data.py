@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .encoding import BenchmarkDataError, Encoder
+from .checks import BenchmarkDataError
+from .encoding import Encoder
 
 
 def build(name: str, root: Path, preprocess, split: str, fix: str):

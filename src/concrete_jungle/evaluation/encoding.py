@@ -1,10 +1,10 @@
-"""Shared machinery of every benchmark: check the files, encode each distinct picture and text once.
+"""Shared machinery of every benchmark: encode each distinct picture and text once (the files are checked
+before any model loads, `checks`).
 
-Images are checked (present, readable header) before any model loads, so a wrong folder fails in
-seconds with the file and the expected layout named. Encoding is batched, shows a progress bar, and is
-cached on disk by (model hash, the exact list of distinct items: a picture by its file's content, reading and box):
-a second evaluation of the same model reads its embeddings back instead of recomputing them. Files of one content
-(and equal crops of them) share one feature, so they tie exactly wherever they stand in a batch.
+Encoding is batched, shows a progress bar, and is cached on disk by (model hash, the exact list of distinct items:
+a picture by its file's content, reading and box): a second evaluation of the same model reads its embeddings back
+instead of recomputing them. Files of one content (and equal crops of them) share one feature, so they tie exactly
+wherever they stand in a batch.
 """
 
 from __future__ import annotations
@@ -19,106 +19,9 @@ import torch.nn.functional as F
 from ..models import ClipModel
 
 
-class BenchmarkDataError(ValueError):
-    """Benchmark files missing or in the wrong layout; the message names the file and the layout."""
-
-
 class NonFiniteFeatures(ValueError):
     """A model whose features of some input are NaN or infinite: every comparison with them would be decided by
     the tie rule, silently."""
-
-
-class CheckedImages(NamedTuple):
-    problems: dict[Path, str]  # why each unusable image is left out ({} when all are fine)
-    sha256: dict[Path, str]  # the content of each usable one, for the digest a result carries
-
-
-def check_images(paths: list[Path], layout: str, skip_missing: bool) -> CheckedImages:
-    """Every image read once, opened safely and decoded whole (`images.read_image`), so a file that would fail in
-    the middle of a run fails here, before any model loads; its bytes hashed on the way. Without ``skip_missing``
-    the first problem is an error."""
-    from ..images import ImageRejected, read_image
-
-    problems: dict[Path, str] = {}
-    sha256: dict[Path, str] = {}
-    for path in dict.fromkeys(paths):
-        if not Path(path).exists() and not Path(path).is_symlink():
-            problems[path] = "missing"
-        else:
-            try:
-                image, data = read_image(path)
-                image.close()
-                sha256[path] = hashlib.sha256(data).hexdigest()
-            except ImageRejected as e:
-                problems[path] = f"unreadable ({e})"
-        if problems.get(path) and not skip_missing:
-            raise BenchmarkDataError(f"image {path} is {problems[path]}; expected layout: {layout}. "
-                                     "Fix the data root, or pass --skip-missing to count and skip such items.")
-    return CheckedImages(problems, sha256)
-
-
-def checked_subsets(data: dict[str, list[tuple]], layout: str, skip_missing: bool, path_at: int = 1) -> dict:
-    """Items per subset whose image (tuple field ``path_at``) is usable, how many were skipped per subset, and the
-    images' sha256 (``files``)."""
-    problems, sha256 = check_images([it[path_at] for items in data.values() for it in items], layout, skip_missing)
-    return {"items": {s: [it for it in items if it[path_at] not in problems] for s, items in data.items()},
-            "skipped": {s: sum(it[path_at] in problems for it in items) for s, items in data.items()},
-            "files": sha256}
-
-
-def subset_files(json_dir: Path, official: tuple[str, ...], subsets, layout: str) -> dict[str, Path]:
-    """The JSON file of each subset to evaluate. ``subsets`` named: exactly those. Otherwise every ``*.json`` in
-    ``json_dir``: the official subsets that are there, in their order, then any others (a user's own subset files
-    in the same format), so a folder holding three of the seven files evaluates those three."""
-    if subsets is not None:
-        return {s: json_dir / f"{s}.json" for s in subsets}
-    found = {p.stem: p for p in sorted(json_dir.glob("*.json"))} if json_dir.is_dir() else {}
-    if not found:
-        raise BenchmarkDataError(f"{json_dir} holds no subset files (*.json); expected layout: {layout}")
-    return {s: found[s] for s in official if s in found} | {s: p for s, p in found.items() if s not in official}
-
-
-def unit_of(path: str | Path) -> str:
-    """The image an item uses, named the same wherever the data root is: its folder and file name
-    (``val2017/000000085329.jpg``). Items of one image are resampled together (`stats`)."""
-    return "/".join(Path(path).parts[-2:])
-
-
-def image_path(image_dir: Path, name: str) -> Path:
-    """An image file named by a benchmark file, which must stay inside its image folder."""
-    from ..sources import UnsafePathError, join_under
-
-    try:
-        return join_under(image_dir, name)
-    except UnsafePathError as e:
-        raise BenchmarkDataError(f"{e}: a benchmark file may only name images inside its image folder") from None
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _refuse_duplicates(pairs: list) -> dict:
-    out = {}
-    for key, value in pairs:
-        if key in out:  # json keeps the last silently: one item of the benchmark would be lost
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def load_json_file(path: Path, layout: str):
-    import json
-
-    if not path.is_file():
-        raise BenchmarkDataError(f"{path} not found; expected layout: {layout}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_refuse_duplicates)
-    except json.JSONDecodeError as e:
-        raise BenchmarkDataError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
-    except _DuplicateKey as e:
-        raise BenchmarkDataError(f"{path}: key {e.args[0]!r} appears twice; JSON would keep only the last item of "
-                                 "that key, so the file is not a benchmark file as published") from None
 
 
 class Crop(NamedTuple):

@@ -23,8 +23,8 @@ import torch
 
 from ..outcomes import reported, series
 from .chance import reading
-from .checks import numbered_lines, shown, text_of
-from .encoding import BenchmarkDataError, Crop, Encoder, check_images
+from .checks import BenchmarkDataError, check_images, numbered_lines, shown, text_of
+from .encoding import Crop, Encoder
 from .validity import MICRO, averages, blind, blind_block, mean_picture
 
 IMAGE_TO_TEXT = ("image_0", "image_1", "text")  # the answers of an image choosing between the two captions
@@ -185,7 +185,7 @@ def evaluate(encoder: Encoder, data: dict, names: dict[str, str], overall: str =
 
 
 def checked(data: dict[str, list[Pair]], files: dict[Path, str], layout: str, skip_missing: bool) -> dict:
-    """Items per category whose two images are usable (`encoding.check_images`: every image read before any model
+    """Items per category whose two images are usable (`checks.check_images`: every image read before any model
     loads), how many were skipped per category, and the digest of every file read."""
     problems, sha256 = check_images([path_of(image) for items in data.values() for it in items
                                      for image in it.images], layout, skip_missing)
@@ -217,9 +217,11 @@ def written_from_release(folder: Path, write, split: str = "test") -> list[str]:
             "each image as its bytes are there; delete them to write them again"]
 
 
-def jsonl_records(path: Path, key: str, fields: tuple[str, ...], layout: str, export: str) -> list[dict]:
-    """The objects of a JSON-lines file, each with a unique ``key`` and every one of ``fields`` a text; an error
-    naming the file, the line and the field otherwise (``export``: how to write the file)."""
+def jsonl_records(path: Path, key: str, fields: tuple[str, ...], layout: str, export: str,
+                  noun: str = "item") -> list[dict]:
+    """The objects of a JSON-lines file as released, each with a ``key`` unique as text (`key_of`: a whole number
+    or a text) and every one of ``fields`` a text; an error naming the file, the line and the field otherwise
+    (``export``: how to write the file; ``noun``: what the benchmark calls a record)."""
     if not path.is_file():
         raise BenchmarkDataError(f"{path} not found; expected layout: {layout} ({export})")
     records, lines = [], {}
@@ -230,16 +232,16 @@ def jsonl_records(path: Path, key: str, fields: tuple[str, ...], layout: str, ex
             raise BenchmarkDataError(f"{path}, line {n}: not valid JSON ({e.msg}); expected layout: {layout}") from None
         if not isinstance(record, dict):
             raise BenchmarkDataError(f"{path}, line {n}: {shown(record)} is not an object; expected layout: {layout}")
-        record[key] = key_of(record.get(key), path, f"line {n}", key, layout)
-        if record[key] in lines:
-            raise BenchmarkDataError(f"{path}: {key} {record[key]} is on lines {lines[record[key]]} and {n}; each item "
-                                     "needs a key of its own (results match items by it)")
-        lines[record[key]] = n
+        text = key_of(record.get(key), path, f"line {n}", key, layout)
+        if text in lines:
+            raise BenchmarkDataError(f"{path}: {key} {text} is on lines {lines[text]} and {n}; each {noun} needs a "
+                                     "key of its own (results match items by it)")
+        lines[text] = n
         for field in fields:
             text_of(record.get(field), path, f"line {n}", field)
         records.append(record)
     if not records:
-        raise BenchmarkDataError(f"{path} holds no items; expected layout: {layout}")
+        raise BenchmarkDataError(f"{path} holds no {noun}s; expected layout: {layout}")
     return records
 
 

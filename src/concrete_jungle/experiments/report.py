@@ -118,3 +118,22 @@ def signed(x: float, digits: int = 1) -> str:
     """``+1.2``, ``-0.3``, and ``+0.0`` for anything that rounds to zero (never ``-0.0``)."""
     x = round(x, digits)
     return f"{x if x else 0.0:+.{digits}f}"
+
+
+RESOLVABLE = ("The resolvable difference is (1.96 + 0.84) bootstrap standard errors: a true difference that large is "
+              "detected with 80 % power at the two-sided 5 % level.")
+
+
+def contrast_row(label: str, claim: str, h: dict, before: tuple[str, ...] = (), after: tuple[str, ...] = (),
+                 verdict: str = "**{}**") -> str:
+    """A markdown row of a study's contrast ``h``: its label, claim, ``before`` (e.g. its metric), its difference
+    and 95 % interval (points), ``after`` (e.g. its p-values), its resolvable difference and its verdict."""
+    cells = [label, claim, *before, signed(h["estimate"], 2), f"[{signed(h['ci95'][0], 2)}, {signed(h['ci95'][1], 2)}]",
+             *after, f"{h['resolvable']:.2f}", verdict.format(h["verdict"])]
+    return "| " + " | ".join(cells) + " |"
+
+
+def all_rows(table: dict) -> list[str]:
+    """The report's last section: every row of the study's table."""
+    return ["## All rows (test, %, mean ± sd over seeds)", "", table_markdown(table), ""]
+

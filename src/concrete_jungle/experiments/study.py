@@ -27,7 +27,7 @@ from ..loss.options import by_loss_name
 from ..records import atomic_write_json, atomic_write_text, read_jsonl
 from ..toyworld.build import WorldConfig
 from .published import counts_all_starts, publish, starts_words, wall_time_words
-from .report import results_table, signed, table_markdown
+from .report import RESOLVABLE, all_rows, contrast_row, results_table
 from .stages import BASELINE, CONTROL, Finetune, StageConfig, Stages, StartRecord, WallClock, log, stage_dir
 
 ROWS = (CONTROL, Finetune("D_hc + InfoNCE", "infonce", "hc"), Finetune("D_hc + static margin", "static", "hc"),
@@ -310,12 +310,8 @@ def study_report(result: dict, world_info: dict, run: dict) -> str:
         "| | claim | difference | 95 % interval | resolvable difference | verdict |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for h in result["hypotheses"]:
-        lines.append(f"| {h['name']}{' (primary)' if h['primary'] else ''} | {h['claim']} | {signed(h['estimate'], 2)} "
-                     f"| [{signed(h['ci95'][0], 2)}, {signed(h['ci95'][1], 2)}] | {h['resolvable']:.2f} | "
-                     f"**{h['verdict']}** |")
-    lines += ["", "The resolvable difference is (1.96 + 0.84) bootstrap standard errors: a true difference that "
-              "large is detected with 80 % power at the two-sided 5 % level. Seven contrasts are reported "
-              "without correction for multiplicity; H1 and H2 are the primary ones.", "",
-              "## All rows (test, %, mean ± sd over seeds)", "", table_markdown(result["table"]), ""]
+    lines += [contrast_row(f"{h['name']}{' (primary)' if h['primary'] else ''}", h["claim"], h)
+              for h in result["hypotheses"]]
+    lines += ["", f"{RESOLVABLE} Seven contrasts are reported without correction for multiplicity; H1 and H2 are "
+              "the primary ones.", "", *all_rows(result["table"])]
     return "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..records import atomic_write_json
 from ..toyworld.build import WorldConfig
 from .published import counts_all_starts, starts_words, wall_time_words
-from .report import results_table, signed, table_markdown
+from .report import RESOLVABLE, all_rows, contrast_row, results_table
 from .stages import CONTROL, Finetune, StageConfig, Stages, log
 from .study import Study, batch_size_sentence, recall_curve
 
@@ -229,20 +229,13 @@ def study_report(result: dict, world_info: dict, run: dict) -> str:
         "| | claim | difference | 95 % interval | p | Holm p | resolvable difference | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for h in result["primary"]:
-        lines.append(f"| {h['name']} | {h['claim']} | {signed(h['estimate'], 2)} | [{signed(h['ci95'][0], 2)}, "
-                     f"{signed(h['ci95'][1], 2)}] | {h['p']:.4f} | {h['p_holm']:.4f} | {h['resolvable']:.2f} | "
-                     f"**{h['verdict']}** |")
+    lines += [contrast_row(h["name"], h["claim"], h, after=(f"{h['p']:.4f}", f"{h['p_holm']:.4f}"))
+              for h in result["primary"]]
     lines += ["", "## Secondary contrasts (points; 95 % intervals, not corrected for multiplicity)", "",
               "| | claim | metric | difference | 95 % interval | resolvable difference | reading |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
-    for h in result["secondary"]:
-        lines.append(f"| {h['name']} | {h['claim']} | {h['metric']} | {signed(h['estimate'], 2)} | "
-                     f"[{signed(h['ci95'][0], 2)}, {signed(h['ci95'][1], 2)}] | {h['resolvable']:.2f} | "
-                     f"{h['verdict']} |")
+    lines += [contrast_row(h["name"], h["claim"], h, before=(h["metric"],), verdict="{}") for h in result["secondary"]]
     lines += ["", "Intervals: 2,000 paired bootstrap resamples of test scenes (all items of a scene together) and "
-              "seeds. The resolvable difference is (1.96 + 0.84) bootstrap standard errors: a true difference that "
-              "large is detected with 80 % power at the two-sided 5 % level.", "",
-              "## All rows (test, %, mean ± sd over seeds)", "", table_markdown(result["table"]), ""]
+              f"seeds. {RESOLVABLE}", "", *all_rows(result["table"])]
     return "\n".join(lines) + "\n"
 

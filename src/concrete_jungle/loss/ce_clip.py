@@ -48,8 +48,8 @@ import torch
 import torch.nn.functional as F
 
 from .options import CEClipOptions
-from .negclip import leading, mean_term, pair_nll, read_batch
 from .layout import HardNegativeLoss, at_least_float32
+from .peer_batch import leading, mean_term, pair_nll, read_batch
 
 MAX_THRESHOLD_DIVISOR = 5.0  # "max": the largest gap over the batch, divided by 5 (get_cmr_loss, loss.py)
 
@@ -60,10 +60,10 @@ class CEClipLoss(HardNegativeLoss):
     """CE-CLIP's loss on the hard-negative batch (see the module docstring); ``output_dict`` adds the unweighted
     terms "ce_clip/itc", "ce_clip/imc", "ce_clip/cmr" and "ce_clip/threshold", the mean tau this step used."""
 
-    def __init__(self, options: CEClipOptions = CEClipOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
-                 mask_entailed: bool = False):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
+    options_class = CEClipOptions
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         # one tau per negative slot, sized at the first step (K is the data's); float64: a state, not a feature
         self.register_buffer("thresholds", torch.empty(0, dtype=torch.float64))
 

@@ -27,7 +27,7 @@ from torch import nn
 
 from .options import RENAMED_SCHEDULES
 from .layout import (Layout, gather_no_grad, gather_rows, hard_columns, make_layout, negatives_per_anchor,
-                     per_sample)
+                     per_sample, warn_unnormalised)
 
 # ---------------------------------------------------------------- margin schedules: concreteness -> margin
 
@@ -301,22 +301,6 @@ def existing_rows(image_features: torch.Tensor, text_features: torch.Tensor, has
     images = torch.cat([anchors, (has_negative_image & has_negative).flatten()])[:, None]
     zero = torch.zeros((), dtype=image_features.dtype, device=image_features.device)
     return torch.where(images, image_features, zero), torch.where(texts, text_features, zero.to(text_features.dtype))
-
-
-def warn_unnormalised(loss: nn.Module, image_features: torch.Tensor, text_features: torch.Tensor,
-                      has_negative: torch.Tensor, has_negative_image: torch.Tensor, name: str) -> None:
-    """Warn once per loss module when the features of rows that exist are not unit vectors: the losses assume
-    cosine logits."""
-    anchors = torch.ones(has_negative.shape[0], dtype=torch.bool, device=has_negative.device)
-    texts = torch.cat([anchors, has_negative.flatten()])
-    images = torch.cat([anchors, (has_negative_image & has_negative).flatten()])
-    with torch.no_grad():
-        norms = torch.cat([image_features[images].norm(dim=1), text_features[texts].norm(dim=1)])
-        if (norms - 1).abs().max() > 1e-2:  # unit vectors rounded to bf16 (autocast) are off by up to 5e-3
-            loss._warned_unnormalised = True
-            warnings.warn(f"{name}: features are not L2-normalised (norms {norms.min().item():.3g}.."
-                          f"{norms.max().item():.3g}); the loss assumes cosine logits. Normalise them (open_clip: "
-                          "model(..., normalize=True)).", stacklevel=4)
 
 
 def mean_or_nan(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -65,10 +65,7 @@ class CLICLoss(HardNegativeLoss):
 
     needs = frozenset({"positive_text_features", "has_positive"})
 
-    def __init__(self, options: CLICOptions = CLICOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
-                 mask_entailed: bool = False):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
+    options_class = CLICOptions
 
     def _mean(self, local_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         return global_mean(local_sum, count, self.local_loss, self.gather_with_grad, self.rank, self.world_size)

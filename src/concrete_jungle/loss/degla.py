@@ -53,14 +53,14 @@ class DeGLALoss(HardNegativeLoss):
 
     needs = frozenset({"teacher_image_features", "teacher_text_features"})  # narrowed per instance by its weights
 
-    def __init__(self, options: DeGLAOptions = DeGLAOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
-                 mask_entailed: bool = False):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
-        self.negclip = CementLoss("infonce", local_loss=local_loss, gather_with_grad=gather_with_grad,
-                                  cache_labels=cache_labels, rank=rank, world_size=world_size)
+    options_class = DeGLAOptions
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.negclip = CementLoss("infonce", local_loss=self.local_loss, gather_with_grad=self.gather_with_grad,
+                                  cache_labels=self.cache_labels, rank=self.rank, world_size=self.world_size)
         self.negclip._warned_unnormalised = True  # its inputs are checked (and warned about once) here
-        self.needs = needed_extras(options)
+        self.needs = needed_extras(self.options)
 
     def _mean(self, local_sum: torch.Tensor, count: torch.Tensor | None) -> torch.Tensor:
         return global_mean(local_sum, count, self.local_loss, self.gather_with_grad, self.rank, self.world_size)

@@ -255,14 +255,14 @@ class FSCCLIPLoss(HardNegativeLoss):
 
     needs = frozenset({"image_tokens", "text_tokens", "text_token_mask"})  # with local_negatives on (else none)
 
-    def __init__(self, options: FSCCLIPOptions = FSCCLIPOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
-                 mask_entailed: bool = False):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
-        self.clip = ClipLoss(local_loss=local_loss, gather_with_grad=gather_with_grad, cache_labels=cache_labels,
-                             rank=rank, world_size=world_size)
+    options_class = FSCCLIPOptions
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clip = ClipLoss(local_loss=self.local_loss, gather_with_grad=self.gather_with_grad,
+                             cache_labels=self.cache_labels, rank=self.rank, world_size=self.world_size)
         self.gradient_memory = GradientMemory()
-        if not options.local_negatives:
+        if not self.options.local_negatives:
             self.needs = frozenset()
 
     def choice_loss(self, logits: torch.Tensor, has_negative: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ are global: anchor ``a`` of rank ``r`` is row ``r * n + a``, its k-th negative `
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -77,6 +78,22 @@ def negatives_per_anchor(rows: int, n: int, name: str = "features") -> int:
         raise ValueError(f"{name} has {rows} rows for {n} anchors; expected n * (1 + K) rows ordered "
                          "[anchors; negatives] with K >= 1 negatives per anchor")
     return rows // n - 1
+
+
+def warn_unnormalised(loss: nn.Module, image_features: torch.Tensor, text_features: torch.Tensor,
+                      has_negative: torch.Tensor, has_negative_image: torch.Tensor, name: str) -> None:
+    """Warn once per loss module when the features of rows that exist are not unit vectors: the losses assume
+    cosine logits."""
+    anchors = torch.ones(has_negative.shape[0], dtype=torch.bool, device=has_negative.device)
+    texts = torch.cat([anchors, has_negative.flatten()])
+    images = torch.cat([anchors, (has_negative_image & has_negative).flatten()])
+    with torch.no_grad():
+        norms = torch.cat([image_features[images].norm(dim=1), text_features[texts].norm(dim=1)])
+        if (norms - 1).abs().max() > 1e-2:  # unit vectors rounded to bf16 (autocast) are off by up to 5e-3
+            loss._warned_unnormalised = True
+            warnings.warn(f"{name}: features are not L2-normalised (norms {norms.min().item():.3g}.."
+                          f"{norms.max().item():.3g}); the loss assumes cosine logits. Normalise them (open_clip: "
+                          "model(..., normalize=True)).", stacklevel=4)
 
 
 def anchors_then_negatives(gathered: torch.Tensor, world_size: int, k: int = 1) -> torch.Tensor:
@@ -183,11 +200,13 @@ class HardNegativeLoss(nn.Module):
     vectors."""
 
     needs: frozenset[str] = frozenset()
+    options_class: type  # the loss's options (`loss_options`): their defaults serve when none are given
 
     def __init__(self, options=None, local_loss: bool = False, gather_with_grad: bool = False,
                  cache_labels: bool = True, rank: int = 0, world_size: int = 1, mask_entailed: bool = False):
         super().__init__()
-        self.options, self.mask_entailed = options, mask_entailed
+        self.options = self.options_class() if options is None else options
+        self.mask_entailed = mask_entailed
         self.local_loss, self.gather_with_grad, self.cache_labels = local_loss, gather_with_grad, cache_labels
         self.rank, self.world_size = rank, world_size
         self._warned_unnormalised = False

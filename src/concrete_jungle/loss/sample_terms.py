@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .cement import warn_unnormalised
-from .layout import at_least_float32, negatives_per_anchor, per_sample
+from .layout import at_least_float32, negatives_per_anchor, per_sample, warn_unnormalised
 
 
 def check_batch(loss, image_features: torch.Tensor, text_features: torch.Tensor, logit_scale,

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 
 from .options import TripletCLIPOptions
-from .negclip import mean_term, pair_nll, read_batch
 from .layout import HardNegativeLoss
+from .peer_batch import mean_term, pair_nll, read_batch
 
 
 
@@ -36,10 +36,7 @@ class TripletCLIPLoss(HardNegativeLoss):
     """TripletCLIP's loss on the hard-negative batch (see the module docstring); ``output_dict`` adds its halves,
     "tripletclip/true_pairs" (L_A) and "tripletclip/negative_pairs" (L_P), whose sum is the loss."""
 
-    def __init__(self, options: TripletCLIPOptions = TripletCLIPOptions(), local_loss: bool = False,
-                 gather_with_grad: bool = False, cache_labels: bool = True, rank: int = 0, world_size: int = 1,
-                 mask_entailed: bool = False):
-        super().__init__(options, local_loss, gather_with_grad, cache_labels, rank, world_size, mask_entailed)
+    options_class = TripletCLIPOptions
 
     def forward(self, image_features, text_features, logit_scale, concreteness, has_negative=None,
                 has_negative_image=None, output_dict=False, anchor_true_of_negative=None, **extras):

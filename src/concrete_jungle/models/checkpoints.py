@@ -49,7 +49,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise CheckpointError(f"{path} is a weights file without the config that records its architecture (only "
                               "a checkpoint folder has one): name the architecture, --model NAME --pretrained "
                               f"{path} (NAME-quickgelu for a fine-tune of OpenAI's weights), or --model peer:NAME "
-                              "for a published checkpoint (docs/commands.md, 'Published checkpoints')")
+                              "for a published checkpoint (docs/commands/models.md, 'Published checkpoints')")
     what = "does not exist" if not path.exists() and path.name != "latest" else "is not a checkpoint"
     raise CheckpointError(f"{path} {what}: name a checkpoint folder (holding {CONFIG_FILE} and {WEIGHTS_FILE}), "
                           "<run>/checkpoints/latest, or a training run's folder")

@@ -364,7 +364,7 @@ def check_weights_file(name: str, path: Path, quick_gelu: bool) -> None:
     other = ("trained with GELU (open_clip's own trainings on LAION or DataComp)" if quick_gelu
              else "a fine-tune of OpenAI's weights")
     print(f"note: the activation of {path} cannot be read from its weights: built with {activation}, as --model "
-          f"{name} says; if they are {other}, name {twin} (docs/commands.md, 'Published checkpoints')",
+          f"{name} says; if they are {other}, name {twin} (docs/commands/models.md, 'Published checkpoints')",
           file=sys.stderr)
 
 

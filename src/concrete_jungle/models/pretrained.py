@@ -157,7 +157,7 @@ def find(name: str) -> Peer:
         if peer.name == key:
             return peer
     raise PeerError(f"--model {name}: no published checkpoint of that name; known: "
-                    f"{', '.join(PREFIX + p.name for p in PEERS)} (docs/commands.md, 'Published checkpoints')")
+                    f"{', '.join(PREFIX + p.name for p in PEERS)} (docs/commands/models.md, 'Published checkpoints')")
 
 
 def by_sha256(digest: str) -> Peer | None:

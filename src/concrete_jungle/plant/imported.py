@@ -30,7 +30,7 @@ from ..errors import PlantError
 from ..files.locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, file_digest
 from ..sources.peers import (CAPTION_FILES, FORMATS, NAMES_IMAGE_FILES, SLOT_TYPES, PeerNegative, PeerOptions,
-                             image_root, input_files, read_records)
+                             image_root, input_files, needs, read_records)
 from .captioners.validation import CLIP_CONTEXT, clip_tokenizer
 from .stages import load_image, package_versions, reason_kind, summarize_manifest
 
@@ -89,8 +89,8 @@ class ImportConfig:
         exist, the image folder too, the output folder is new, empty or this import's own, and some of the first
         records' images are where their paths say."""
         files = input_files(self.format, self.inputs)
-        if self.format == "tripletclip" and self.images:
-            raise PlantError("TripletData holds its pictures in its shards: leave out --images")
+        if needs(self.format).pictures == "inputs" and self.images:
+            raise PlantError(f"format {self.format} holds its pictures in its input files: leave out --images")
         root = image_root(self.format, files, self.images)
         if root is None:
             raise PlantError(f"format {self.format} names image files: pass the folder they are relative to with "

@@ -184,7 +184,7 @@ def extract_candidates(doc, ratings: Ratings) -> list[Candidate]:
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """How a keyword is picked; defaults measured against the paper's Table 1 (docs/commands.md, "Default sampler
+    """How a keyword is picked; defaults measured against the paper's Table 1 (docs/commands/plant.md, "Default sampler
     settings")."""
 
     mode: str = "hc"

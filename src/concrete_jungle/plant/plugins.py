@@ -100,8 +100,8 @@ def load_class(kind: str, name: str) -> type:
     method = METHODS[kind]
     if not inspect.isclass(cls):
         raise PluginError(f"{kind} {name!r}: {module_name}:{attribute} is a {type(cls).__name__}, not a class; a "
-                          f"{kind} is a class with a name and {method}() (docs/commands.md, 'Your own captioner or "
-                          "editor')")
+                          f"{kind} is a class with a name and {method}() (docs/commands/plant.md, 'Your own "
+                          "captioner or editor')")
     if not callable(getattr(cls, method, None)):
         raise PluginError(f"{kind} {name!r}: {module_name}:{attribute} has no {method}() method")
     return cls

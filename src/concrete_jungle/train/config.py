@@ -363,7 +363,7 @@ def pairs_are_stores(paths: list[str]) -> bool:
 
 def does_not_exist(path: str) -> str:
     """A missing path in words, with what a relative one was resolved against: paths in a config file, in --set
-    and in flags are all relative to the current directory (not to the config file), as docs/commands.md says."""
+    and in flags are all relative to the current directory (not to the config file), as docs/commands/train.md says."""
     if Path(path).is_absolute():
         return "does not exist"
     return (f"does not exist (relative to the current directory {Path.cwd()}: paths in a config file resolve "

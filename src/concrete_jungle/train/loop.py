@@ -25,7 +25,9 @@ import shutil
 import sys
 import time
 import uuid
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -235,13 +237,17 @@ class Run:
         if self.config.eval.every:
             self.eval_data = load_eval_data(self.config)
 
+    @cached_property
+    def step_context(self) -> StepContext:
+        """What every step shares, taken at the first step (after `prepare`)."""
+        return StepContext(self.forward, self.model, self.loss_fn, self.optimizer, self.device,
+                           self.config.optim.grad_clip, self.autocast, getattr(self.dataset, "normalize", None),
+                           self.trim, self.objective.teacher, self.config.clamp_logit_scale)
+
     def step(self, batch: tuple, tick: float) -> dict:
         """One optimisation step; its metrics row. ``tick`` is when the step began waiting for its batch."""
         lr = lr_at(self.step_count, self.total, self.config.optim)
-        out = training_step(self.forward, self.model, self.loss_fn, self.optimizer, batch, lr,
-                            self.config.optim.grad_clip, self.device, self.autocast,
-                            getattr(self.dataset, "normalize", None), self.trim, self.objective.teacher,
-                            self.config.clamp_logit_scale)
+        out = training_step(self.step_context, batch, lr)
         loss = out["contrastive_loss"]
         if out.get("non_finite"):
             raise TrainingError(f"loss is {loss.item()} at step {self.step_count + 1} (lr {lr:.3g}); stopped. The "
@@ -394,21 +400,30 @@ def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_clip: float | None,
-                  device: str, autocast: bool, normalize=None, trim_text: bool = False, teacher=None,
-                  clamp_logit_scale: float | None = 100.0) -> dict:
-    """One optimisation step on a batch of n anchors and their K negatives each (`data.Batch`); the loss's output
-    dict.
+@dataclass(frozen=True)
+class StepContext:
+    """What every step of a run shares. ``forward``: open_clip's (DDP, compiled; with ``trim_text`` a `TrimmedTextCLIP`
+    fed tokens cut to the batch's captions); ``normalize``: uint8 pictures (the image cache) to the model's input;
+    ``clamp_logit_scale``: the temperature's bound (None: none); ``teacher`` follows the model after each step."""
 
-    Only the pictures and captions that exist are encoded (a missing negative costs nothing); their features are
-    put back at their rows of the loss's layout (`loss.layout`), where the masks keep the empty rows out.
-    ``normalize`` turns uint8 pictures (from the image cache) into the model's input on the device. With
-    ``trim_text`` the tokens are cut to the batch's captions (`text_encoding.trim_tokens`) for a ``dist_model``
-    that wraps a `TrimmedTextCLIP`. After the step the temperature is clamped to at most ``clamp_logit_scale``
-    (None: not clamped). A loss that reads more than the pooled features (its ``needs``) gets them from
-    the forward (`objective.TokenCLIP`) and from ``teacher``, which follows the model after the step. A non-finite
-    loss takes no step and comes back with ``non_finite`` set.
-    """
+    forward: Callable
+    model: torch.nn.Module
+    loss_fn: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    device: str
+    grad_clip: float | None = None
+    autocast: bool = False
+    normalize: Callable | None = None
+    trim_text: bool = False
+    teacher: object | None = None
+    clamp_logit_scale: float | None = 100.0
+
+
+def training_step(step: StepContext, batch, lr: float) -> dict:
+    """One step at learning rate ``lr`` on n anchors and their K negatives each (`data.Batch`); the loss's output
+    dict. Only the pictures and captions that exist are encoded, then placed at their rows of the loss's layout
+    (`loss.layout`), whose masks keep the empty rows out. A non-finite loss takes no step: ``non_finite`` is set."""
+    model, loss_fn, optimizer, device = step.model, step.loss_fn, step.optimizer, step.device
     image, neg_image, text, neg_text, c, has_negative, has_negative_image, entailed = batch[:8]
     has_negative_image = has_negative_image & has_negative
     for g in optimizer.param_groups:
@@ -423,16 +438,16 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
     texts = torch.cat([texts, neg_text.to(device, non_blocking=True)[has_negative.to(device)]])
     positives = Positives(getattr(loss_fn, "needs", frozenset()), batch, device)
     texts = positives.tokens(texts)  # the layout's captions, then the other positives a loss reads (cut alike)
-    if normalize is not None:
-        images = normalize(images)
-    if trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
+    if step.normalize is not None:
+        images = step.normalize(images)
+    if step.trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
         texts = trim_tokens(model, texts)
-    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=step.autocast):
         # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
-        outputs = dist_model(images, texts)
+        outputs = step.forward(images, texts)
         image_features, (text_features, more), logit_scale = outputs[0], positives.extras(outputs[1]), outputs[2]
         if needs := getattr(loss_fn, "needs", frozenset()) - POSITIVE_EXTRAS:
-            more |= extras(needs, outputs, teacher, images, texts, image_rows, text_rows)
+            more |= extras(needs, outputs, step.teacher, images, texts, image_rows, text_rows)
         out = loss_fn(placed(image_features.float(), image_rows), placed(text_features.float(), text_rows),
                       logit_scale.float(), c.to(device), has_negative.to(device), has_negative_image.to(device),
                       output_dict=True, anchor_true_of_negative=entailed.to(device), **more)
@@ -440,15 +455,15 @@ def training_step(dist_model, model, loss_fn, optimizer, batch, lr: float, grad_
         return out | {"non_finite": True}
     optimizer.zero_grad(set_to_none=True)
     out["contrastive_loss"].backward()
-    if grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if step.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), step.grad_clip)
     optimizer.step()
     with torch.no_grad():
         # as open_clip: a temperature of at most 100 (the recipe's bound); a frozen one stays as it is
-        if model.logit_scale.requires_grad and clamp_logit_scale is not None:
-            model.logit_scale.clamp_(0, math.log(clamp_logit_scale))
-    if teacher is not None:
-        teacher.update(model)
+        if model.logit_scale.requires_grad and step.clamp_logit_scale is not None:
+            model.logit_scale.clamp_(0, math.log(step.clamp_logit_scale))
+    if step.teacher is not None:
+        step.teacher.update(model)
     return out
 
 

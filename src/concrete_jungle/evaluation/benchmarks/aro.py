@@ -24,9 +24,10 @@ from pathlib import Path
 
 from ...outcomes import reported, series
 from ...records import file_digest
-from ..checks import boxes_outside, items_of, numbered_lines, pixel_box, text_of
+from ..checks import (BenchmarkDataError, boxes_outside, check_images, image_path, items_of, load_json_file,
+                     numbered_lines, pixel_box, text_of, unit_of)
 from ..choice import subset_picks
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..encoding import Crop, Encoder
 from ..chance import pick_chance
 from ..validity import averages, blind_block
 

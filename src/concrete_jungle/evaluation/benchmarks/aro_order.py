@@ -43,7 +43,8 @@ import numpy as np
 
 from ...outcomes import reported, series
 from ..choice import subset_picks
-from ..encoding import Crop, Encoder, check_images, unit_of
+from ..checks import check_images, unit_of
+from ..encoding import Crop, Encoder
 from .retrieval import LAYOUT, flickr30k_images, listings
 from ..chance import pick_chance
 from ..validity import blind_block
@@ -135,7 +136,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     are."""
     from ...nlp import load_spacy
     from ...records import file_digest
-    from ..encoding import BenchmarkDataError
+    from ..checks import BenchmarkDataError
 
     root = Path(root)
     found = {name: (root / f, flickr30k_images(root / images) if name == "flickr30k_order" else root / images)

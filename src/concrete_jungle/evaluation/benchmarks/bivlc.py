@@ -26,7 +26,8 @@ from pathlib import Path
 
 from ...records import atomic_write_jsonl, file_digest
 from .. import two_by_two
-from ..encoding import BenchmarkDataError, Crop, Encoder, image_path
+from ..checks import BenchmarkDataError, image_path
+from ..encoding import Crop, Encoder
 from ..two_by_two import Pair
 
 LAYOUT = ("<root>/bivlc/ holding the dataset imirandam/BiVLC as downloaded (huggingface-cli download imirandam/BiVLC "
@@ -78,7 +79,8 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     data: dict[str, list[Pair]] = {}
     for r in records:
         images = tuple(Crop(image_path(root / "images", r[k])) for k in ("image", "negative_image"))
-        data.setdefault(r["type"], []).append(Pair(r["id"], images, (r["caption"], r["negative_caption"]), r["type"]))
+        pair = Pair(str(r["id"]), images, (r["caption"], r["negative_caption"]), r["type"])
+        data.setdefault(r["type"], []).append(pair)
     order = [t for t in TYPES if t in data] + sorted(t for t in data if t not in TYPES)
     return two_by_two.checked({t: data[t] for t in order}, {path: file_digest(path)}, LAYOUT, skip_missing) | {
         "notes": notes}

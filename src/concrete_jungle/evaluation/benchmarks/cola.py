@@ -28,8 +28,8 @@ from pathlib import Path
 
 from ...records import file_digest
 from .. import two_by_two
-from ..checks import items_of, release_folder, shown, text_of
-from ..encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
+from ..checks import BenchmarkDataError, image_path, items_of, load_json_file, release_folder, shown, text_of
+from ..encoding import Crop, Encoder
 from ..two_by_two import Pair
 
 FILE = "COLA_multiobjects_matching_benchmark.json"

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from ...records import file_digest
 from .. import two_by_two
-from ..checks import items_of, release_folder, text_of
-from ..encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
+from ..checks import BenchmarkDataError, image_path, items_of, load_json_file, release_folder, text_of
+from ..encoding import Crop, Encoder
 from ..two_by_two import Pair
 
 LAYOUT = ("<root>/colorswap/data/test.json (a list of {id, caption_1, caption_2, image_1, image_2, ...}: the "

@@ -42,9 +42,9 @@ from ...records import atomic_write_jsonl, file_digest
 from ...outcomes import reported, series
 from .. import two_by_two
 from ..chance import pick_chance
-from ..checks import items_of, shown, text_of
+from ..checks import BenchmarkDataError, check_images, image_path, items_of, load_json_file, shown, text_of, unit_of
 from ..choice import subset_picks
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..encoding import Crop, Encoder
 from ..validity import blind_block
 
 NUMBER_WORDS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")  # the options' order
@@ -100,7 +100,7 @@ def release_records(folder: Path) -> tuple[list[tuple[str, dict, str | None]], P
         for n, row in enumerate(rows, start=1):
             if row.get("image") is not None:
                 text_of(row["image"], written, f"line {n}", "image")
-        return [(row["id"], row, row.get("image")) for row in rows], written
+        return [(str(row["id"]), row, row.get("image")) for row in rows], written
     if not release.is_file():
         raise BenchmarkDataError(f"{folder} holds neither {RELEASE} nor the dataset's examples.jsonl; expected "
                                  f"layout: {LAYOUT}")

@@ -48,8 +48,9 @@ from pathlib import Path
 from ...records import file_digest
 from ...outcomes import reported, series
 from ..chance import pick_chance
-from ..checks import boxes_outside, csv_rows, partial, release_folder, shown
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
+from ..checks import (BenchmarkDataError, boxes_outside, check_images, csv_rows, image_path, partial, release_folder,
+                     shown)
+from ..encoding import Crop, Encoder
 from ..validity import averages, blind_of_parts
 
 KINDS = ("atom", "swap", "negate")

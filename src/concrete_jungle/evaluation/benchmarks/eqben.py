@@ -35,9 +35,9 @@ from ...images import npy_frame
 from ...records import file_digest
 from ...outcomes import reported
 from .. import two_by_two
-from ..checks import items_of, release_folder, text_of
-from ..encoding import BenchmarkDataError, CheckedImages, Crop, Encoder, check_images, image_path, \
-    load_json_file
+from ..checks import (BenchmarkDataError, CheckedImages, check_images, image_path, items_of, load_json_file,
+                     release_folder, text_of)
+from ..encoding import Crop, Encoder
 from ..two_by_two import Pair
 from ..validity import MICRO, averages
 
@@ -129,7 +129,7 @@ def load_full_root(root: Path, skip_missing: bool = False) -> dict:
 
 
 def _checked(paths: list[Path], skip_missing: bool) -> CheckedImages:
-    """`encoding.check_images` for the pictures, and the same checks for the ``.npy`` frames: present, and one
+    """`checks.check_images` for the pictures, and the same checks for the ``.npy`` frames: present, and one
     height x width x 3 uint8 array each, decoded whole."""
     from ...images import ImageRejected
 

@@ -43,8 +43,9 @@ import torch
 from ...records import file_digest
 from ...outcomes import reported, series
 from ..chance import below_chance, pick_chance
-from ..checks import boxes_outside, items_of, pixel_box, text_of
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..checks import (BenchmarkDataError, boxes_outside, check_images, image_path, items_of, load_json_file, pixel_box,
+                     text_of, unit_of)
+from ..encoding import Crop, Encoder
 from ..validity import averages, blind, blind_block, mean_picture
 
 FILES = {"swap": "visual_genome_attribution.json", "replace_att": "vl_checklist_attributes.json",

@@ -31,8 +31,8 @@ import numpy as np
 
 from ...records import file_digest
 from ...outcomes import reported, series
-from ..checks import release_folder, text_of
-from ..encoding import BenchmarkDataError, Encoder, check_images, load_json_file
+from ..checks import BenchmarkDataError, check_images, load_json_file, release_folder, text_of
+from ..encoding import Encoder
 from ..validity import MICRO, blind_block
 
 LAYOUT = ("<root>/imagecode/data/valid_data.json ({image set: {image index: description}}: the repository's data/, "

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from ...outcomes import metric_values, series
 from ...records import file_digest
 from ..chance import expected_average_precision, levels
-from ..checks import shown, text_of
-from ..encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
+from ..checks import BenchmarkDataError, check_images, image_path, load_json_file, shown, text_of, unit_of
+from ..encoding import Encoder
 from ..image_folder import class_folders, not_read_note, pictures
 
 FOLDER_LAYOUT = "<root>/train/<class>/<image> and <root>/val/<class>/<image> (ImageFolder)"

@@ -35,8 +35,8 @@ from ...records import file_digest
 from ...outcomes import reported, series
 from .. import two_by_two
 from ..chance import reading
-from ..checks import csv_lines
-from ..encoding import BenchmarkDataError, Encoder, check_images, image_path
+from ..checks import BenchmarkDataError, check_images, csv_lines, image_path
+from ..encoding import Encoder
 from ..two_by_two import Pair
 from ..validity import MICRO, averages, blind_block
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from ...records import file_digest
 from .. import two_by_two
-from ..checks import items_of, text_of
-from ..encoding import BenchmarkDataError, Crop, Encoder, image_path, load_json_file
+from ..checks import BenchmarkDataError, image_path, items_of, load_json_file, text_of
+from ..encoding import Crop, Encoder
 from ..two_by_two import Pair
 
 LAYOUT = ("<root>/naturalbench/NaturalBench-Retrieval/metadata.json (a list of index, image_0, image_1, caption_0, "

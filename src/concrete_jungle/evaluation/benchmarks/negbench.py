@@ -47,9 +47,9 @@ import torch
 from ...records import file_digest
 from ...outcomes import reported, series
 from ..chance import pick_chance
-from ..checks import csv_rows, release_folder
+from ..checks import BenchmarkDataError, check_images, csv_rows, image_path, release_folder, unit_of
 from ..choice import subset_picks
-from ..encoding import BenchmarkDataError, Encoder, check_images, image_path, unit_of
+from ..encoding import Encoder
 from .retrieval import first_hit
 from ..validity import blind_block
 

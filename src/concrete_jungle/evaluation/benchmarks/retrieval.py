@@ -20,8 +20,8 @@ import torch
 
 from ...outcomes import metric_values, series
 from ...records import file_digest
-from ..checks import shown, text_of
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..checks import BenchmarkDataError, check_images, image_path, load_json_file, shown, text_of, unit_of
+from ..encoding import Crop, Encoder
 
 LAYOUT = "<karpathy json> (images[].split, filename, filepath?, sentences[].raw) and <image_dir>/[filepath/]filename"
 RECALL_AT = (1, 5, 10)

@@ -46,8 +46,8 @@ import torch
 from ...records import file_digest
 from ...outcomes import reported, series
 from ..chance import below_chance, pick_chance
-from ..checks import shown, text_of
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
+from ..checks import BenchmarkDataError, check_images, image_path, load_json_file, shown, text_of
+from ..encoding import Crop, Encoder
 from ..validity import blind, blind_block, mean_picture
 
 LAYOUT = ("<root>/sdci/densely_captioned_images/{splits.json,complete/<file>.json} (DCI's dci.tar.gz extracted in "

@@ -31,8 +31,9 @@ import numpy as np
 from ...records import file_digest
 from ...outcomes import reported, series
 from ..chance import pick_chance
-from ..checks import items_of, partial, release_folder, shown, text_of
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file, unit_of
+from ..checks import (BenchmarkDataError, check_images, image_path, items_of, load_json_file, partial, release_folder,
+                     shown, text_of, unit_of)
+from ..encoding import Crop, Encoder
 from ..validity import averages, blind_of_parts
 
 SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from ...outcomes import metric_values, series
 from ...records import file_digest
-from ..checks import checked_items, release_folder
-from ..encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
+from ..checks import (BenchmarkDataError, checked_items, checked_subsets, image_path, load_json_file, release_folder,
+                     subset_files, unit_of)
+from ..encoding import Encoder
 from ..chance import pick_chance
 from ..validity import averages, bag_split, blind, blind_block, mean_picture
 
@@ -29,7 +30,7 @@ LAYOUT = "<json_dir>/{add_att,add_obj,replace_att,replace_obj,replace_rel,swap_a
 
 
 def load(json_dir: str | Path, image_dir: str | Path, subsets=None, skip_missing: bool = False) -> dict:
-    """Items per subset (``subsets``, else every subset file in ``json_dir``: `encoding.subset_files`), with every
+    """Items per subset (``subsets``, else every subset file in ``json_dir``: `checks.subset_files`), with every
     image checked before any model is loaded."""
     json_dir, image_dir = Path(json_dir), Path(image_dir)
     data, files = {}, {}

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ...outcomes import metric_values, series
 from ...records import file_digest
-from ..checks import checked_items, release_folder
-from ..encoding import BenchmarkDataError, Encoder, checked_subsets, image_path, load_json_file, subset_files, unit_of
+from ..checks import (BenchmarkDataError, checked_items, checked_subsets, image_path, load_json_file, release_folder,
+                     subset_files, unit_of)
+from ..encoding import Encoder
 from ..chance import below_chance
 from ..validity import averages, blind, blind_block, mean_picture
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from ...records import file_digest
 from ...outcomes import reported, series
-from ..checks import csv_rows, shown, text_of
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path
+from ..checks import BenchmarkDataError, check_images, csv_rows, image_path, shown, text_of
+from ..encoding import Crop, Encoder
 from ..validity import MICRO, averages, blind_block
 
 COLUMNS = ("sentence", "subj_neg", "verb_neg", "obj_neg", "pos_image_id", "neg_image_id")

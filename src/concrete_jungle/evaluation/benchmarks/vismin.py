@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ...records import atomic_write_jsonl, file_digest
 from .. import two_by_two
-from ..encoding import BenchmarkDataError, Encoder, image_path
+from ..checks import BenchmarkDataError, image_path
+from ..encoding import Encoder
 from ..two_by_two import Pair
 
 LAYOUT = ("<root>/vismin/ holding the dataset mair-lab/vismin-bench as downloaded (huggingface-cli download "
@@ -74,7 +75,7 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     data: dict[str, list[Pair]] = {}
     for r in records:
         images = tuple(image_path(root / "images", r[k]) for k in ("image_0", "image_1"))
-        data.setdefault(r["category"], []).append(Pair(r["id"], images, (r["text_0"], r["text_1"]), r["category"]))
+        data.setdefault(r["category"], []).append(Pair(str(r["id"]), images, (r["text_0"], r["text_1"]), r["category"]))
     order = [c for c in CATEGORIES if c in data] + sorted(c for c in data if c not in CATEGORIES)
     return two_by_two.checked({c: data[c] for c in order}, {path: file_digest(path)}, LAYOUT, skip_missing) | {
         "notes": notes}

@@ -36,8 +36,8 @@ from pathlib import Path
 from ...records import file_digest
 from ...outcomes import reported, series
 from ..chance import pick_chance
-from ..checks import partial, shown
-from ..encoding import BenchmarkDataError, Encoder, check_images, image_path, load_json_file, unit_of
+from ..checks import BenchmarkDataError, check_images, image_path, load_json_file, partial, shown, unit_of
+from ..encoding import Encoder
 from ..validity import averages, blind_of_parts
 
 PER_FILE = 1000  # MAX_NUM 2000 of the released config, halved by the itc task

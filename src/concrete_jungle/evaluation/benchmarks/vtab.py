@@ -20,8 +20,8 @@ import torch
 
 from ...outcomes import metric_values, series
 from ..clip_benchmark_data import build, features
-from ..checks import tree_sha256
-from ..encoding import BenchmarkDataError, Encoder, unit_of
+from ..checks import BenchmarkDataError, tree_sha256, unit_of
+from ..encoding import Encoder
 from .linear_probe import load_image_folder, train_head
 
 TASKS = ("caltech101", "cifar100", "clevr_count_all", "clevr_closest_object_distance", "diabetic_retinopathy",

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from ...outcomes import reported, series
 from ...records import file_digest
-from ..checks import items_of, shown, text_of
+from ..checks import BenchmarkDataError, check_images, image_path, items_of, load_json_file, shown, text_of
 from ..choice import subset_picks
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images, image_path, load_json_file
+from ..encoding import Crop, Encoder
 from ..chance import pick_chance
 from ..validity import averages, blind_block
 

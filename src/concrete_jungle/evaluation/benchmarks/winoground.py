@@ -23,8 +23,8 @@ import torch
 from ...outcomes import metric_values, series
 from ...records import atomic_write_jsonl, file_digest
 from .. import two_by_two
-from ..checks import numbered_lines, release_folder, shown, text_of
-from ..encoding import BenchmarkDataError, Encoder, check_images, image_path
+from ..checks import BenchmarkDataError, check_images, image_path, release_folder
+from ..encoding import Encoder
 from ..chance import WINOGROUND
 from ..validity import blind, blind_block, mean_picture
 
@@ -78,33 +78,14 @@ def load(root: str | Path, skip_missing: bool = False) -> dict:
     root = release_folder(Path(root), "data", "examples.jsonl")
     notes = two_by_two.written_from_release(root, write_layout)
     path = root / "examples.jsonl"
-    if not path.is_file():
-        raise BenchmarkDataError(f"{path} not found; expected layout: {LAYOUT} (or export the HF dataset with "
-                                 "concrete_jungle.evaluation.benchmarks.winoground.export_hf)")
-    items, lines = [], {}
-    for n, line in numbered_lines(path):
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BenchmarkDataError(f"{path}, line {n}: not valid JSON ({e.msg}); expected layout: {LAYOUT}") from None
-        if not isinstance(item, dict):
-            raise BenchmarkDataError(f"{path}, line {n}: {shown(item)} is not an object; expected layout: {LAYOUT}")
-        if "id" not in item or isinstance(item["id"], (dict, list)) or item["id"] is None:
-            raise BenchmarkDataError(f"{path}, line {n}: the item has no id (a number or text); expected layout: "
-                                     f"{LAYOUT}")
-        key = str(item["id"])
-        if key in lines:
-            raise BenchmarkDataError(f"{path}: id {key} is on lines {lines[key]} and {n}; each example needs an id of "
-                                     "its own (results match items by it)")
-        lines[key] = n
-        for field in ("caption_0", "caption_1", "image_0", "image_1"):
-            text_of(item.get(field), path, f"line {n}", field)
+    items = two_by_two.jsonl_records(path, "id", ("caption_0", "caption_1", "image_0", "image_1"), LAYOUT,
+                                     "or export the HF dataset with "
+                                     "concrete_jungle.evaluation.benchmarks.winoground.export_hf",
+                                     noun="example")
+    for item in items:
         for k in (0, 1):
             name = item[f"image_{k}"]
             item[f"path_{k}"] = image_path(root / "images", name if name.endswith(NAMED) else f"{name}.png")
-        items.append(item)
-    if not items:
-        raise BenchmarkDataError(f"{path} holds no examples; expected layout: {LAYOUT}")
     problems, sha256 = check_images([it[f"path_{k}"] for it in items for k in (0, 1)], LAYOUT, skip_missing)
     kept = [it for it in items if it["path_0"] not in problems and it["path_1"] not in problems]
     return {"items": kept, "skipped": len(items) - len(kept), "files": {path: file_digest(path)} | sha256,

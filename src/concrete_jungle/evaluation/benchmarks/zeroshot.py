@@ -36,9 +36,10 @@ import torch.nn.functional as F
 
 from ...outcomes import reported, series
 from ...records import file_digest
-from ..checks import checked_templates, distinct_names, numbered_lines, repeated_names, tree_sha256
+from ..checks import (BenchmarkDataError, check_images, checked_templates, distinct_names, numbered_lines,
+                     repeated_names, tree_sha256)
 from ..clip_benchmark_data import build, features
-from ..encoding import BenchmarkDataError, Crop, Encoder, check_images
+from ..encoding import Crop, Encoder
 from ..image_folder import (IMG_EXTENSIONS, by_index, class_folders, empty_classes_note, naming_order,
                            not_read_note, pictures)
 

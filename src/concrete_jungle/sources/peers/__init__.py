@@ -24,20 +24,17 @@ from pathlib import Path
 from ..base import SourceError
 from ..stores import store_root, stores_folder
 from . import ceclip, clic, coco_swaps, negclip, tripletclip, vismin
-from .base import PeerNegative, PeerOptions, PeerRecord
+from .base import FormatNeeds, PeerNegative, PeerOptions, PeerRecord
 
-__all__ = ["FORMATS", "SLOT_TYPES", "PeerNegative", "PeerOptions", "PeerRecord", "image_root", "input_files",
-           "read_records"]
+__all__ = ["CAPTION_FILES", "FORMATS", "NAMES_IMAGE_FILES", "SLOT_TYPES", "FormatNeeds", "PeerNegative",
+           "PeerOptions", "PeerRecord", "image_root", "input_files", "needs", "read_records"]
 
 FORMATS = {"negclip": negclip, "tripletclip": tripletclip, "vismin": vismin, "ce-clip": ceclip,
            "coco-swaps": coco_swaps, "clic": clic}
-# the formats whose negatives are of fixed types, in this order: a batch gives each type its own slot, so that a
-# record without one (CE-CLIP's missing relation swap) leaves that slot empty instead of shifting the next type in
-SLOT_TYPES = {"ce-clip": ceclip.KINDS}
-# the formats whose records name image files under --images (TripletData holds its pictures; coco-swaps reads
-# them from its stores when every input is one)
-NAMES_IMAGE_FILES = ("negclip", "vismin", "ce-clip")
-CAPTION_FILES = ("coco-swaps", "clic")  # the formats that read any caption file or store (`sources.read_samples`)
+# what each module declares (its NEEDS), by the questions the import asks of a format
+SLOT_TYPES = {fmt: module.NEEDS.slot_types for fmt, module in FORMATS.items() if module.NEEDS.slot_types}
+NAMES_IMAGE_FILES = tuple(fmt for fmt, module in FORMATS.items() if module.NEEDS.pictures == "images")
+CAPTION_FILES = tuple(fmt for fmt, module in FORMATS.items() if module.NEEDS.suffixes is None)
 
 
 def _module(fmt: str):
@@ -46,32 +43,39 @@ def _module(fmt: str):
     return FORMATS[fmt]
 
 
+def needs(fmt: str) -> FormatNeeds:
+    """What an import of ``fmt`` needs besides its reader (its module's ``NEEDS``)."""
+    return _module(fmt).NEEDS
+
+
 def input_files(fmt: str, inputs: list[str | Path]) -> list[Path]:
     """The files an import of ``fmt`` reads from ``inputs`` (files, folders, brace notation), in order."""
-    module = _module(fmt)
-    if fmt in CAPTION_FILES:
+    suffixes = needs(fmt).suffixes
+    if suffixes is None:
         from .. import expand_paths
 
         return expand_paths(inputs)
     from .base import expand_inputs
 
-    return expand_inputs(inputs, module.SUFFIXES, f"{fmt} input")
+    return expand_inputs(inputs, suffixes, f"{fmt} input")
 
 
 def image_root(fmt: str, files: list[Path], images: str | Path | None) -> Path | None:
     """The folder the records' image names are relative to: ``images`` (``--images``), or the folder the stores lie
     under when the format's pictures are inside them; None when there is none (then `import` asks for --images)."""
-    if fmt == "tripletclip":
+    pictures = needs(fmt).pictures
+    if pictures == "inputs":
         return stores_folder(files)
     if images is not None:
         return Path(images)
-    return store_root(files) if fmt in CAPTION_FILES else None
+    return store_root(files) if pictures == "images_or_stores" else None
 
 
 def read_records(fmt: str, files: list[Path], options: PeerOptions = PeerOptions()) -> Iterator[PeerRecord]:
     """Every record of ``files`` (`input_files`) in file order."""
     module = _module(fmt)
-    options = replace(options, root=stores_folder(files) if fmt == "tripletclip" else options.root)
+    if module.NEEDS.pictures == "inputs":
+        options = replace(options, root=stores_folder(files))
     names = file_names(files)
     records = module.read_all(files, options) if hasattr(module, "read_all") else (
         _named(record, path, names[path]) for path in files for record in module.read(path, options))

@@ -3,6 +3,7 @@ expanded into its inputs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,25 @@ class PeerOptions:
     root: Path | None = None  # the folder a store's locators are relative to (set by `read_records`)
 
 
+@dataclass(frozen=True)
+class FormatNeeds:
+    """What an import of a format needs besides its reader, declared by the format's module as ``NEEDS``.
+
+    ``suffixes``: the files it reads from a named folder; None: any caption file or store (`sources.expand_paths`).
+    ``pictures``: where its records' pictures are: "images", files named under ``--images``; "inputs", inside its
+    own input files (no ``--images``; a record's locators are relative to the folder they lie in); "images_or_stores",
+    under ``--images``, else the folder its stores lie under. ``slot_types``: its negatives' fixed types, in batch
+    slot order (a record without one leaves its slot empty instead of shifting the next type in)."""
+
+    suffixes: tuple[str, ...] | None
+    pictures: str
+    slot_types: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.pictures not in ("images", "inputs", "images_or_stores"):
+            raise ValueError(f"pictures must be images, inputs or images_or_stores, not {self.pictures!r}")
+
+
 def relative_name(path: str) -> str:
     """A released image path as a name under the import's image root. VisMin writes its paths from the root of
     its data folder (``/coco/images/train2017/...``): the leading slash goes, and the name is then checked by
@@ -100,3 +120,21 @@ def json_items(path: Path, not_json: str, not_a_list: str):
         raise SourceError(f"{path}: {not_a_list}; this file holds a {type(data).__name__}")
     for index, item in enumerate(data):
         yield {"file": str(path), "index": index}, item
+
+
+def checked_records(path: Path, items, problem, not_an_object: str) -> Iterator[tuple[PeerRecord, dict | None]]:
+    """For every (where, item) of ``items`` (`json_items`): a record named after ``path`` and the item's line or
+    index, and the item, or None with the record's ``error`` set where it cannot be read: an item that did not
+    parse, one that is not a dict (``not_an_object``: the format's words for what it must be), one without a
+    caption, or what ``problem(item)`` (the format's own checks) says."""
+    for where, item in items:
+        record = PeerRecord(f"{path.name}#{where.get('line', where.get('index'))}", source=where)
+        if isinstance(item, Exception):
+            record.error = str(item)
+        elif not isinstance(item, dict):
+            record.error = f"{not_an_object}; this one is a {type(item).__name__}"
+        elif not isinstance(item.get("caption"), str) or not item["caption"].strip():
+            record.error = "no caption"
+        else:
+            record.error = problem(item)
+        yield record, item if record.error is None else None

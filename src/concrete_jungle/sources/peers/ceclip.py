@@ -24,11 +24,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from .base import PeerNegative, PeerOptions, PeerRecord, json_items
+from .base import FormatNeeds, PeerNegative, PeerOptions, PeerRecord, checked_records, json_items
 from .object_npy import load_object_array
 
-SUFFIXES = (".npy", ".json", ".jsonl")
 KINDS = ("relation", "adj", "noun", "verb")  # the order of valid_caption[1:] and of CE-CLIP's batch
+NEEDS = FormatNeeds(suffixes=(".npy", ".json", ".jsonl"), pictures="images", slot_types=KINDS)
 NO_CAPTION = "###"  # what CE-CLIP writes where a caption has no relation rewrite
 
 
@@ -51,11 +51,8 @@ def image_name(path: Path, image_id: int) -> str:
 
 
 def read(path: Path, options: PeerOptions) -> Iterator[PeerRecord]:
-    for where, item in _items(path):
-        at = where.get("line", where.get("index"))
-        record = PeerRecord(f"{path.name}#{at}", source=where)
-        record.error = _problem(item)
-        if record.error is None:
+    for record, item in checked_records(path, _items(path), _problem, "a record is a dict"):
+        if item is not None:
             record.caption, record.image, record.fields = item["caption"], image_name(path, item["image_id"]), item
             record.negatives = [PeerNegative(item[f"{kind}_aug_caption"], kind=kind, fields={"valid_position": i + 1})
                                 for i, kind in enumerate(KINDS) if item["valid_caption"][i + 1]]
@@ -64,13 +61,7 @@ def read(path: Path, options: PeerOptions) -> Iterator[PeerRecord]:
         yield record
 
 
-def _problem(item) -> str | None:
-    if isinstance(item, Exception):
-        return str(item)
-    if not isinstance(item, dict):
-        return f"a record is a dict; this one is a {type(item).__name__}"
-    if not isinstance(item.get("caption"), str) or not item["caption"].strip():
-        return "no caption"
+def _problem(item: dict) -> str | None:
     if not isinstance(item.get("image_id"), int) or isinstance(item["image_id"], bool) or item["image_id"] < 0:
         return f"image_id {item.get('image_id')!r} is not a COCO image id"
     flags = item.get("valid_caption")

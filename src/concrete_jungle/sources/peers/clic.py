@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .. import read_samples
-from .base import PeerOptions, PeerRecord
+from .base import FormatNeeds, PeerOptions, PeerRecord
 
-SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".tar", ".parquet")
+NEEDS = FormatNeeds(suffixes=None, pictures="images_or_stores")  # any caption file or store
 HALF, FULL = 112, 224  # the released transforms' sizes
 # the parts of speech the released code never swaps (``same_type_words``)
 EXCLUDED_POS = frozenset({"AUX", "DET", "INTJ", "PART", "PUNCT", "SYM", "X", "SCONJ", "CCONJ"})

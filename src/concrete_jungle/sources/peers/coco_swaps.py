@@ -15,10 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .. import read_samples
-from .base import PeerOptions, PeerRecord
+from .base import FormatNeeds, PeerOptions, PeerRecord
 
-SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".tar", ".parquet")
-MAKES_NEGATIVES = True  # the import makes this format's negatives (`plant.swaps`)
+NEEDS = FormatNeeds(suffixes=None, pictures="images_or_stores")  # any caption file or store
 
 
 def read_all(paths: list[Path], options: PeerOptions) -> Iterator[PeerRecord]:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from ...records import csv_field_limit
 from ..base import SourceError
-from .base import PeerNegative, PeerOptions, PeerRecord
+from .base import FormatNeeds, PeerNegative, PeerOptions, PeerRecord
 
-SUFFIXES = (".tsv", ".csv")
+NEEDS = FormatNeeds(suffixes=(".tsv", ".csv"), pictures="images")
 # csv's default cell limit: NegCLIP's cells are a caption, a path and two short lists, so a longer one is no such table
 CELL_LIMIT = 128 * 1024
 CAPTION, IMAGE, NEGATIVES, HARD_IMAGES = "title", "filepath", "neg_caption", "neg_image"

@@ -20,9 +20,9 @@ from pathlib import Path
 from ..stores import locator, store_name
 from ...files.tar_archive import scan_tar
 from ..webdataset import group_members, split_key
-from .base import PeerNegative, PeerOptions, PeerRecord
+from .base import FormatNeeds, PeerNegative, PeerOptions, PeerRecord
 
-SUFFIXES = (".tar",)
+NEEDS = FormatNeeds(suffixes=(".tar",), pictures="inputs")  # TripletData holds its pictures
 IMAGE, NEG_IMAGE, CAPTION, NEG_CAPTION = "image", "neg_image", "caption", "neg_caption"
 MEMBERS = (IMAGE, NEG_IMAGE, CAPTION, NEG_CAPTION)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from .base import PeerNegative, PeerOptions, PeerRecord, json_items, relative_name
+from .base import FormatNeeds, PeerNegative, PeerOptions, PeerRecord, checked_records, json_items, relative_name
 
-SUFFIXES = (".json", ".jsonl")
+NEEDS = FormatNeeds(suffixes=(".json", ".jsonl"), pictures="images")
 
 
 def _items(path: Path) -> Iterator[tuple[dict, object]]:
@@ -28,24 +28,15 @@ def _items(path: Path) -> Iterator[tuple[dict, object]]:
 
 
 def read(path: Path, options: PeerOptions) -> Iterator[PeerRecord]:
-    for where, item in _items(path):
-        at = where.get("line", where.get("index"))
-        record = PeerRecord(f"{path.name}#{at}", source=where)
-        record.error = _problem(item)
-        if record.error is None:
+    for record, item in checked_records(path, _items(path), _problem, "a sample is a JSON object"):
+        if item is not None:
             record.caption, record.image = item["caption"], relative_name(item["image_path"])
             record.fields = {k: v for k, v in item.items() if k != "negatives"}
             record.negatives = [_negative(n) for n in item["negatives"]]
         yield record
 
 
-def _problem(item) -> str | None:
-    if isinstance(item, Exception):
-        return str(item)
-    if not isinstance(item, dict):
-        return f"a sample is a JSON object; this one is a {type(item).__name__}"
-    if not isinstance(item.get("caption"), str) or not item["caption"].strip():
-        return "no caption"
+def _problem(item: dict) -> str | None:
     if not isinstance(item.get("image_path"), str) or not item["image_path"].strip():
         return "no image_path"
     if not isinstance(item.get("negatives"), list) or not item["negatives"]:
