@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from concrete_jungle.cli import main
-from concrete_jungle.outcomes import OutcomesError, bootstrap_contrast, mcnemar, metric_values, series
+from concrete_jungle.outcomes import (OutcomesError, bootstrap_contrast, mcnemar, metric_values,
+                                     resampled_metric_values, series)
 
 
 def outcomes(flags: dict[str, list[int]], images: list[str]) -> dict:
@@ -54,6 +55,94 @@ def test_the_bootstrap_over_images_equals_a_direct_computation(runs_per_side):
     means = {g: np.mean([metric_values(r)["M.Avg"] for r in runs]) for g, runs in side.items()}
     assert result["estimate"] == pytest.approx(100 * (means["second"] - means["first"]))
     assert result["units"] == 10
+
+
+def every_kind_of_recipe(rng, units: list[str]) -> dict:
+    """Outcomes with a metric of each recipe a benchmark uses: a mean of 0/1, of whole ranks below a cut, of
+    fractions (scores), rounded to a percent's decimals; micro and macro averages, complete or not, over series of
+    which one holds no item."""
+    n = len(units)
+    flags = {"add_att": rng.integers(0, 2, n), "swap_obj": rng.integers(0, 2, n), "rank": rng.integers(0, 12, n),
+             "score": rng.random(n) * 3 - 1, "thirds": rng.integers(0, 4, n) / 3}
+    out = {"series": {s: series([f"{s}{i}" for i in range(n)], units, v) for s, v in flags.items()},
+           "metrics": {"add_att": {"mean": "add_att"}, "swap_obj": {"mean": "swap_obj"},
+                       "recall@5": {"mean": "rank", "below": 5}, "score": {"mean": "score"},
+                       "thirds": {"mean": "thirds", "percent_decimals": 2},
+                       "rounded": {"mean": "add_att", "percent_decimals": 1},
+                       "none": {"mean": "empty"}, "micro": {"micro": ["add_att", "thirds", "score"]},
+                       "micro complete": {"micro": ["add_att", "empty"], "complete": True},
+                       "micro of empty": {"micro": ["empty"]},
+                       "M.Avg": {"macro": ["add_att", "swap_obj", "none", "thirds"]},
+                       "macro complete": {"macro": ["add_att", "none"], "complete": True},
+                       "macro of macros": {"macro": ["M.Avg", "micro", "rounded"], "complete": True}}}
+    out["series"]["empty"] = series([], [], [])
+    return out
+
+
+def test_every_resample_s_metrics_at_once_are_metric_values_to_the_last_bit():
+    """`resampled_metric_values` (the bootstrap's block of resamples) gives for each row of unit counts exactly what
+    `metric_values` gives with that row, None as NaN, for every kind of recipe."""
+    rng = np.random.default_rng(0)
+    units = [f"img{i % 23}" for i in range(97)]
+    run = every_kind_of_recipe(rng, units)
+    names = sorted(set(units))
+    where = {s: np.array([names.index(u) for u in data["units"]], dtype=np.int64) for s, data in run["series"].items()}
+    counts = np.stack([np.bincount(rng.integers(0, len(names), len(names)), minlength=len(names)) for _ in range(40)]
+                      + [np.zeros(len(names))]).astype(np.float64)  # the last row draws no unit at all
+    counts[0, :20] = 0  # a resample without most units
+    at_once = resampled_metric_values(run, counts, where, list(run["metrics"]))
+    for r, row in enumerate(counts):
+        one = metric_values(run, {s: row[w] for s, w in where.items()})
+        for name, value in one.items():
+            assert (np.isnan(at_once[name][r]) if value is None else at_once[name][r] == value), (name, r)
+    assert np.isnan(at_once["none"]).all() and not np.isnan(at_once["micro"][:-1]).any()
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_the_bootstrap_in_blocks_draws_and_decides_as_one_resample_at_a_time(paired):
+    """Each resample's contrast computed one at a time with `metric_values` (as the bootstrap did before it took
+    blocks of resamples): the same draws from the same generator, the same interval, standard error and p to the
+    last bit, across blocks and for a generator shared by two calls."""
+    rng = np.random.default_rng(1)
+    units = [f"img{i % 31}" for i in range(90)]
+    groups = {g: [every_kind_of_recipe(rng, units) for _ in range(3)] for g in ("a", "b", "c")}
+    weights = {"a": -1.0, "b": 1 / 3, "c": 2 / 3}  # weights whose products round
+    metrics = ["M.Avg", "score", "thirds", "macro of macros", "none"]
+
+    def one_at_a_time(generator, resamples):
+        names = sorted(set(units))
+        where = {s: np.array([names.index(u) for u in d["units"]], dtype=np.int64)
+                 for s, d in groups["a"][0]["series"].items()}
+        draws = {m: [] for m in metrics}
+        for _ in range(resamples):
+            counts = np.bincount(generator.integers(0, len(names), len(names)), minlength=len(names)).astype(float)
+            if paired:
+                draw = generator.integers(0, 3, 3)
+                picks = {g: [runs[i] for i in draw] for g, runs in groups.items()}
+            else:
+                picks = {g: [runs[i] for i in generator.integers(0, len(runs), len(runs))]
+                         for g, runs in groups.items()}
+            values = {g: [metric_values(run, {s: counts[w] for s, w in where.items()}, metrics) for run in runs]
+                      for g, runs in picks.items()}
+            for m in metrics:
+                per_group = [[v[m] for v in values[g]] for g in weights]
+                if not any(x is None for vs in per_group for x in vs):
+                    draws[m].append(100 * sum(w * sum(vs) / len(vs) for w, vs in zip(weights.values(), per_group)))
+        return draws
+
+    shared, reference = np.random.default_rng(7), np.random.default_rng(7)
+    for resamples in (300, 45):  # a second call continues the same generator
+        result = bootstrap_contrast(groups, weights, metrics, resamples, rng=shared, paired_runs=paired)
+        draws = one_at_a_time(reference, resamples)
+        for m in metrics:
+            if not draws[m]:
+                assert result[m]["ci95"] is None
+                continue
+            drawn = np.asarray(draws[m])
+            p = min(1.0, 2 * (min(int((drawn <= 0).sum()), int((drawn >= 0).sum())) + 1) / (len(drawn) + 1))
+            assert result[m]["ci95"] == np.percentile(drawn, [2.5, 97.5]).tolist(), m
+            assert result[m]["se"] == float(np.std(drawn, ddof=1)) and result[m]["p"] == p, m
+    assert result["none"]["ci95"] is None and result["M.Avg"]["ci95"] is not None
 
 
 def test_the_metrics_asked_for_are_computed_from_their_own_series_alone():

@@ -275,6 +275,7 @@ def test_the_estimate_counts_a_scoring_pass_a_scorer_a_record(tmp_path, capsys):
     assert f["scoring_passes"]["value"] == f["scoring_hours"]["value"] == 0
 
 
+@pytest.mark.processes  # a local Ray starts processes of its own (GCS, raylet, workers)
 def test_the_ray_engine_scores_and_gates_as_the_local_engine_does(tmp_path):
     ray = pytest.importorskip("ray", reason="the Ray engine needs pip install 'concrete-jungle[ray]'")
     from pathlib import Path

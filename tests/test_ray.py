@@ -18,6 +18,9 @@ ray = pytest.importorskip("ray", reason="the Ray engine needs pip install 'concr
 from concrete_jungle.cli import main  # noqa: E402
 from plant_fixtures import make_dataset, plant_args  # noqa: E402
 
+# a local Ray starts processes of its own (GCS, raylet, workers): CI runs these in its processes step
+pytestmark = pytest.mark.processes
+
 EXTRA = ["--samples-per-shard", 12, "--batch-size", 4]
 
 

@@ -27,7 +27,7 @@ def test_features_equal_open_clip_s_for_mixed_lengths_in_any_order(name):
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # the normalised features every caller uses
         full = model.encode_text(tokens, normalize=True)
-        for _ in range(3):
+        for _ in range(3 if name == "cj-tiny" else 1):  # ViT-B-32's width in one random order (its batches cost most)
             order = torch.randperm(len(tokens), generator=generator)
             for size in (1, 4, len(tokens)):
                 for i in range(0, len(tokens), size):

@@ -14,8 +14,9 @@ each metric from the series::
                  "atom": {"micro": ["atom/c4", ...], "complete": true},    # None unless each has an item
                  "vg_relation/on": {"mean": "vg_relation/on", "part": true}}}   # computed, not reported
 
-`metric_values` computes every metric from the outcomes, optionally with each unit counted a number of times: the
-same function reports a run's metrics and evaluates a bootstrap resample, so the two cannot drift apart.
+`metric_values` computes every metric from the outcomes, optionally with each unit counted a number of times: it
+reports a run's metrics, and `resampled_metric_values` computes the same values for a block of bootstrap resamples
+at once, to the last bit (tested resample by resample against `metric_values`).
 
 `bootstrap_contrast` is the paired bootstrap both `eval --compare` and the toy-world study use: a resample draws
 units with replacement (all items of an image together: items that share an image are not independent) and, for a
@@ -84,6 +85,69 @@ def metric_values(outcomes: dict, unit_counts: dict[str, np.ndarray] | None = No
         return values[name]
 
     return {name: value(name) for name in (recipes if names is None else names)}
+
+
+def resampled_metric_values(outcomes: dict, counts: np.ndarray, where: dict[str, np.ndarray],
+                            names: list[str]) -> dict[str, np.ndarray]:
+    """`metric_values` of ``names`` for many resamples at once: row r of ``counts`` (resamples x units) is how often
+    resample r drew each unit, ``where[series]`` each item's unit. Each value is the one `metric_values` gives with
+    that row as its unit counts, to the last bit (NaN where it gives None): the same operations in the same order,
+    and where a series' values are whole numbers its weighted sums are exact integers, computed per unit."""
+    recipes = outcomes["metrics"]
+    resamples, n_units = counts.shape
+    values: dict[str, np.ndarray] = {}
+    missing = np.full(resamples, np.nan)
+
+    def sums(name: str, below: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per resample: (the weighted sum of the series' values, the sum of its weights)."""
+        data = np.asarray(outcomes["series"][name]["values"], dtype=np.float64)
+        if below is not None:
+            data = (data < below).astype(np.float64)
+        units = where[name]
+        if np.array_equal(data, np.round(data)) and np.abs(data).sum() * max(1, n_units) < 2 ** 52:  # exact sums
+            return (counts @ np.bincount(units, weights=data, minlength=n_units),
+                    counts @ np.bincount(units, minlength=n_units).astype(np.float64))
+        # fractions: summed item by item, one resample at a time, as `metric_values` sums them (a sum along a
+        # block's rows may add in another order and differ in the last bit)
+        hits, total = np.empty(resamples), np.empty(resamples)
+        for r, row in enumerate(counts):
+            weights = row[units]
+            hits[r], total[r] = (data * weights).sum(), weights.sum()
+        return hits, total
+
+    def value(name: str) -> np.ndarray:
+        if name in values:
+            return values[name]
+        recipe = recipes[name]
+        if "macro" in recipe:
+            parts = np.stack([value(part) for part in recipe["macro"]])
+            present = ~np.isnan(parts)
+            summed: np.ndarray | float = 0.0
+            for part, here in zip(parts, present):  # adding 0.0 for a part without a value leaves the sum as it is
+                summed = summed + np.where(here, part, 0.0)
+            n = present.sum(axis=0)
+            whole = (n > 0) & (n == len(recipe["macro"]) if recipe.get("complete") else True)
+            values[name] = np.where(whole, summed / np.maximum(n, 1), np.nan)
+        elif "micro" in recipe:
+            if recipe.get("complete") and not all(len(outcomes["series"][s]["values"]) for s in recipe["micro"]):
+                values[name] = missing
+                return values[name]
+            total: np.ndarray | float = 0.0
+            count: np.ndarray | float = 0.0
+            for s in recipe["micro"]:
+                hits, weights = sums(s)
+                total, count = total + hits, count + weights
+            values[name] = np.where(count != 0, total / np.where(count != 0, count, 1), np.nan)
+        else:
+            hits, total = sums(recipe["mean"], recipe.get("below"))
+            share = hits * 100 / np.where(total != 0, total, 1) if "percent_decimals" in recipe else \
+                hits / np.where(total != 0, total, 1)
+            if "percent_decimals" in recipe:  # Python's round, as `metric_values` rounds
+                share = np.array([round(float(x), recipe["percent_decimals"]) for x in share]) / 100
+            values[name] = np.where(total != 0, share, np.nan)
+        return values[name]
+
+    return {name: value(name) for name in names}
 
 
 def reported(outcomes: dict) -> dict[str, float | None]:
@@ -155,17 +219,37 @@ def bootstrap_contrast(groups: dict[str, list[dict]], weights: dict[str, float],
         return out
 
     point = estimate(groups, None)
-    draws: dict[str, list[float]] = {m: [] for m in metrics}
-    for _ in range(resamples):
-        counts = np.bincount(rng.integers(0, len(units), len(units)), minlength=len(units)).astype(np.float64)
-        if paired_runs:
-            draw = rng.integers(0, len(first_runs), len(first_runs))
-            picks = {g: [runs[i] for i in draw] for g, runs in groups.items()}
-        else:
-            picks = {g: [runs[i] for i in rng.integers(0, len(runs), len(runs))] for g, runs in groups.items()}
-        for m, value in estimate(picks, counts).items():
-            if value is not None:
-                draws[m].append(value)
+    # the draws in the order the generator has always given them (units, then each group's runs), so that a seed
+    # gives the intervals it gave; each block of resamples then has its metrics computed at once
+    # (`resampled_metric_values`), a block small enough that its unit counts stay a few tens of MB
+    block = max(1, min(resamples, 4_000_000 // max(1, len(units))))
+    draws: dict[str, list[np.ndarray]] = {m: [] for m in metrics}
+    for start in range(0, resamples, block):
+        size = min(block, resamples - start)
+        counts = np.empty((size, len(units)))
+        picked = {g: np.empty((size, len(runs)), dtype=np.int64) for g, runs in groups.items()}
+        for r in range(size):
+            counts[r] = np.bincount(rng.integers(0, len(units), len(units)), minlength=len(units))
+            if paired_runs:
+                draw = rng.integers(0, len(first_runs), len(first_runs))
+                for g in groups:
+                    picked[g][r] = draw
+            else:
+                for g, runs in groups.items():
+                    picked[g][r] = rng.integers(0, len(runs), len(runs))
+        drawn = {g: [resampled_metric_values(run, counts, where, metrics) for run in runs]
+                 for g, runs in groups.items()}
+        for m in metrics:
+            total: np.ndarray | float = 0.0  # sum over groups of weight x mean of the drawn runs, as `estimate` adds
+            for g, w in weights.items():
+                values = np.stack([run[m] for run in drawn[g]], axis=1)[np.arange(size)[:, None], picked[g]]
+                summed: np.ndarray | float = 0.0
+                for k in range(values.shape[1]):
+                    summed = summed + values[:, k]
+                total = total + w * summed / values.shape[1]
+            total = 100 * total
+            draws[m].append(total[~np.isnan(total)])  # a resample that drew no item of a metric has no value of it
+    draws = {m: np.concatenate(parts) if parts else np.empty(0) for m, parts in draws.items()}
     out = {}
     for m in metrics:
         if point[m] is None or len(draws[m]) < 2:
@@ -174,8 +258,8 @@ def bootstrap_contrast(groups: dict[str, list[dict]], weights: dict[str, float],
         low, high = np.percentile(draws[m], [2.5, 97.5])
         # two-sided bootstrap p of "no difference": twice the smaller share of draws on either side of 0
         # (+1 in both counts, so a p is never 0 from finitely many draws)
-        drawn = np.asarray(draws[m])
-        p = min(1.0, 2 * (min(int((drawn <= 0).sum()), int((drawn >= 0).sum())) + 1) / (len(drawn) + 1))
+        values = draws[m]
+        p = min(1.0, 2 * (min(int((values <= 0).sum()), int((values >= 0).sum())) + 1) / (len(values) + 1))
         out[m] = {"estimate": point[m], "ci95": [float(low), float(high)], "se": float(np.std(draws[m], ddof=1)),
                   "p": p, "units": len(units)}
     return out

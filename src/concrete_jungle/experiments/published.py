@@ -233,19 +233,23 @@ def read_answers(path: Path, recipes: dict) -> dict:
     """The answers file as `publish` took it: ``{(row, seed): {"outcomes": {"series": ..., "metrics": recipes}}}``."""
     items: dict = {}
     line_number = 0
+    decode = json.JSONDecoder().decode
+    current, data = None, None  # the series being filled: a file lists each model's series item after item
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             for line_number, line in enumerate(f, 1):
                 try:
-                    answer = json.loads(line)
+                    answer = decode(line)
                 except json.JSONDecodeError:
                     answer = None
-                if not isinstance(answer, list) or len(answer) != 6:
+                if type(answer) is not list or len(answer) != 6:
                     raise PublishedError(f"{path} line {line_number} is not an answer [row, seed, series, item key, "
                                          f"test scene, value]: {line[:80].strip()!r}; {RESTORE}")
                 row, seed, name, key, unit, value = answer
-                series = items.setdefault((row, seed), {"outcomes": {"series": {}, "metrics": recipes}})
-                data = series["outcomes"]["series"].setdefault(name, {"keys": [], "units": [], "values": []})
+                if (row, seed, name) != current:
+                    series = items.setdefault((row, seed), {"outcomes": {"series": {}, "metrics": recipes}})
+                    data = series["outcomes"]["series"].setdefault(name, {"keys": [], "units": [], "values": []})
+                    current = (row, seed, name)
                 data["keys"].append(key)
                 data["units"].append(unit)
                 data["values"].append(value)
