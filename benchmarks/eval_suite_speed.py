@@ -37,7 +37,6 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from benchmark_fixtures import every_benchmark_writer, write_winoground  # noqa: E402
-
 from concrete_jungle.evaluation import BENCHMARKS, evaluate_one, load_data  # noqa: E402
 from concrete_jungle.evaluation.benchmarks import zeroshot  # noqa: E402
 from concrete_jungle.evaluation.encoding import Crop, Encoder  # noqa: E402

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from concrete_jungle.plant.concreteness import load_ratings
 from concrete_jungle.nlp import load_spacy
+from concrete_jungle.plant.concreteness import load_ratings
 from concrete_jungle.plant.keyword_job import run_keywords
 from concrete_jungle.plant.keywords import SamplerConfig
 from concrete_jungle.sources import anchor_caption, read_samples

@@ -34,13 +34,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from concrete_jungle import plant
+from concrete_jungle.models.tiny import build_tiny_causal_lm, build_tiny_sdxl_img2img
+from concrete_jungle.plant import EngineConfig, PlantConfig
 from concrete_jungle.plant.captioners import RewriteRequest, make_captioner
 from concrete_jungle.plant.editors import make_editor
 from concrete_jungle.plant.keywords import SamplerConfig
-from concrete_jungle import plant
-from concrete_jungle.plant import EngineConfig, PlantConfig
 from concrete_jungle.plant.stages import load_image
-from concrete_jungle.models.tiny import build_tiny_causal_lm, build_tiny_sdxl_img2img
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_plant import make_dataset  # noqa: E402  (the tests' synthetic captions and images)

@@ -31,14 +31,13 @@ import difflib
 import random
 from pathlib import Path
 
+from concrete_jungle.nlp import load_spacy
 from concrete_jungle.plant.captioners import RewriteRequest
 from concrete_jungle.plant.captioners.rules import RulesCaptioner
 from concrete_jungle.plant.captioners.validation import check_rewrite, clean_reply, replaced_span
 from concrete_jungle.plant.concreteness import load_ratings
 from concrete_jungle.plant.keywords import MODES, KeywordSampler, SamplerConfig, extract_candidates
 from concrete_jungle.sources import anchor_caption, read_samples
-
-from concrete_jungle.nlp import load_spacy
 
 WORDNET = Path("/usr/share/wordnet")
 

@@ -53,14 +53,22 @@ import time
 from pathlib import Path
 
 from concrete_jungle import plant
-from concrete_jungle.models.checkpoints import WEIGHTS_FILE
 from concrete_jungle.experiments.stages import StageConfig, Stages, stage_dir
+from concrete_jungle.models.checkpoints import WEIGHTS_FILE
 from concrete_jungle.plant import PlantConfig
 from concrete_jungle.plant.scoring import ScoringConfig
 from concrete_jungle.records import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from concrete_jungle.toyworld.build import WorldConfig
-from concrete_jungle.toyworld.separation import counts, gate_shares, gate_shares_markdown, medians, \
-    medians_markdown, pair_verdicts, separation, separation_markdown
+from concrete_jungle.toyworld.separation import (
+    counts,
+    gate_shares,
+    gate_shares_markdown,
+    medians,
+    medians_markdown,
+    pair_verdicts,
+    separation,
+    separation_markdown,
+)
 
 # docs/method.md's recommended agreement gate, its negative margin alone, and a gate on an exact copy of the anchor
 GATE_SETS = ["agreement>=0.0", "agreement_negative>=0.0", "image_sim<1.0", "agreement>=0.0,image_sim<1.0"]

@@ -32,6 +32,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/study1-audit")
     args = parser.parse_args()
 
+    import torch
+
     from concrete_jungle.concretebatch import index_shards, read_member, shard_urls
     from concrete_jungle.experiments.stages import StageConfig, Stages
     from concrete_jungle.experiments.study import StudyConfig
@@ -39,8 +41,6 @@ def main() -> None:
     from concrete_jungle.records import read_jsonl
     from concrete_jungle.toyworld.build import named_part
     from concrete_jungle.toyworld.world import SHAPES, parse_caption, word_kind
-
-    import torch
 
     study = StudyConfig()
     stages = Stages(StageConfig(out=args.out, world=study.world, model=study.model), progress=True)

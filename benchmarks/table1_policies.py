@@ -13,8 +13,8 @@ import argparse
 import itertools
 import statistics
 
-from concrete_jungle.plant.concreteness import load_ratings
 from concrete_jungle.nlp import load_spacy
+from concrete_jungle.plant.concreteness import load_ratings
 from concrete_jungle.plant.keywords import MODES, KeywordSampler, SamplerConfig, extract_candidates
 from concrete_jungle.sources import anchor_caption, read_samples
 

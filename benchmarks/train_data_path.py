@@ -67,11 +67,11 @@ def plant_synthetic(root: Path, records: int, per_shard: int = 1000) -> None:
 def main() -> None:
     import torch
 
-    from concrete_jungle.train.image_cache import CachedSet, build_cache
     from concrete_jungle.loss import CementLoss
     from concrete_jungle.models import load_model
-    from concrete_jungle.train.loop import StepContext, param_groups, train, training_step, use_open_clip_cuda_settings
     from concrete_jungle.train.config import load_config
+    from concrete_jungle.train.image_cache import CachedSet, build_cache
+    from concrete_jungle.train.loop import StepContext, param_groups, train, training_step, use_open_clip_cuda_settings
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="ViT-B-32")

@@ -32,10 +32,10 @@ from open_clip.loss import ClipLoss
 from open_clip_train.scheduler import cosine_lr
 from open_clip_train.train import train_one_epoch
 
-from concrete_jungle.models import factory  # noqa: F401  (registers cj-tiny)
 from concrete_jungle.loss import CementLoss
-from concrete_jungle.sources import anchor_caption, read_samples
+from concrete_jungle.models import factory  # noqa: F401  (registers cj-tiny)
 from concrete_jungle.models.text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
+from concrete_jungle.sources import anchor_caption, read_samples
 from concrete_jungle.train.loop import StepContext, param_groups, training_step, use_open_clip_cuda_settings
 
 

@@ -289,8 +289,8 @@ def test_a_checkpoint_is_named_by_its_run_and_step_in_figures_and_the_report():
 def test_the_correlation_figure_tells_clip_l_from_clip_v_and_keeps_the_model_on_the_figure():
     import matplotlib.pyplot as plt
 
-    from concrete_jungle.analysis.figures import correlation_figure
     from concrete_jungle.analysis.dataset_statistics import model_label
+    from concrete_jungle.analysis.figures import correlation_figure
 
     fig = correlation_figure(pair_rows_for_figures(), model_label(CHECKPOINT))
     ax = fig.axes[0]
@@ -311,8 +311,8 @@ def test_the_correlation_figure_tells_clip_l_from_clip_v_and_keeps_the_model_on_
 def test_the_gradient_share_title_names_the_model_without_a_path_and_wraps_between_words():
     import matplotlib.pyplot as plt
 
-    from concrete_jungle.analysis.figures import gradient_share_figure, gradient_share_title
     from concrete_jungle.analysis.dataset_statistics import model_label
+    from concrete_jungle.analysis.figures import gradient_share_figure, gradient_share_title
 
     title = gradient_share_title("D_hc", 256, model_label(CHECKPOINT), 15.0)
     curves = {"infonce": {8: 0.4, 16: 0.3}, "cement": {8: 0.6, 16: 0.5}}

@@ -2,18 +2,18 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
-import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import require_system_dependency
 
 from concrete_jungle.plant.captioners import CaptionerError, RewriteRequest, make_captioner
 from concrete_jungle.plant.captioners.validation import check_rewrite, clean_reply
+from conftest import require_system_dependency
 
 
 def request(caption, keyword, category, i=0, attempt=0):

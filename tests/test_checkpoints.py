@@ -47,8 +47,8 @@ def test_a_published_checkpoint_folder_has_a_model_card_from_its_run_and_loads_i
     import torch
     from PIL import Image
 
-    from concrete_jungle.models.checkpoints import resolve_checkpoint
     from concrete_jungle.models import load_model
+    from concrete_jungle.models.checkpoints import resolve_checkpoint
 
     folder = resolve_checkpoint(run)
     assert main(["eval", "--data-root", str(data_root), "--checkpoint", str(folder), "--out", str(tmp_path / "r"),

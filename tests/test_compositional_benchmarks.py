@@ -589,7 +589,6 @@ def test_zeroshot_converts_every_picture_to_rgb_before_the_transform_as_torchvis
     features are a hash of the pixels, the old code agreed with clip_benchmark on 13 of the 20 pictures' top-1 (acc1
     and mean per-class recall 0.40 against clip_benchmark's 0.55); each now equals clip_benchmark's."""
     from benchmark_fixtures import odd_mode_pictures, random_features
-
     from concrete_jungle.evaluation.benchmarks import zeroshot
 
     test = tmp_path / "zeroshot" / "mine" / "test"
@@ -656,9 +655,9 @@ def test_zeroshot_per_class_recall_takes_argmax_s_first_class_under_a_tie_as_cli
     (entry 0), two each: argmax takes the first of the tie (wrong), torch.topk here the second (right). The old code
     took topk's pick for the per-class recall too: 1.0 where clip_benchmark's is 1/3 (the tench class alone); acc1
     stays topk's (1.0), as clip_benchmark's."""
-    from benchmark_fixtures import CLIP_TOKENS
     from clip_benchmark.datasets import builder
 
+    from benchmark_fixtures import CLIP_TOKENS
     from concrete_jungle.evaluation.benchmarks import zeroshot
     from concrete_jungle.models import ClipModel
 

@@ -169,8 +169,9 @@ def test_options_the_loss_reads_and_defaults_left_as_they_are_are_accepted(overr
 
 def test_a_printed_config_of_a_peer_loss_reads_back(tmp_path):
     """Every key written out (`--print-config`, config.json): the keys at their defaults are the run without them."""
-    import yaml
     from dataclasses import asdict
+
+    import yaml
 
     config = load_config(None, ["out=x", "loss.name=fsc_clip", "loss.fsc_clip.local_negatives=false"])
     (tmp_path / "printed.yaml").write_text(yaml.safe_dump(asdict(config)))

@@ -131,7 +131,8 @@ def test_countbench_reads_the_hugging_face_download_offline_and_skips_a_row_with
     """``huggingface-cli download nielsr/countbench`` leaves ``data/train-*.parquet`` (image_url, text, number, image
     as ``{bytes, path}``): read with pyarrow, each picture's bytes kept; a row without one is an error unless
     skipping, then counted."""
-    from datasets import Dataset, Features, Image as ImageFeature, Value
+    from datasets import Dataset, Features, Value
+    from datasets import Image as ImageFeature
 
     rows = [{"image_url": f"http://example.com/{n}.jpg", "text": t, "number": k,
              "image": None if n == 2 else {"bytes": png_bytes(n), "path": None}} for n, (t, k) in enumerate(COUNTBENCH)]

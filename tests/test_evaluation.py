@@ -17,8 +17,16 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from benchmark_fixtures import (WRITERS, every_benchmark_writer, noise_image, random_features, write_image_folders,
-                                write_karpathy, write_retrieval, write_winoground)
+from benchmark_fixtures import (
+    WRITERS,
+    every_benchmark_writer,
+    noise_image,
+    random_features,
+    write_image_folders,
+    write_karpathy,
+    write_retrieval,
+    write_winoground,
+)
 from concrete_jungle.cli import main
 from concrete_jungle.evaluation import load_data
 from concrete_jungle.evaluation.benchmarks import linear_probe, retrieval, sugarcrepe, sugarcrepe_pp, winoground

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ARTIFACTS
 from PIL import Image
 
+from concrete_jungle.analysis.gallery import word_diff
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import SHARD_PATTERN, ShardWriter, encode_jpeg
-from concrete_jungle.analysis.gallery import word_diff
+from conftest import ARTIFACTS
 from plant_fixtures import make_dataset
 
 RECORDS = [  # (id, caption, negative, keyword, category, concreteness)

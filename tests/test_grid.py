@@ -90,9 +90,8 @@ def test_grid_quick_is_the_toy_world_s_small_grid_and_says_so(tmp_path, capsys):
 
 @pytest.mark.slow  # ~2 min on 2 cores: renders a toy world, pretrains its baseline, plants and imports
 def test_the_toy_world_grid_runs_end_to_end(tmp_path):
-    from concrete_jungle.experiments.grid import toy_grid
-
     from concrete_jungle.cli.grid import QUICK_TOY
+    from concrete_jungle.experiments.grid import toy_grid
 
     grid = toy_grid(tmp_path / "toy", **QUICK_TOY, progress=False)  # grid --toy --quick
     assert set(grid.datasets) == {"D_hc", "swaps"}

@@ -15,8 +15,8 @@ from conftest import TINY_TRAIN  # noqa: E402
 def test_the_image_cache_key_covers_the_tokenizer_s_options():
     from open_clip.tokenizer import SimpleTokenizer
 
-    from concrete_jungle.train.image_cache import cache_key
     from concrete_jungle.models import ClipModel, load_model
+    from concrete_jungle.train.image_cache import cache_key
 
     clip = load_model("cj-tiny", "none")
     other = SimpleTokenizer(context_length=77, clean="whitespace")  # same class and context: "A" -> 288, not 320

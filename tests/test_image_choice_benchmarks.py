@@ -15,8 +15,8 @@ from PIL import Image
 
 from benchmark_fixtures import noise_image
 from concrete_jungle.cli import main
-from concrete_jungle.evaluation.benchmarks import bivlc, naturalbench, vismin
 from concrete_jungle.evaluation import chance_levels
+from concrete_jungle.evaluation.benchmarks import bivlc, naturalbench, vismin
 from concrete_jungle.evaluation.checks import BenchmarkDataError
 from concrete_jungle.evaluation.encoding import Encoder
 
@@ -178,7 +178,8 @@ def test_bivlc_reads_its_parquet_download_offline_with_each_image_s_bytes_unchan
     """``huggingface-cli download imirandam/BiVLC --local-dir bivlc`` leaves Parquet files (``data/test-*.parquet``,
     the images as ``{bytes, path}``): read where they lie with pyarrow, the items and image files those of
     `write_layout`, written once."""
-    from datasets import Dataset, Features, Image as ImageFeature, Value
+    from datasets import Dataset, Features, Value
+    from datasets import Image as ImageFeature
 
     rows = [{"image": {"bytes": png_bytes(n % 2), "path": None}, "negative_image": {"bytes": png_bytes(10 + n),
              "path": None}, "caption": PAIRS[n][0], "negative_caption": PAIRS[n][1],
@@ -283,7 +284,8 @@ def test_vismin_reads_its_save_to_disk_download_offline_as_the_official_eval_ope
     """``huggingface-cli download mair-lab/vismin-bench --local-dir vismin`` leaves the ``save_to_disk`` folder
     ``data/`` (``dataset_dict.json``, ``test/``) that ``eval.py`` opens with ``load_from_disk``: read where it lies
     with pyarrow's Arrow reader (no `datasets`), the items those of the rows, each image's bytes unchanged."""
-    from datasets import Dataset, DatasetDict, Features, Image as ImageFeature, Value
+    from datasets import Dataset, DatasetDict, Features, Value
+    from datasets import Image as ImageFeature
 
     rows = [{"id": str(500 + n), "text_0": PAIRS[n][0], "text_1": PAIRS[n][1],
              "image_0": {"bytes": png_bytes(20 + n), "path": None},

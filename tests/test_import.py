@@ -16,8 +16,15 @@ import pytest
 from PIL import Image
 
 from concrete_jungle.cli import main
-from concrete_jungle.concretebatch import (IndexedConcreteBatch, encode_jpeg, index_shards, iter_records, read_member,
-                                           shard_urls, unfinished)
+from concrete_jungle.concretebatch import (
+    IndexedConcreteBatch,
+    encode_jpeg,
+    index_shards,
+    iter_records,
+    read_member,
+    shard_urls,
+    unfinished,
+)
 from concrete_jungle.errors import DatasetError
 from concrete_jungle.records import read_jsonl
 from concrete_jungle.sources import SourceError

@@ -4,9 +4,9 @@ import json
 import subprocess
 import sys
 
-import benchmark_fixtures
 import pytest
 
+import benchmark_fixtures
 from concrete_jungle.cli import main
 from plant_fixtures import make_dataset
 

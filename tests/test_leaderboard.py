@@ -310,10 +310,10 @@ def test_the_leaderboard_page_is_one_file_claimed_as_eval_models_output_its_data
 @pytest.mark.system_packages
 def test_the_leaderboard_page_in_headless_chromium_sorts_toggles_drills_down_and_fetches_nothing(chromium, board,
                                                                                                   tmp_path):
-    from conftest import ARTIFACTS
     from selenium.webdriver.common.by import By
 
     from concrete_jungle.evaluation.leaderboard_page import write_page
+    from conftest import ARTIFACTS
 
     out, _, _ = board
     hostile = hostile_board(out)

@@ -66,8 +66,8 @@ def test_every_command_refuses_an_output_a_live_job_holds_and_takes_over_a_dead_
         args, lock = ["train", "--data", str(planted), "--out", str(tmp_path / "run"), "--steps", "1",
                       *TINY_TRAIN], tmp_path / "run" / ".train.lock"
     elif command == "cache":
-        from concrete_jungle.train.image_cache import cache_key as key
         from concrete_jungle.models import load_model
+        from concrete_jungle.train.image_cache import cache_key as key
 
         cache_key = key(load_model("cj-tiny", "none"))
         args, lock = ["cache", str(planted), *model, "--workers", "0", "--no-progress"], \

@@ -8,8 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from concrete_jungle.loss import (AdaptiveMargin, CementLoss, InverseMargin, StaticMargin, hard_negative_diagnostics,
-                                  make_schedule)
+from concrete_jungle.loss import (
+    AdaptiveMargin,
+    CementLoss,
+    InverseMargin,
+    StaticMargin,
+    hard_negative_diagnostics,
+    make_schedule,
+)
 from data_parallel import WORLD, assert_ranks_match, run_ranks
 
 SCALE = 14.3

@@ -281,8 +281,8 @@ def test_a_published_checkpoint_on_disk_is_checked_against_its_digest_and_its_ar
 def test_a_file_with_a_published_digest_gets_that_checkpoint_s_architecture_and_its_name(tmp_path, monkeypatch):
     import dataclasses
 
-    from concrete_jungle.models import pretrained as published
     from concrete_jungle.models import ModelError, load_model, uses_quick_gelu
+    from concrete_jungle.models import pretrained as published
     from concrete_jungle.records import file_digest
 
     weights, _ = quickgelu_weights(tmp_path)
@@ -307,8 +307,8 @@ def test_a_hub_checkpoint_whose_config_leaves_out_quickgelu_is_corrected_for_a_f
 
     import huggingface_hub.constants
 
-    from concrete_jungle.models import pretrained as published
     from concrete_jungle.models import load_model, save_checkpoint, uses_quick_gelu
+    from concrete_jungle.models import pretrained as published
 
     clip = load_model("cj-tiny-quickgelu", "none", seed=1)
     repo = tmp_path / "hub" / "models--toy--clic"

@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 from concrete_jungle.cli import main
-from concrete_jungle.outcomes import (OutcomesError, bootstrap_contrast, mcnemar, metric_values,
-                                     resampled_metric_values, series)
+from concrete_jungle.outcomes import (
+    OutcomesError,
+    bootstrap_contrast,
+    mcnemar,
+    metric_values,
+    resampled_metric_values,
+    series,
+)
 
 
 def outcomes(flags: dict[str, list[int]], images: list[str]) -> dict:

@@ -10,8 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from concrete_jungle.loss import (LOSSES, CEClipLoss, CEClipOptions, CementLoss, CLICLoss, CLICOptions, NegCLIPLoss,
-                                  NegCLIPOptions, TripletCLIPLoss)
+from concrete_jungle.loss import (
+    LOSSES,
+    CEClipLoss,
+    CEClipOptions,
+    CementLoss,
+    CLICLoss,
+    CLICOptions,
+    NegCLIPLoss,
+    NegCLIPOptions,
+    TripletCLIPLoss,
+)
 from concrete_jungle.loss.degla import DeGLALoss, DeGLAOptions
 from concrete_jungle.loss.fsc_clip import FSCCLIPLoss, FSCCLIPOptions, calibrated_focal_loss
 from data_parallel import WORLD, assert_ranks_match, run_ranks

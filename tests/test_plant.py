@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from plugin_example import PurpleCaptioner
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_quintuples, iter_records, read_manifest, read_member
 from plant_fixtures import SUBJECTS, dataset_fingerprint, make_dataset, plant_args, wait_for
+from plugin_example import PurpleCaptioner
+
 
 def test_plant_writes_a_concretebatch(tmp_path):
     captions, images = make_dataset(tmp_path, 40)

@@ -9,13 +9,20 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
-from plant_fixtures import make_dataset
 
 from concrete_jungle.cli import main
 from concrete_jungle.configs import ConfigError
 from concrete_jungle.plant import PlantConfig
-from concrete_jungle.plant.estimate import (ASSUMED, MEASURED, StageRate, english_stop_words, estimate,
-                                            load_throughput, record_rate)
+from concrete_jungle.plant.estimate import (
+    ASSUMED,
+    MEASURED,
+    StageRate,
+    english_stop_words,
+    estimate,
+    load_throughput,
+    record_rate,
+)
+from plant_fixtures import make_dataset
 
 LLM_AND_SDXL = ["--captioner", "openai", "--model", "Qwen/Qwen3-32B", "--base-url", "http://127.0.0.1:9/v1",
                 "--editor", "diffusers", "--editor-model", "nobody/no-such-img2img-model"]

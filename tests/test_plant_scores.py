@@ -9,11 +9,11 @@ import statistics
 import pytest
 import torch
 import torch.nn.functional as F
-from plugin_example import CountingCaptioner, CountingEditor, PixelChangeScorer
-from plant_fixtures import make_dataset, plant_args
 
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_records, read_manifest
+from plant_fixtures import make_dataset, plant_args
+from plugin_example import CountingCaptioner, CountingEditor, PixelChangeScorer
 
 SCORES = {"text_sim", "image_sim", "agreement", "agreement_anchor", "agreement_negative"}
 EDITOR = ["--editor", "plugin_example:CountingEditor"]
@@ -159,8 +159,8 @@ def test_a_gate_rejects_exactly_the_pairs_its_threshold_names_and_a_new_gate_mak
 
 
 def test_analyze_summarises_and_the_gallery_shows_the_planted_scores(scored, tmp_path):
-    from concrete_jungle.analysis.gallery import build_gallery
     from concrete_jungle.analysis.dataset_statistics import analyze_datasets
+    from concrete_jungle.analysis.gallery import build_gallery
     from concrete_jungle.models import load_model
 
     out, _, _ = scored

@@ -17,8 +17,13 @@ from concrete_jungle.concretebatch import iter_records  # noqa: E402
 from concrete_jungle.records import read_jsonl  # noqa: E402
 from concrete_jungle.toyworld.faulty import FaultyToyEditor  # noqa: E402
 from concrete_jungle.toyworld.rewrite import WorldInputError  # noqa: E402
-from concrete_jungle.toyworld.separation import DIRECTIONS, VerdictError, auc_interval, pair_verdicts, \
-    roc_auc  # noqa: E402
+from concrete_jungle.toyworld.separation import (
+    DIRECTIONS,
+    VerdictError,
+    auc_interval,
+    pair_verdicts,
+    roc_auc,  # noqa: E402
+)
 
 
 @pytest.fixture(scope="module")

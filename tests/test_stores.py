@@ -169,10 +169,10 @@ def test_a_store_of_pairs_cached_for_the_model_trains_as_decoding_it_and_goes_st
     trains the same losses; a changed store makes the cache stale."""
     import shutil
 
-    from concrete_jungle.train.image_cache import CachedSet, current_cache
     from concrete_jungle.models import load_model
     from concrete_jungle.train.config import DataConfig
     from concrete_jungle.train.data import EpochBatches, epoch_batches, training_set
+    from concrete_jungle.train.image_cache import CachedSet, current_cache
 
     wds = tmp_path / "wds"
     shutil.copytree(stores / "wds", wds)
@@ -237,6 +237,7 @@ def test_export_round_trips_through_datasets(planted, tmp_path, to):
 def test_hostile_images_inside_a_store_are_rejects_with_their_reason(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from test_images import hostile_images
 
     expected = hostile_images(tmp_path / "files")

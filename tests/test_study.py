@@ -83,7 +83,7 @@ def test_a_tiny_study_runs_end_to_end_and_records_its_design(tmp_path, capsys, m
 def test_study1_trains_and_scores_with_text_at_the_full_context_as_when_it_ran(tmp_path):
     """Study 1 ran before captions were encoded at their length; its rerun must use the full context to give the
     same numbers (the two differ by float rounding, which compounds over training), in folders of its own."""
-    from concrete_jungle.experiments.stages import Stages, StageConfig
+    from concrete_jungle.experiments.stages import StageConfig, Stages
     from concrete_jungle.experiments.study import Study, StudyConfig
     from concrete_jungle.experiments.study2 import Study2, Study2Config
 

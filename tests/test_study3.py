@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_study_gate2 import control_a_answers, outcomes
 
 from concrete_jungle.cli import main
 from concrete_jungle.experiments import study3, study3_result
@@ -17,6 +16,7 @@ from concrete_jungle.experiments.study import smallest_below
 from concrete_jungle.experiments.study3_requirements import MissingRequirementError
 from concrete_jungle.toyworld.attributes import ATTRIBUTE_SUBSETS
 from concrete_jungle.toyworld.build import SUBSETS
+from test_study_gate2 import control_a_answers, outcomes
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "studies" / "study3" / "design.json"

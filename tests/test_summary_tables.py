@@ -7,10 +7,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from test_import import write_negclip  # noqa: E402  (the import tests' NegCLIP rows)
-from plant_fixtures import make_dataset, plant_args  # noqa: E402  (the plant tests' captions and images)
-
 from concrete_jungle.cli import main  # noqa: E402
+from plant_fixtures import make_dataset, plant_args  # noqa: E402  (the plant tests' captions and images)
+from test_import import write_negclip  # noqa: E402  (the import tests' NegCLIP rows)
 
 
 def table_rows(markdown: str) -> dict[str, str]:

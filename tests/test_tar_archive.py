@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from concrete_jungle.sources import read_samples
 from concrete_jungle.files.tar_archive import scan_tar
+from concrete_jungle.sources import read_samples
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_stores import exact_or_named, img2dataset_shard  # noqa: E402

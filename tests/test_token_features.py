@@ -10,8 +10,12 @@ import torch.nn.functional as F
 
 from concrete_jungle.models import CONFIG_DIR, load_model
 from concrete_jungle.models.text_encoding import trim_tokens
-from concrete_jungle.models.token_features import (TokenFeaturesError, encode_image_tokens, encode_text_tokens,
-                                            token_features)
+from concrete_jungle.models.token_features import (
+    TokenFeaturesError,
+    encode_image_tokens,
+    encode_text_tokens,
+    token_features,
+)
 
 CAPTIONS = ["a red cube left of a blue ball", "two cats", "a dog under a wooden table near the window", "x"]
 

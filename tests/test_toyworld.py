@@ -12,18 +12,33 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from concrete_jungle.plant.captioners import RewriteRequest, make_captioner
-from concrete_jungle.plant.captioners.validation import check_rewrite
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_records, read_manifest
+from concrete_jungle.errors import DatasetError
+from concrete_jungle.plant.captioners import RewriteRequest, make_captioner
+from concrete_jungle.plant.captioners.validation import check_rewrite
 from concrete_jungle.plant.editors import make_editor
 from concrete_jungle.plant.keywords import extract_candidates
-from concrete_jungle.errors import DatasetError
 from concrete_jungle.toyworld.build import SUBSETS, WorldConfig, build_world
 from concrete_jungle.toyworld.edit_kinds import EDIT_KIND_SUBSET, edit_kind_counts
-from concrete_jungle.toyworld.world import (COLOURS, RELATIONS, SHAPES, SIZES, TEXTURES, WORD_VALUE, CaptionError,
-                                            Scene, Thing, full_caption, layout_positions, parse_caption, pixel_hash,
-                                            render, sample_scene, word_kind)
+from concrete_jungle.toyworld.world import (
+    COLOURS,
+    RELATIONS,
+    SHAPES,
+    SIZES,
+    TEXTURES,
+    WORD_VALUE,
+    CaptionError,
+    Scene,
+    Thing,
+    full_caption,
+    layout_positions,
+    parse_caption,
+    pixel_hash,
+    render,
+    sample_scene,
+    word_kind,
+)
 
 EXPECTED = {**{w: "object" for w in SHAPES}, **{w: "attribute" for w in [*COLOURS, *TEXTURES, *WORD_VALUE]},
             **{p.split()[-2] if len(p.split()) > 1 else p: "relation" for p in RELATIONS.values()}}

@@ -15,9 +15,8 @@ from concrete_jungle.cli import main
 def evaluated(data_root, tmp_path_factory):
     """``eval --out`` folders of three models on SugarCrepe (compositional) and a Flickr30k-format retrieval split
     (recognition) made of the fixture's pictures and captions."""
-    from test_wise_ft import checkpoint
-
     from benchmark_fixtures import SUGARCREPE, image_name
+    from test_wise_ft import checkpoint
 
     root = tmp_path_factory.mktemp("tradeoff")
     data = root / "data"

@@ -19,10 +19,10 @@ from safetensors.torch import load_file
 
 from concrete_jungle.cli import main
 from concrete_jungle.configs import ConfigError
-from concrete_jungle.models import load_model, uses_quick_gelu
 from concrete_jungle.errors import TrainingError
-from concrete_jungle.train.loop import train
+from concrete_jungle.models import load_model, uses_quick_gelu
 from concrete_jungle.train.config import load_config
+from concrete_jungle.train.loop import train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TINY_TRAIN, cli  # noqa: E402
@@ -265,9 +265,9 @@ def test_the_image_cache_trains_the_same_weights_as_decoding_and_goes_stale_with
                                                                                              concretebatch):
     import shutil
 
-    from concrete_jungle.train.image_cache import CachedSet, current_cache
-    from concrete_jungle.train.data import training_set
     from concrete_jungle.train.config import DataConfig
+    from concrete_jungle.train.data import training_set
+    from concrete_jungle.train.image_cache import CachedSet, current_cache
 
     data = tmp_path / "cb"
     shutil.copytree(concretebatch, data)
@@ -305,8 +305,8 @@ def test_negatives_apart_pairs_each_anchor_batch_with_the_next_batch_s_negatives
     pairs, the negatives of the next batch's anchors; no anchor's own negative is beside it, every negative is
     used once an epoch, and InfoNCE on the batch is open_clip's ClipLoss over its 2N pairs."""
     from concrete_jungle.loss import CementLoss
-    from concrete_jungle.train.data import EpochBatches, epoch_batches, training_set
     from concrete_jungle.train.config import DataConfig
+    from concrete_jungle.train.data import EpochBatches, epoch_batches, training_set
 
     batches = EpochBatches(48, 8, rank=0, world=1, seed=3, epoch=1)
     anchors, partners = list(batches), list(batches.next_batches())

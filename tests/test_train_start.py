@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from concrete_jungle.models import pretrained as published
 from concrete_jungle.configs import ConfigError
 from concrete_jungle.models import ModelError, load_model
+from concrete_jungle.models import pretrained as published
 from concrete_jungle.records import file_digest
 from concrete_jungle.train.config import load_config
 from concrete_jungle.train.loop import train

@@ -17,8 +17,23 @@ from rich.markup import escape
 
 from .. import __version__
 from ..errors import Interrupted, JobError
-from . import (analyze, cache, demo, evaluate, export, gallery, grid, import_set, keywords, model_card, plant,
-               study, tradeoff, train, wise_ft)
+from . import (
+    analyze,
+    cache,
+    demo,
+    evaluate,
+    export,
+    gallery,
+    grid,
+    import_set,
+    keywords,
+    model_card,
+    plant,
+    study,
+    tradeoff,
+    train,
+    wise_ft,
+)
 
 COMMANDS = (keywords, plant, import_set, evaluate, train, cache, gallery, analyze, export, demo, study, grid,
             wise_ft, tradeoff, model_card)

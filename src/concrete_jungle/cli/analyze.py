@@ -6,8 +6,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .args import (add_model_args, check_model_args, load_model_from_args, positive_float, positive_int,
-                   positive_int_list)
+from .args import (
+    add_model_args,
+    check_model_args,
+    load_model_from_args,
+    positive_float,
+    positive_int,
+    positive_int_list,
+)
 
 
 def add_parser(sub) -> None:
@@ -72,8 +78,8 @@ def analyze(args, console: Console) -> int:
                                  bertscore_model=args.bertscore_model, bertscore_layers=args.bertscore_layers,
                                  bertscore_rescale=not args.no_rescale, limit=args.limit, cache_dir=args.cache_dir,
                                  partial=args.partial, trim_text=not args.no_trim_text)
-        from ..analysis.entailed import entailed_sentence
         from ..analysis.dataset_statistics import dataset_notes
+        from ..analysis.entailed import entailed_sentence
 
         for note in dataset_notes({n: d["summary"] for n, d in stats["datasets"].items()}):
             console.print(f"note: {note}", highlight=False)

@@ -9,7 +9,6 @@ from pathlib import Path
 from rich.console import Console
 
 from ..outcomes import RESAMPLES
-
 from .args import add_model_args, check_model_args, load_model_from_args, non_negative_int, positive_int
 from .tables import print_markdown
 
@@ -206,8 +205,8 @@ def run_models(args, models: list, loaded: dict, console: Console) -> int:
     from ..evaluation.encoding import Encoder
     from ..evaluation.leaderboard import OUTPUTS, evaluate_models, table, write
     from ..files.locks import locked
-    from ..models import load_model
     from ..files.outputs import claim, written
+    from ..models import load_model
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -40,10 +40,9 @@ def run(args, console: Console) -> int:
     expand_paths(args.captions)  # a missing file is reported before spaCy loads
     ratings = load_ratings(args.scale, args.ratings, args.word_column, args.score_column)
 
+    from ..files.locks import locked
     from ..nlp import load_spacy
     from ..plant.keyword_job import FilterConfig, run_keywords, summary_table
-
-    from ..files.locks import locked
 
     out = Path(args.out)
     with locked(out.with_name(f".{out.name}.lock"), f"--out {out}", "concrete-jungle keywords"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from rich.console import Console
 
 from ..outcomes import RESAMPLES
-
 from .args import positive_int
 
 
@@ -44,9 +43,8 @@ def add_parser(sub) -> None:
 
 def run(args, console: Console) -> int:
     from ..analysis.model_card import upload_line, write_card
-    from ..models.checkpoints import resolve_checkpoint
-
     from ..files.locks import locked
+    from ..models.checkpoints import resolve_checkpoint
 
     folder = resolve_checkpoint(args.checkpoint)
     # the folder is taken first (a lock in it): one it cannot write into is refused before the card is made

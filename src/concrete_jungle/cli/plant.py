@@ -7,8 +7,19 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .args import (add_input_args, add_print_config, add_sampler_args, column_names, key_values, non_negative_int,
-                   positive_int, positive_int_list, print_config, sampler_config, strength)
+from .args import (
+    add_input_args,
+    add_print_config,
+    add_sampler_args,
+    column_names,
+    key_values,
+    non_negative_int,
+    positive_int,
+    positive_int_list,
+    print_config,
+    sampler_config,
+    strength,
+)
 
 
 def add_parser(sub) -> None:
@@ -193,8 +204,8 @@ def plant_config_from_flags(args, num_shards: int, shard_index: int):
 
 def scoring_from_flags(args):
     """The `ScoringConfig` of --score, --scorer, --scorer-option and --score-device, or None (scoring off)."""
-    from ..plant.scoring import ScoringConfig
     from ..plant.scorers import DEFAULT_SCORERS
+    from ..plant.scoring import ScoringConfig
 
     if not (args.score or args.scorer or args.scorer_option or args.score_device or args.entailment):
         return None
@@ -214,9 +225,9 @@ def run(args, console: Console) -> int:
     from rich.table import Table
 
     from .. import plant
-    from .tables import print_table
     from ..plant import PlantConfig, merge_parts, shard_from_environment
     from ..plant.config import hoist_mode
+    from .tables import print_table
 
     # this part of a split run: the flags, else torchrun's or SLURM's environment, else the whole run
     env_index, env_count = shard_from_environment()

@@ -7,7 +7,6 @@ from pathlib import Path
 from rich.console import Console
 
 from ..outcomes import RESAMPLES
-
 from .args import positive_int
 
 

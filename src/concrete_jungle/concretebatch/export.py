@@ -68,8 +68,8 @@ def source_digest(urls: list[str]) -> str:
     two exports with the same one hold the same rows."""
     import hashlib
 
-    from .shards import recorded_digest
     from ..records import file_digest
+    from .shards import recorded_digest
 
     parts = []
     for url in urls:

@@ -15,6 +15,7 @@ from ..errors import DatasetError
 from ..records import read_jsonl
 from .shards import negative_count, negative_members, negatives_of, positive_count, positive_member, shard_urls
 
+
 def picture(data: bytes, where: str) -> Image.Image:
     """A record's picture, decoded by the safe opener (`images.image_from_bytes`) as RGB. A picture that fails is
     a damaged dataset, not a hostile input (`plant` stores only JPEGs it encoded or checked, and readers check

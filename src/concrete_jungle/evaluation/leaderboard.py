@@ -52,8 +52,8 @@ class Entry:
 def entries(items: list[str], pretrained: str = "openai") -> list[Entry]:
     """The models ``items`` name (`FORMS`), checked as far as the disk tells, before anything loads; labelled by
     ``LABEL=`` or by the shortest trailing part of what was given that tells them apart; each with its folder."""
-    from ..models.checkpoints import resolve_checkpoint
     from ..configs import open_clip_model_names
+    from ..models.checkpoints import resolve_checkpoint
 
     if len(items) < 2:
         raise LeaderboardError(f"--models needs two or more models, the first the reference, it got {items}; "

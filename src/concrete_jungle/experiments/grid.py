@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..configs import from_dict, load_yaml, raise_problems
-from ..records import atomic_write_json, atomic_write_text
 from ..outcomes import RESAMPLES
+from ..records import atomic_write_json, atomic_write_text
 from ..train.config import LossConfig, load_config
 from ..train.start import start_identity
 
@@ -161,7 +161,6 @@ def run_grid(grid: GridConfig, progress: bool = True, log=print, overwrite: bool
 
     from ..files.identity import RECORD, check_reusable, record
     from ..files.outputs import claim, written
-
     from ..models import load_model
     from ..train.loop import train
 

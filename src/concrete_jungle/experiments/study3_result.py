@@ -17,8 +17,8 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from .gate2 import blind_scores, matched_outcomes, matched_subsets
 from .gate import seed_interval
+from .gate2 import blind_scores, matched_outcomes, matched_subsets
 from .published import RESTORE, PublishedError, counts_all_starts, starts_words, wall_time_words
 from .report import RETRIEVAL_COLUMNS, results_table, signed, table_markdown
 from .stages import BASELINE, BLIND, Finetune

@@ -43,12 +43,11 @@ zero there). Negative pictures, if the data has them, are not read: CE-CLIP has 
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
-from .options import CEClipOptions
 from .layout import HardNegativeLoss, at_least_float32
+from .options import CEClipOptions
 from .peer_batch import leading, mean_term, pair_nll, read_batch
 
 MAX_THRESHOLD_DIVISOR = 5.0  # "max": the largest gap over the batch, divided by 5 (get_cmr_loss, loss.py)

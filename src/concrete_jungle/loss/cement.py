@@ -25,9 +25,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .layout import (
+    Layout,
+    gather_no_grad,
+    gather_rows,
+    hard_columns,
+    make_layout,
+    negatives_per_anchor,
+    per_sample,
+    warn_unnormalised,
+)
 from .options import RENAMED_SCHEDULES
-from .layout import (Layout, gather_no_grad, gather_rows, hard_columns, make_layout, negatives_per_anchor,
-                     per_sample, warn_unnormalised)
 
 # ---------------------------------------------------------------- margin schedules: concreteness -> margin
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from .options import CLICOptions
 from .layout import HardNegativeLoss, at_least_float32, gather_no_grad, picture_positives
+from .options import CLICOptions
 from .sample_terms import check_batch, global_mean, own_choice_logits, split_negatives
 
 

@@ -21,16 +21,13 @@ nothing to mask).
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
-from .options import DeGLAOptions
 from .cement import CementLoss
-from .sample_terms import check_batch, global_mean, own_choice_logits, split_negatives
 from .layout import HardNegativeLoss, at_least_float32
-
-
+from .options import DeGLAOptions
+from .sample_terms import check_batch, global_mean, own_choice_logits, split_negatives
 
 
 def needed_extras(options: DeGLAOptions) -> frozenset:

@@ -21,17 +21,13 @@ FSC-CLIP has none
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from open_clip.loss import ClipLoss
 
+from .layout import HardNegativeLoss
 from .options import FSCCLIPOptions
 from .sample_terms import check_batch, global_mean, own_choice_logits, split_negatives
-from .layout import HardNegativeLoss
-
-
-
 
 
 def calibrated_focal_loss(logits: torch.Tensor, present: torch.Tensor, gamma: float,

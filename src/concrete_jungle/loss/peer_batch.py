@@ -9,8 +9,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .layout import (Layout, at_least_float32, gather_no_grad, gather_rows, make_layout, negatives_per_anchor,
-                     per_sample, warn_unnormalised)
+from .layout import (
+    Layout,
+    at_least_float32,
+    gather_no_grad,
+    gather_rows,
+    make_layout,
+    negatives_per_anchor,
+    per_sample,
+    warn_unnormalised,
+)
 
 
 @dataclass

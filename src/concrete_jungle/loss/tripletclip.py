@@ -23,13 +23,9 @@ term for term. A negative caption without a picture is only a column, as in NegC
 
 from __future__ import annotations
 
-
-
-from .options import TripletCLIPOptions
 from .layout import HardNegativeLoss
+from .options import TripletCLIPOptions
 from .peer_batch import mean_term, pair_nll, read_batch
-
-
 
 
 class TripletCLIPLoss(HardNegativeLoss):

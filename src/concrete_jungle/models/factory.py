@@ -34,15 +34,31 @@ from pathlib import Path
 import numpy
 import open_clip
 import torch
-
 from open_clip.pretrained import get_pretrained_cfg
 
-from .pretrained import (HF_HUB, HUB_WEIGHTS, PREFIX, ModelError, Peer, by_file, by_sha256, cached_weights,
-                         check_downloadable, hub_files, loadable_weights)
-from .pretrained import find as find_peer
-from .checkpoints import (ARCHITECTURE_FILE, CONFIG_FILE, WEIGHTS_FILE, checkpoint_digest, config_digest,
-                          resolve_checkpoint)
 from ..records import file_digest
+from .checkpoints import (
+    ARCHITECTURE_FILE,
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    checkpoint_digest,
+    config_digest,
+    resolve_checkpoint,
+)
+from .pretrained import (
+    HF_HUB,
+    HUB_WEIGHTS,
+    PREFIX,
+    ModelError,
+    Peer,
+    by_file,
+    by_sha256,
+    cached_weights,
+    check_downloadable,
+    hub_files,
+    loadable_weights,
+)
+from .pretrained import find as find_peer
 
 CONFIG_DIR = Path(__file__).parents[1] / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)

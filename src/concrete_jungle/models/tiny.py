@@ -61,8 +61,12 @@ def _tiny_clip_tokenizer(path: Path):
 def build_tiny_sdxl_img2img(path: str | Path, seed: int = 0) -> Path:
     """An SDXL image-to-image pipeline (UNet, VAE, two CLIP text encoders, Euler-ancestral scheduler as
     SDXL-Turbo uses) at toy sizes."""
-    from diffusers import (AutoencoderKL, EulerAncestralDiscreteScheduler, StableDiffusionXLImg2ImgPipeline,
-                           UNet2DConditionModel)
+    from diffusers import (
+        AutoencoderKL,
+        EulerAncestralDiscreteScheduler,
+        StableDiffusionXLImg2ImgPipeline,
+        UNet2DConditionModel,
+    )
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     path = Path(path)

@@ -27,8 +27,8 @@ class WiseFtError(ValueError):
 
 def check_end(spec: str, role: str) -> dict:
     """What an end names, checked without loading anything: {"checkpoint": folder} or {"name", "pretrained"}."""
-    from .checkpoints import CheckpointError, resolve_checkpoint
     from ..configs import open_clip_model_names
+    from .checkpoints import CheckpointError, resolve_checkpoint
 
     if spec.startswith(SCHEMES):
         return {"name": spec, "pretrained": None}
@@ -121,9 +121,9 @@ def wise_ft(start_spec: str, finetuned_spec: str, alphas: list[float], out: str 
             overwrite: bool = False, progress=None) -> list[Path]:
     """Write one checkpoint per alpha under ``out``; the folders, in the order of ``alphas``. ``progress(text)``
     hears what is done."""
-    from .factory import load_model, non_finite, save_checkpoint
     from ..files.outputs import output_folder
     from ..records import atomic_write_json
+    from .factory import load_model, non_finite, save_checkpoint
 
     out = output_folder(out)
     ends = [check_end(start_spec, "START"), check_end(finetuned_spec, "FINETUNED")]

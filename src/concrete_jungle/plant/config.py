@@ -91,8 +91,8 @@ class PlantConfig:
     def check_inputs(self) -> None:
         """The caption files and image folder exist and the captioner and editor import as classes with their
         methods: checked before any file is written or any model loads."""
-        from .plugins import load_class
         from ..sources import expand_paths
+        from .plugins import load_class
 
         expand_paths(self.captions)
         out = Path(self.out)

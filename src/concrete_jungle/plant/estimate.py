@@ -122,10 +122,10 @@ class InputCount:
 
 def count_input(config: PlantConfig) -> InputCount:
     """The samples of this part (and --limit) through the keyword stage's pre-checks, as it runs them."""
-    from .concreteness import load_ratings
-    from .keyword_job import FilterConfig, precheck
     from ..sources import UnsafePathError, anchor_caption, join_under, read_samples
     from ..sources.stores import is_located
+    from .concreteness import load_ratings
+    from .keyword_job import FilterConfig, precheck
     from .stages import part_of, reason_kind
     from .streams import SeenIds
 
@@ -227,8 +227,8 @@ def rewrite_rate(config: PlantConfig, mean_caption_bytes: float) -> StageRate | 
 
 def estimate(config: PlantConfig, throughput: ThroughputTable | None = None) -> dict:
     """Every figure of the bill, keyed: ``{"figures": {key: {figure, value, unit, basis, how}}, ...}``."""
-    from .plugins import target
     from ..sources import expand_paths
+    from .plugins import target
 
     expand_paths(config.captions)
     if not Path(config.images).is_dir():

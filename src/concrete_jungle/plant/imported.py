@@ -23,14 +23,32 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..concretebatch import (ShardWriter, encode_jpeg, read_shard_manifests, sample_key, shard_files, shard_name,
-                             shard_problem, write_shard_manifest)
+from ..concretebatch import (
+    ShardWriter,
+    encode_jpeg,
+    read_shard_manifests,
+    sample_key,
+    shard_files,
+    shard_name,
+    shard_problem,
+    write_shard_manifest,
+)
 from ..configs import ConfigError
 from ..errors import PlantError
 from ..files.locks import locked
 from ..records import atomic_write_json, atomic_write_jsonl, atomic_write_text, differing, file_digest
-from ..sources.peers import (CAPTION_FILES, FORMATS, NAMES_IMAGE_FILES, SLOT_TYPES, PeerNegative, PeerOptions,
-                             image_root, input_files, needs, read_records)
+from ..sources.peers import (
+    CAPTION_FILES,
+    FORMATS,
+    NAMES_IMAGE_FILES,
+    SLOT_TYPES,
+    PeerNegative,
+    PeerOptions,
+    image_root,
+    input_files,
+    needs,
+    read_records,
+)
 from .captioners.validation import CLIP_CONTEXT, clip_tokenizer
 from .stages import load_image, package_versions, reason_kind, summarize_manifest
 

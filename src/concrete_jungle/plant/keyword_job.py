@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..sources import anchor_caption
 from .concreteness import Ratings
 from .keywords import CATEGORIES, Candidate, KeywordSampler, SamplerConfig, extract_candidates
 from .streams import SampleSpool, ValueTally, read_records, repair_tail
-from ..sources import anchor_caption
+
 
 class KeywordJobError(ValueError):
     """A keyword job that cannot start; the message names the input and the fix."""

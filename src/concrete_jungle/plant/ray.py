@@ -64,8 +64,8 @@ class _Candidates:
     """An actor that keeps the spaCy pipeline and ratings loaded and extracts candidates of a batch of texts."""
 
     def __init__(self, spacy_model, scale):
-        from .concreteness import load_ratings
         from ..nlp import load_spacy
+        from .concreteness import load_ratings
 
         self.nlp, self.ratings = load_spacy(spacy_model), load_ratings(scale)
 

@@ -25,24 +25,32 @@ from pathlib import Path
 
 from PIL import Image
 
-from .captioners import Captioner, RewriteRequest
-from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
-from .captioners.validation import check_rewrite, clean_reply
-from ..concretebatch import (SHARD_PATTERN, ShardWriter, encode_jpeg, picture, sample_key, shard_files,
-                             shard_problem, write_shard_manifest)
-from .concreteness import load_ratings
-from .editors import Editor, checked_meta_fields
+from ..concretebatch import (
+    SHARD_PATTERN,
+    ShardWriter,
+    encode_jpeg,
+    picture,
+    sample_key,
+    shard_files,
+    shard_problem,
+    write_shard_manifest,
+)
 from ..errors import JobError, PlantError
-from ..nlp import load_spacy
-from .keyword_job import run_keywords
-from ..images import ImageRejected
-from .keywords import sample_rng
 from ..files.locks import locked
+from ..images import ImageRejected
+from ..nlp import load_spacy
 from ..records import atomic_write_json, atomic_write_text, differing, read_jsonl
 from ..sources import UnsafePathError
 from ..sources.stores import StoreError, read_named
+from .captioners import Captioner, RewriteRequest
+from .captioners.prompt import EXAMPLES, PROMPT_TEMPLATE
+from .captioners.validation import check_rewrite, clean_reply
+from .concreteness import load_ratings
 from .config import PlantConfig
+from .editors import Editor, checked_meta_fields
 from .gates import GatedWriter, regate_shards
+from .keyword_job import run_keywords
+from .keywords import sample_rng
 from .scorers import ScorePair
 from .scoring import score_and_gate
 from .streams import AtomicJsonl, ValueTally, read_records

@@ -29,10 +29,17 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import stores
-from . import coco, csv_table, hf, jsonl, karpathy, parquet, sugarcrepe, webdataset
-from .base import (CaptionSample, ReadOptions, SourceError, SourceFile, UnsafePathError, anchor_caption, expand_named,
-                   join_under)
+from . import coco, csv_table, hf, jsonl, karpathy, parquet, stores, sugarcrepe, webdataset
+from .base import (
+    CaptionSample,
+    ReadOptions,
+    SourceError,
+    SourceFile,
+    UnsafePathError,
+    anchor_caption,
+    expand_named,
+    join_under,
+)
 
 __all__ = ["FORMATS", "CaptionSample", "SourceError", "UnsafePathError", "anchor_caption", "expand_paths",
            "join_under", "read_samples"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .stores import CAPTION_COLUMNS, ID_COLUMNS, StoreError, damaged_dataset, saved_dataset, store_name
 from .base import CaptionSample, ReadOptions, SourceError, SourceFile
 from .parquet import pick_column, pick_image_column, row_samples
+from .stores import CAPTION_COLUMNS, ID_COLUMNS, StoreError, damaged_dataset, saved_dataset, store_name
 
 BATCH = 1000
 

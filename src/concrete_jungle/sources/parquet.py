@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
-from .stores import CAPTION_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, row_locator, store_name
 from .base import CaptionSample, ReadOptions, SourceError, SourceFile
+from .stores import CAPTION_COLUMNS, ID_COLUMNS, IMAGE_COLUMNS, row_locator, store_name
 
 
 def read(file: SourceFile, options: ReadOptions) -> Iterator[CaptionSample]:

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .stores import IMAGE_EXTENSIONS, locator
-from .base import CaptionSample, ReadOptions, SourceError, SourceFile
 from ..files.tar_archive import TarScan, scan_tar
+from .base import CaptionSample, ReadOptions, SourceError, SourceFile
+from .stores import IMAGE_EXTENSIONS, locator
 
 
 def split_key(name: str) -> tuple[str, str]:

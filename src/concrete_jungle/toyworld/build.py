@@ -36,8 +36,20 @@ from ..records import atomic_write_json, atomic_write_jsonl
 from .attributes import attribute_test
 from .rewrite import FALSE_RELATIONS
 from .viewer import reads_true
-from .world import COLOURS, MIRROR, SHAPES, SIZES, TEXTURES, Scene, Thing, captions, pixel_hash, relation_phrase, \
-    render, sample_scene
+from .world import (
+    COLOURS,
+    MIRROR,
+    SHAPES,
+    SIZES,
+    TEXTURES,
+    Scene,
+    Thing,
+    captions,
+    pixel_hash,
+    relation_phrase,
+    render,
+    sample_scene,
+)
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 

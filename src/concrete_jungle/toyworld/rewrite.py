@@ -17,8 +17,22 @@ from ..plant.captioners import Reply, RewriteRequest
 from ..plant.captioners.validation import replaced_span
 from ..plant.keywords import sample_rng
 from ..records import read_jsonl
-from .world import COLOURS, LIGHTS, MOODS, RELATION_OF_PHRASE, RELATIONS, SHAPES, SIZES, SYNONYMS, TEXTURES, \
-    WORD_VALUE, parse_caption, pixel_hash, render, word_kind
+from .world import (
+    COLOURS,
+    LIGHTS,
+    MOODS,
+    RELATION_OF_PHRASE,
+    RELATIONS,
+    SHAPES,
+    SIZES,
+    SYNONYMS,
+    TEXTURES,
+    WORD_VALUE,
+    parse_caption,
+    pixel_hash,
+    render,
+    word_kind,
+)
 
 WORLD_FOLDER = "concrete-jungle demo --out OUT writes one as OUT/world-<hash>"
 # for `A <rel> B`, relations that are false of the same picture (`next to` touches, so `left of` is not false)

@@ -22,8 +22,19 @@ from __future__ import annotations
 
 import itertools
 
-from .world import COLOURS, GAP, LIGHTS, MOODS, SHAPES, SIZES, TEXTURES, WORD_VALUE, Scene, chain_pieces, \
-    layout_positions
+from .world import (
+    COLOURS,
+    GAP,
+    LIGHTS,
+    MOODS,
+    SHAPES,
+    SIZES,
+    TEXTURES,
+    WORD_VALUE,
+    Scene,
+    chain_pieces,
+    layout_positions,
+)
 
 
 def described(text: str) -> tuple[list[dict], list[str]]:

@@ -14,8 +14,17 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..configs import ConfigError, apply_overrides, from_dict, load_yaml, open_clip_model_names, raise_problems
-from ..loss.options import (CEMENT_LOSSES, LOSS_NAMES, PEER_LOSSES, CEClipOptions, CLICOptions, DeGLAOptions,
-                            FSCCLIPOptions, NegCLIPOptions, TripletCLIPOptions)
+from ..loss.options import (
+    CEMENT_LOSSES,
+    LOSS_NAMES,
+    PEER_LOSSES,
+    CEClipOptions,
+    CLICOptions,
+    DeGLAOptions,
+    FSCCLIPOptions,
+    NegCLIPOptions,
+    TripletCLIPOptions,
+)
 from ..sources import SourceError, expand_paths
 from .start import is_peer, start_identity, start_problems
 
@@ -453,8 +462,8 @@ def check_resumable(config: TrainConfig, resume: str | None) -> None:
     compared."""
     import json
 
-    from ..models.checkpoints import CheckpointError, resolve_checkpoint
     from ..files.identity import changes
+    from ..models.checkpoints import CheckpointError, resolve_checkpoint
 
     if not resume:
         return

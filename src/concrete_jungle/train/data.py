@@ -22,8 +22,8 @@ import torch
 
 from ..concretebatch import negative_slots, positives_per_record, slots_of
 from ..errors import TrainingError
-from .pairs import PairsDataset
 from .config import DataConfig
+from .pairs import PairsDataset
 
 # One batch of n anchors with K negatives each (`loss.layout`): images (n, 3, H, W), negative images (n, P, 3, H, W)
 # with P = K, or P = 0 when no negative of the set has a picture, tokens (n, L), negative tokens (n, K, L),

@@ -32,14 +32,22 @@ from pathlib import Path
 
 import torch
 
-from ..models.checkpoints import WEIGHTS_FILE, resolve_checkpoint
 from ..configs import ConfigError
 from ..errors import Interrupted, TrainingError
 from ..files.locks import locked
-from ..records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
+from ..models.checkpoints import WEIGHTS_FILE, resolve_checkpoint
 from ..models.text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
-from .config import (TrainConfig, capped_workers, check_config, check_loss_data, check_resumable, count_records,
-                     reads_negative_images, warmup_warning)
+from ..records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
+from .config import (
+    TrainConfig,
+    capped_workers,
+    check_config,
+    check_loss_data,
+    check_resumable,
+    count_records,
+    reads_negative_images,
+    warmup_warning,
+)
 from .data import EpochBatches, data_path, epoch_batches, in_memory, source_set
 from .objective import POSITIVE_EXTRAS, Objective, Positives, extras, placed, unused_data
 from .process import StopSignals, distributed

@@ -21,8 +21,8 @@ from torch import nn
 from ..configs import ConfigError
 from ..errors import TrainingError
 from ..records import atomic_write_bytes
-from .lora import adaptable, adapt_block, adapter_state, base_state, merged
 from .config import FreezeConfig, RegimeConfig
+from .lora import adapt_block, adaptable, adapter_state, base_state, merged
 
 ADAPTERS_FILE = "lora_adapters.safetensors"  # in a LoRA run's checkpoint folder, beside the merged weights
 LOGIT_PARAMETERS = ("logit_scale", "logit_bias")  # the temperature, and a SigLIP model's bias

@@ -88,6 +88,7 @@ def check_pretrained(model) -> None:
             model.pretrained in (None, "none") or Path(model.pretrained).is_file():
         return
     import open_clip
+
     from ..models import factory  # noqa: F401  (registers our model configs, e.g. cj-tiny)
 
     tags = open_clip.list_pretrained_tags_by_model(model.name)

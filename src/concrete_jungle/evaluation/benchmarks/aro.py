@@ -24,11 +24,21 @@ from pathlib import Path
 
 from ...outcomes import reported, series
 from ...records import file_digest
-from ..checks import (BenchmarkDataError, boxes_outside, check_images, image_path, items_of, load_json_file,
-                     numbered_lines, pixel_box, text_of, unit_of)
+from ..chance import pick_chance
+from ..checks import (
+    BenchmarkDataError,
+    boxes_outside,
+    check_images,
+    image_path,
+    items_of,
+    load_json_file,
+    numbered_lines,
+    pixel_box,
+    text_of,
+    unit_of,
+)
 from ..choice import subset_picks
 from ..encoding import Crop, Encoder
-from ..chance import pick_chance
 from ..validity import averages, blind_block
 
 FILES = {"vg_relation": "visual_genome_relation.json", "vg_attribution": "visual_genome_attribution.json"}

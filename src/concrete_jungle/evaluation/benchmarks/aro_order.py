@@ -42,12 +42,12 @@ from pathlib import Path
 import numpy as np
 
 from ...outcomes import reported, series
-from ..choice import subset_picks
-from ..checks import check_images, unit_of
-from ..encoding import Crop, Encoder
-from .retrieval import LAYOUT, flickr30k_images, listings
 from ..chance import pick_chance
+from ..checks import check_images, unit_of
+from ..choice import subset_picks
+from ..encoding import Crop, Encoder
 from ..validity import blind_block
+from .retrieval import LAYOUT, flickr30k_images, listings
 
 SEED = 1  # main_aro.py's --seed default, given to seed_all before the dataset is built
 MAX_WORDS = 30

@@ -38,8 +38,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...records import atomic_write_jsonl, file_digest
 from ...outcomes import reported, series
+from ...records import atomic_write_jsonl, file_digest
 from .. import two_by_two
 from ..chance import pick_chance
 from ..checks import BenchmarkDataError, check_images, image_path, items_of, load_json_file, shown, text_of, unit_of

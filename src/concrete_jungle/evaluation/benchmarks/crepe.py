@@ -45,11 +45,19 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from ..chance import pick_chance
-from ..checks import (BenchmarkDataError, boxes_outside, check_images, csv_rows, image_path, partial, release_folder,
-                     shown)
+from ..checks import (
+    BenchmarkDataError,
+    boxes_outside,
+    check_images,
+    csv_rows,
+    image_path,
+    partial,
+    release_folder,
+    shown,
+)
 from ..encoding import Crop, Encoder
 from ..validity import averages, blind_of_parts
 

@@ -32,11 +32,19 @@ import hashlib
 from pathlib import Path
 
 from ...images import npy_frame
-from ...records import file_digest
 from ...outcomes import reported
+from ...records import file_digest
 from .. import two_by_two
-from ..checks import (BenchmarkDataError, CheckedImages, check_images, image_path, items_of, load_json_file,
-                     release_folder, text_of)
+from ..checks import (
+    BenchmarkDataError,
+    CheckedImages,
+    check_images,
+    image_path,
+    items_of,
+    load_json_file,
+    release_folder,
+    text_of,
+)
 from ..encoding import Crop, Encoder
 from ..two_by_two import Pair
 from ..validity import MICRO, averages

@@ -40,11 +40,20 @@ from typing import NamedTuple
 
 import torch
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from ..chance import below_chance, pick_chance
-from ..checks import (BenchmarkDataError, boxes_outside, check_images, image_path, items_of, load_json_file, pixel_box,
-                     text_of, unit_of)
+from ..checks import (
+    BenchmarkDataError,
+    boxes_outside,
+    check_images,
+    image_path,
+    items_of,
+    load_json_file,
+    pixel_box,
+    text_of,
+    unit_of,
+)
 from ..encoding import Crop, Encoder
 from ..validity import averages, blind, blind_block, mean_picture
 

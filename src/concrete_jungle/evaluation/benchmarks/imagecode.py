@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from ..checks import BenchmarkDataError, check_images, load_json_file, release_folder, text_of
 from ..encoding import Encoder
 from ..validity import MICRO, blind_block

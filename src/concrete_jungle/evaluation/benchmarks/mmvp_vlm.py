@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from .. import two_by_two
 from ..chance import reading
 from ..checks import BenchmarkDataError, check_images, csv_lines, image_path

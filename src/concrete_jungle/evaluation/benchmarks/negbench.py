@@ -44,14 +44,14 @@ from typing import NamedTuple
 
 import torch
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from ..chance import pick_chance
 from ..checks import BenchmarkDataError, check_images, csv_rows, image_path, release_folder, unit_of
 from ..choice import subset_picks
 from ..encoding import Encoder
-from .retrieval import first_hit
 from ..validity import blind_block
+from .retrieval import first_hit
 
 PICTURES = {"coco": ("coco", "val2017"), "voc2007": ("voc2007", "VOCdevkit", "VOC2007", "JPEGImages")}
 MCQ = {"coco_mcq": ("COCO_val_mcq_llama3.1_rephrased.csv", "coco"),

@@ -43,8 +43,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from ..chance import below_chance, pick_chance
 from ..checks import BenchmarkDataError, check_images, image_path, load_json_file, shown, text_of
 from ..encoding import Crop, Encoder

@@ -28,11 +28,21 @@ from pathlib import Path
 
 import numpy as np
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from ..chance import pick_chance
-from ..checks import (BenchmarkDataError, check_images, image_path, items_of, load_json_file, partial, release_folder,
-                     shown, text_of, unit_of)
+from ..checks import (
+    BenchmarkDataError,
+    check_images,
+    image_path,
+    items_of,
+    load_json_file,
+    partial,
+    release_folder,
+    shown,
+    text_of,
+    unit_of,
+)
 from ..encoding import Crop, Encoder
 from ..validity import averages, blind_of_parts
 

@@ -16,10 +16,18 @@ from pathlib import Path
 
 from ...outcomes import metric_values, series
 from ...records import file_digest
-from ..checks import (BenchmarkDataError, checked_items, checked_subsets, image_path, load_json_file, release_folder,
-                     subset_files, unit_of)
-from ..encoding import Encoder
 from ..chance import pick_chance
+from ..checks import (
+    BenchmarkDataError,
+    checked_items,
+    checked_subsets,
+    image_path,
+    load_json_file,
+    release_folder,
+    subset_files,
+    unit_of,
+)
+from ..encoding import Encoder
 from ..validity import averages, bag_split, blind, blind_block, mean_picture
 
 SUBSETS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")

@@ -11,10 +11,18 @@ from pathlib import Path
 
 from ...outcomes import metric_values, series
 from ...records import file_digest
-from ..checks import (BenchmarkDataError, checked_items, checked_subsets, image_path, load_json_file, release_folder,
-                     subset_files, unit_of)
-from ..encoding import Encoder
 from ..chance import below_chance
+from ..checks import (
+    BenchmarkDataError,
+    checked_items,
+    checked_subsets,
+    image_path,
+    load_json_file,
+    release_folder,
+    subset_files,
+    unit_of,
+)
+from ..encoding import Encoder
 from ..validity import averages, blind, blind_block, mean_picture
 
 SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")

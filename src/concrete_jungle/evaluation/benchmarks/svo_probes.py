@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from ..checks import BenchmarkDataError, check_images, csv_rows, image_path, shown, text_of
 from ..encoding import Crop, Encoder
 from ..validity import MICRO, averages, blind_block

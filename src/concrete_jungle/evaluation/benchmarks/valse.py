@@ -21,11 +21,20 @@ from pathlib import Path
 
 from ...outcomes import reported, series
 from ...records import file_digest
-from ..checks import (BenchmarkDataError, check_images, image_path, items_of, load_json_file, release_folder, shown,
-                     text_of, unit_of)
+from ..chance import pick_chance
+from ..checks import (
+    BenchmarkDataError,
+    check_images,
+    image_path,
+    items_of,
+    load_json_file,
+    release_folder,
+    shown,
+    text_of,
+    unit_of,
+)
 from ..choice import subset_picks
 from ..encoding import Crop, Encoder
-from ..chance import pick_chance
 from ..validity import averages, blind_block
 
 LAYOUT = ("<root>/valse/data/<piece>.json (git clone https://github.com/Heidelberg-NLP/VALSE <root>/valse; or the "

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...records import file_digest
 from ...outcomes import reported, series
+from ...records import file_digest
 from ..chance import pick_chance
 from ..checks import BenchmarkDataError, check_images, image_path, load_json_file, partial, shown, unit_of
 from ..encoding import Encoder

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from ...outcomes import metric_values, series
-from ..clip_benchmark_data import build, features
 from ..checks import BenchmarkDataError, tree_sha256, unit_of
+from ..clip_benchmark_data import build, features
 from ..encoding import Encoder
 from .linear_probe import load_image_folder, train_head
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from ...outcomes import reported, series
 from ...records import file_digest
+from ..chance import pick_chance
 from ..checks import BenchmarkDataError, check_images, image_path, items_of, load_json_file, shown, text_of
 from ..choice import subset_picks
 from ..encoding import Crop, Encoder
-from ..chance import pick_chance
 from ..validity import averages, blind_block
 
 CONTROLLED = {"controlled_a": ("controlled_images_dataset.json", "controlled_images", ("on", "under")),

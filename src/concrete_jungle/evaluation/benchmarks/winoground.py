@@ -23,9 +23,9 @@ import torch
 from ...outcomes import metric_values, series
 from ...records import atomic_write_jsonl, file_digest
 from .. import two_by_two
+from ..chance import WINOGROUND
 from ..checks import BenchmarkDataError, check_images, image_path, release_folder
 from ..encoding import Encoder
-from ..chance import WINOGROUND
 from ..validity import blind, blind_block, mean_picture
 
 LAYOUT = ("<root>/winoground/data/examples.jsonl (id, caption_0, caption_1, image_0, image_1, collapsed_tag) and "

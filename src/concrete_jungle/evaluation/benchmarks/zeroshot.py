@@ -36,12 +36,26 @@ import torch.nn.functional as F
 
 from ...outcomes import reported, series
 from ...records import file_digest
-from ..checks import (BenchmarkDataError, check_images, checked_templates, distinct_names, numbered_lines,
-                     repeated_names, tree_sha256)
+from ..checks import (
+    BenchmarkDataError,
+    check_images,
+    checked_templates,
+    distinct_names,
+    numbered_lines,
+    repeated_names,
+    tree_sha256,
+)
 from ..clip_benchmark_data import build, features
 from ..encoding import Crop, Encoder
-from ..image_folder import (IMG_EXTENSIONS, by_index, class_folders, empty_classes_note, naming_order,
-                           not_read_note, pictures)
+from ..image_folder import (
+    IMG_EXTENSIONS,
+    by_index,
+    class_folders,
+    empty_classes_note,
+    naming_order,
+    not_read_note,
+    pictures,
+)
 
 LAYOUT = ("<root>/zeroshot/<dataset>/test/<class>/<image>, optionally with classnames.txt and templates.txt "
           "(one a line, {c} for the class name)")

@@ -53,8 +53,12 @@ def build_sdxl_turbo(path: str | Path, seed: int = 0, dtype: str = "float16", de
     """The SDXL-Turbo image-to-image pipeline at full size with random weights, saved to ``path`` (about 7 GB in
     fp16); build it on the machine that uses it (``device="cuda"``: initialised on the GPU, in seconds)."""
     import torch
-    from diffusers import (AutoencoderKL, EulerAncestralDiscreteScheduler, StableDiffusionXLImg2ImgPipeline,
-                           UNet2DConditionModel)
+    from diffusers import (
+        AutoencoderKL,
+        EulerAncestralDiscreteScheduler,
+        StableDiffusionXLImg2ImgPipeline,
+        UNet2DConditionModel,
+    )
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
     path = Path(path)

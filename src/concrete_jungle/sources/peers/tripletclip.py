@@ -17,8 +17,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..stores import locator, store_name
 from ...files.tar_archive import scan_tar
+from ..stores import locator, store_name
 from ..webdataset import group_members, split_key
 from .base import FormatNeeds, PeerNegative, PeerOptions, PeerRecord
 
