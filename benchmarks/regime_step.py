@@ -25,7 +25,8 @@ import torch
 from concrete_jungle.loss import CementLoss
 from concrete_jungle.models import factory  # noqa: F401  (registers cj-tiny)
 from concrete_jungle.train.config import FreezeConfig, LoraConfig, RegimeConfig
-from concrete_jungle.train.loop import StepContext, param_groups, training_step, use_open_clip_cuda_settings
+from concrete_jungle.train.loop import param_groups, use_open_clip_cuda_settings
+from concrete_jungle.train.objective import StepContext, training_step
 from concrete_jungle.train.regime import Regime
 
 REGIMES = {

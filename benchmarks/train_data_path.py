@@ -71,7 +71,8 @@ def main() -> None:
     from concrete_jungle.models import load_model
     from concrete_jungle.train.config import load_config
     from concrete_jungle.train.image_cache import CachedSet, build_cache
-    from concrete_jungle.train.loop import StepContext, param_groups, train, training_step, use_open_clip_cuda_settings
+    from concrete_jungle.train.loop import param_groups, train, use_open_clip_cuda_settings
+    from concrete_jungle.train.objective import StepContext, training_step
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="ViT-B-32")

@@ -2,7 +2,7 @@
 
 Same model architecture and initial weights, same 2N images and 2N texts per step, fp32 on the CPU.
 Reference: open_clip_train's epoch loop with ClipLoss over the 2N pairs (its scheduler, AdamW, grad-clip).
-Ours: `concrete_jungle.train.loop.training_step` with CementLoss (adaptive margin, diagnostics on). Each round
+Ours: `concrete_jungle.train.objective.training_step` with CementLoss (adaptive margin, diagnostics on). Each round
 runs K steps of one, then K steps of the other (alternating order); medians of per-step time.
 Goal: ratio <= 1.10. On CUDA the batches are placed on the GPU before timing (as a prefetching loader leaves
 them), so a step is the model's work, not the host-to-device copy (`--from-host` keeps them in pinned host
@@ -36,7 +36,8 @@ from concrete_jungle.loss import CementLoss
 from concrete_jungle.models import factory  # noqa: F401  (registers cj-tiny)
 from concrete_jungle.models.text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
 from concrete_jungle.sources import anchor_caption, read_samples
-from concrete_jungle.train.loop import StepContext, param_groups, training_step, use_open_clip_cuda_settings
+from concrete_jungle.train.loop import param_groups, use_open_clip_cuda_settings
+from concrete_jungle.train.objective import StepContext, training_step
 
 
 class Loader(list):

@@ -66,7 +66,7 @@ def test_cache_starts_no_more_workers_than_the_cpus_and_says_so_once(planted, tm
     import shutil
     import warnings
 
-    from concrete_jungle.train.config import usable_cpus
+    from concrete_jungle.train.workers import usable_cpus
 
     data = tmp_path / "cb"
     shutil.copytree(planted, data, ignore=shutil.ignore_patterns("cache", ".*.lock"))

@@ -69,7 +69,7 @@ def test_a_model_where_cutting_would_not_be_exact_keeps_the_full_context(tmp_pat
 def test_training_steps_give_the_untrimmed_losses_and_gradients(tmp_path):
     from concrete_jungle.loss import CementLoss
     from concrete_jungle.models.text_encoding import TrimmedTextCLIP, trim_tokens
-    from concrete_jungle.train.loop import StepContext, training_step
+    from concrete_jungle.train.objective import StepContext, training_step
 
     clip = load_model("cj-tiny", "none", seed=3)
     losses, grads = [], []

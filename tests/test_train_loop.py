@@ -106,7 +106,7 @@ def test_a_training_step_gives_a_loss_that_reads_them_each_picture_s_positives_a
     from concrete_jungle.loss import CLICLoss
     from concrete_jungle.models import load_model
     from concrete_jungle.models.text_encoding import TrimmedTextCLIP
-    from concrete_jungle.train.loop import StepContext, training_step
+    from concrete_jungle.train.objective import StepContext, training_step
 
     clip = load_model("cj-tiny", "none", seed=3)
     model = clip.model.eval()

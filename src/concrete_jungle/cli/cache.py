@@ -39,8 +39,8 @@ def run(args, console: Console) -> int:
         if not is_pairs_store(Path(d)):
             shard_urls(d, args.partial)
     check_model_args(args)
-    from ..train.config import capped_workers, default_workers
     from ..train.image_cache import build_cache
+    from ..train.workers import capped_workers, default_workers
 
     workers = default_workers() if args.workers is None else capped_workers(args.workers, "--workers")
     clip, _ = load_model_from_args(args)

@@ -6,12 +6,11 @@ One run (a "part") handles the samples whose id hashes to ``shard_index`` of ``n
 K GPUs or nodes split a dataset with no coordination; `merge` joins their manifests. Within a part:
 
 1. keywords: `keyword_job.run_keywords` into ``keywords-<i>-of-<K>.jsonl`` (itself resumable);
-2. the sampled records are cut into chunks of ``samples_per_shard``; chunk j of part i becomes tar shard
-   ``j * K + i``. A chunk is rewritten in batches (with bounded retries of rejected replies), its images
-   are edited, and it is written to a temporary tar, renamed, then its manifest rows are written
-   atomically. A restart skips chunks whose manifest exists and redoes the rest identically (every
-   choice is seeded by sample id and attempt), so ``kill -9`` at any moment loses nothing and
-   duplicates nothing.
+2. the sampled records are cut into chunks of ``samples_per_shard``; chunk j of part i becomes tar shard ``j * K +
+   i``. A chunk is rewritten in batches (with bounded retries of rejected replies), its images are edited, and it
+   is written to a temporary tar, renamed, then its manifest rows are written atomically. A restart skips chunks
+   whose manifest exists and redoes the rest identically (every choice is seeded by sample id and attempt), so
+   ``kill -9`` at any moment loses nothing and duplicates nothing.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ config fails in a fraction of a second, before any data is read or model built.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ..loss.options import (
 )
 from ..sources import SourceError, expand_paths
 from .start import is_peer, start_identity, start_problems
+from .workers import default_workers
 
 # the margin parameters each margin schedule of Cement's loss reads (docs/method.md §5), by loss.name; the field's
 # losses read none of them
@@ -50,27 +50,6 @@ class ModelConfig:
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise_problems([f"model.precision {self.precision!r} is not one of {', '.join(PRECISIONS)}"])
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (a container's or taskset's share, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def default_workers() -> int:
-    return min(4, usable_cpus())
-
-
-def capped_workers(workers: int, setting: str, note: bool = True) -> int:
-    """``workers`` DataLoader processes, at most `usable_cpus`: more only contend for the same CPUs (and torch
-    warns at every loader it starts); the cap is said once, in a line naming ``setting``."""
-    cpus = usable_cpus()
-    if workers <= cpus:
-        return workers
-    if note:
-        print(f"note: {setting} {workers} is more than the {cpus} CPU(s) this process may use: {cpus} worker "
-              "process(es)", file=sys.stderr)
-    return cpus
 
 
 @dataclass(frozen=True)

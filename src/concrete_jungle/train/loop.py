@@ -25,8 +25,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -36,11 +35,10 @@ from ..configs import ConfigError
 from ..errors import Interrupted, TrainingError
 from ..files.locks import locked
 from ..models.checkpoints import WEIGHTS_FILE, resolve_checkpoint
-from ..models.text_encoding import TrimmedTextCLIP, trim_tokens, trimmable
+from ..models.text_encoding import TrimmedTextCLIP, trimmable
 from ..records import JsonlAppender, atomic_write_json, atomic_write_jsonl, read_jsonl_repairing
 from .config import (
     TrainConfig,
-    capped_workers,
     check_config,
     check_loss_data,
     check_resumable,
@@ -49,11 +47,12 @@ from .config import (
     warmup_warning,
 )
 from .data import EpochBatches, data_path, epoch_batches, in_memory, source_set
-from .objective import POSITIVE_EXTRAS, Objective, Positives, extras, placed, unused_data
+from .objective import Objective, StepContext, training_step, unused_data
 from .process import StopSignals, distributed
 from .regime import Regime
 from .start import check_pretrained, start_identity
 from .state import how_to_continue, load_trainer_state, lr_at, param_groups, save_trainer_state
+from .workers import capped_workers
 
 WANDB_RUN = "wandb_run.json"  # the Weights & Biases run id, so that a resumed run logs into the same run
 DIAGNOSTICS = ("hn_grad_share", "p_pos", "logit_gap", "margin")  # Cement's; a peer loss may give some of them
@@ -406,73 +405,6 @@ def run(config: TrainConfig, resume: str | None, progress: bool, stop_at: int | 
 
 def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What every step of a run shares. ``forward``: open_clip's (DDP, compiled; with ``trim_text`` a `TrimmedTextCLIP`
-    fed tokens cut to the batch's captions); ``normalize``: uint8 pictures (the image cache) to the model's input;
-    ``clamp_logit_scale``: the temperature's bound (None: none); ``teacher`` follows the model after each step."""
-
-    forward: Callable
-    model: torch.nn.Module
-    loss_fn: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    device: str
-    grad_clip: float | None = None
-    autocast: bool = False
-    normalize: Callable | None = None
-    trim_text: bool = False
-    teacher: object | None = None
-    clamp_logit_scale: float | None = 100.0
-
-
-def training_step(step: StepContext, batch, lr: float) -> dict:
-    """One step at learning rate ``lr`` on n anchors and their K negatives each (`data.Batch`); the loss's output
-    dict. Only the pictures and captions that exist are encoded, then placed at their rows of the loss's layout
-    (`loss.layout`), whose masks keep the empty rows out. A non-finite loss takes no step: ``non_finite`` is set."""
-    model, loss_fn, optimizer, device = step.model, step.loss_fn, step.optimizer, step.device
-    image, neg_image, text, neg_text, c, has_negative, has_negative_image, entailed = batch[:8]
-    has_negative_image = has_negative_image & has_negative
-    for g in optimizer.param_groups:
-        g["lr"] = lr
-    # each part goes over from the loader's pinned memory, then joins on the device: a join on the host would
-    # copy 1.2 GB per ViT-B-32 step into memory that is not pinned, and the transfer would no longer be async
-    image_rows = torch.cat([torch.ones(len(c), dtype=torch.bool), has_negative_image.flatten()]).to(device)
-    text_rows = torch.cat([torch.ones(len(c), dtype=torch.bool), has_negative.flatten()]).to(device)
-    images, texts = image.to(device, non_blocking=True), text.to(device, non_blocking=True)
-    if bool(has_negative_image.any()):
-        images = torch.cat([images, neg_image.to(device, non_blocking=True)[has_negative_image.to(device)]])
-    texts = torch.cat([texts, neg_text.to(device, non_blocking=True)[has_negative.to(device)]])
-    positives = Positives(getattr(loss_fn, "needs", frozenset()), batch, device)
-    texts = positives.tokens(texts)  # the layout's captions, then the other positives a loss reads (cut alike)
-    if step.normalize is not None:
-        images = step.normalize(images)
-    if step.trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
-        texts = trim_tokens(model, texts)
-    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=step.autocast):
-        # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
-        outputs = step.forward(images, texts)
-        image_features, (text_features, more), logit_scale = outputs[0], positives.extras(outputs[1]), outputs[2]
-        if needs := getattr(loss_fn, "needs", frozenset()) - POSITIVE_EXTRAS:
-            more |= extras(needs, outputs, step.teacher, images, texts, image_rows, text_rows)
-        out = loss_fn(placed(image_features.float(), image_rows), placed(text_features.float(), text_rows),
-                      logit_scale.float(), c.to(device), has_negative.to(device), has_negative_image.to(device),
-                      output_dict=True, anchor_true_of_negative=entailed.to(device), **more)
-    if not torch.isfinite(out["contrastive_loss"]):
-        return out | {"non_finite": True}
-    optimizer.zero_grad(set_to_none=True)
-    out["contrastive_loss"].backward()
-    if step.grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), step.grad_clip)
-    optimizer.step()
-    with torch.no_grad():
-        # as open_clip: a temperature of at most 100 (the recipe's bound); a frozen one stays as it is
-        if model.logit_scale.requires_grad and step.clamp_logit_scale is not None:
-            model.logit_scale.clamp_(0, math.log(step.clamp_logit_scale))
-    if step.teacher is not None:
-        step.teacher.update(model)
-    return out
 
 
 def load_eval_data(config: TrainConfig) -> dict:

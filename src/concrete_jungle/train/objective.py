@@ -1,11 +1,15 @@
 """What a step optimises: the configured loss (Cement with a margin schedule, or one of the field's, `loss.LOSSES`)
 and the inputs beyond the pooled features that it reads (its ``needs``): patch and token features from a forward
 that returns them (FSC-CLIP's local loss, `token_features`), and an EMA teacher's features (DeGLA, `ema`), the
-teacher kept beside each checkpoint so that a resumed run continues the same average.
+teacher kept beside each checkpoint so that a resumed run continues the same average; and `training_step`, one
+optimiser step on a batch with what a run's steps share (`StepContext`).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -13,6 +17,7 @@ from torch import nn
 
 from ..loss import LOSSES, CementLoss
 from ..loss.options import CEMENT_LOSSES
+from ..models.text_encoding import trim_tokens
 from .config import LossConfig, reads_negative_images
 from .ema import EmaTeacher
 
@@ -167,3 +172,70 @@ class Positives:
         flat = placed(features.float(), self.has.flatten()) if count else \
             features.new_zeros(self.has.numel(), features.shape[1]).float()
         return own, {"positive_text_features": flat.reshape(*self.has.shape, -1), "has_positive": self.has}
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What every step of a run shares. ``forward``: open_clip's (DDP, compiled; with ``trim_text`` a `TrimmedTextCLIP`
+    fed tokens cut to the batch's captions); ``normalize``: uint8 pictures (the image cache) to the model's input;
+    ``clamp_logit_scale``: the temperature's bound (None: none); ``teacher`` follows the model after each step."""
+
+    forward: Callable
+    model: torch.nn.Module
+    loss_fn: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    device: str
+    grad_clip: float | None = None
+    autocast: bool = False
+    normalize: Callable | None = None
+    trim_text: bool = False
+    teacher: object | None = None
+    clamp_logit_scale: float | None = 100.0
+
+
+def training_step(step: StepContext, batch, lr: float) -> dict:
+    """One step at learning rate ``lr`` on n anchors and their K negatives each (`data.Batch`); the loss's output
+    dict. Only the pictures and captions that exist are encoded, then placed at their rows of the loss's layout
+    (`loss.layout`), whose masks keep the empty rows out. A non-finite loss takes no step: ``non_finite`` is set."""
+    model, loss_fn, optimizer, device = step.model, step.loss_fn, step.optimizer, step.device
+    image, neg_image, text, neg_text, c, has_negative, has_negative_image, entailed = batch[:8]
+    has_negative_image = has_negative_image & has_negative
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    # each part goes over from the loader's pinned memory, then joins on the device: a join on the host would
+    # copy 1.2 GB per ViT-B-32 step into memory that is not pinned, and the transfer would no longer be async
+    image_rows = torch.cat([torch.ones(len(c), dtype=torch.bool), has_negative_image.flatten()]).to(device)
+    text_rows = torch.cat([torch.ones(len(c), dtype=torch.bool), has_negative.flatten()]).to(device)
+    images, texts = image.to(device, non_blocking=True), text.to(device, non_blocking=True)
+    if bool(has_negative_image.any()):
+        images = torch.cat([images, neg_image.to(device, non_blocking=True)[has_negative_image.to(device)]])
+    texts = torch.cat([texts, neg_text.to(device, non_blocking=True)[has_negative.to(device)]])
+    positives = Positives(getattr(loss_fn, "needs", frozenset()), batch, device)
+    texts = positives.tokens(texts)  # the layout's captions, then the other positives a loss reads (cut alike)
+    if step.normalize is not None:
+        images = step.normalize(images)
+    if step.trim_text:  # each rank cuts its own batch: the loss compares features, not tokens
+        texts = trim_tokens(model, texts)
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=step.autocast):
+        # open_clip's forward: normalised features and exp(logit_scale); through DDP for gradient sync
+        outputs = step.forward(images, texts)
+        image_features, (text_features, more), logit_scale = outputs[0], positives.extras(outputs[1]), outputs[2]
+        if needs := getattr(loss_fn, "needs", frozenset()) - POSITIVE_EXTRAS:
+            more |= extras(needs, outputs, step.teacher, images, texts, image_rows, text_rows)
+        out = loss_fn(placed(image_features.float(), image_rows), placed(text_features.float(), text_rows),
+                      logit_scale.float(), c.to(device), has_negative.to(device), has_negative_image.to(device),
+                      output_dict=True, anchor_true_of_negative=entailed.to(device), **more)
+    if not torch.isfinite(out["contrastive_loss"]):
+        return out | {"non_finite": True}
+    optimizer.zero_grad(set_to_none=True)
+    out["contrastive_loss"].backward()
+    if step.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), step.grad_clip)
+    optimizer.step()
+    with torch.no_grad():
+        # as open_clip: a temperature of at most 100 (the recipe's bound); a frozen one stays as it is
+        if model.logit_scale.requires_grad and step.clamp_logit_scale is not None:
+            model.logit_scale.clamp_(0, math.log(step.clamp_logit_scale))
+    if step.teacher is not None:
+        step.teacher.update(model)
+    return out
