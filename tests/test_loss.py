@@ -403,5 +403,6 @@ def test_two_processes_equal_one_process_on_the_global_batch(two_process_results
     ref_loss, ref_grads = _step(_model(), CementLoss("cement", mask_entailed=masked), *_global_batch(k),
                                 _entailed(k))
     assert_ranks_match(two_process_results, f"k{k}-{masked}-{local_loss}-{gather_with_grad}", ref_loss, ref_grads,
-                       local_loss, gather_with_grad, loss_tol=dict(atol=1e-6, rtol=0),
+                       # float32: with local_loss the ranks' shares are averaged, a few ulps (1e-6 relative) off
+                       local_loss, gather_with_grad, loss_tol=dict(atol=1e-6, rtol=1e-6),
                        grad_tol=dict(atol=1e-6, rtol=1e-5))
