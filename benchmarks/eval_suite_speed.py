@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3, help="runs per benchmark; the fastest is reported")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",
+                    help="time these benchmarks alone (default: every one of the registry)")
     ap.add_argument("--quick", action="store_true",
                     help="the tiny random model (cj-tiny), 3 classes x 2 pictures, 10 retrieval pictures, one run")
     args = ap.parse_args(argv)
@@ -248,10 +250,11 @@ def main(argv: list[str] | None = None) -> None:
     rows, checks = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         write = writers(args, rng)
-        for name in BENCHMARKS:
+        names = args.only or list(BENCHMARKS)
+        for name in names:
             write[name](Path(tmp) / name)
             rows[name] = time_benchmark(name, Path(tmp) / name, clip, args, checks)
-            print(f"{len(rows)}/{len(BENCHMARKS)} {name}: {rows[name]['seconds']:.2f} s for {rows[name]['items']} "
+            print(f"{len(rows)}/{len(names)} {name}: {rows[name]['seconds']:.2f} s for {rows[name]['items']} "
                   "items", file=sys.stderr, flush=True)
     print(f"model {args.model} (random init, CPU fp32, {args.threads} threads), batch {args.batch_size}, fastest "
           f"of {args.repeats} run(s) per benchmark; per 1,000 items scaled linearly from the items timed; torch "
