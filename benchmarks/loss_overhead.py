@@ -13,9 +13,11 @@ Goal at N = 1024: time ratio <= 1.10 and peak-memory ratio <= 1.10.
 ``--every-loss``: each loss of LOSSES (defaults, diagnostics on) and Cement against ClipLoss on the same
 N (1 + K) x D features and against ClipLoss on the N anchors alone (the two conventions), in two batches:
 K = 1 with every negative picture (a planted ConcreteBatch) and K = 3 negative captions without pictures (the
-FSC-CLIP / CE-CLIP data). A loss that reads extras gets random ones of a ViT-B/32's sizes: 49 patch and 77 token
-features per row (captions of 8-20 real tokens), teacher features. All losses and ClipLoss take turns within
-each round; medians. Goal at N = 1024: each ratio <= 1.3.
+FSC-CLIP / CE-CLIP data). A loss that reads extras gets random ones of a ViT-B/32's sizes, as training passes
+them (`train.objective`): 49 patch features of each anchor picture, token features of each caption (8-20 real
+tokens) at the batch's trimmed length (32 positions, `models.text_encoding.trim_tokens`; ``--full-context``: all
+77, as a model whose text cannot be trimmed gives them), teacher features. All losses and ClipLoss take turns
+within each round; medians. Goal at N = 1024: each ratio <= 1.3.
 
     python benchmarks/loss_overhead.py --every-loss --n 1024 --rounds 11
 
@@ -59,10 +61,20 @@ def make_step(name: str):
 
 EVERY_LOSS_BATCHES = {"K=1, pictures": (1, True), "K=3, captions only": (3, False)}
 PATCHES, TOKENS = 49, 77  # ViT-B/32 at 224 px: 7 x 7 patches; open_clip's context length
+LONGEST = 20  # the captions' real tokens: 8 to 20
 
 
-def make_batch(n: int, k: int, pictures: bool, d: int, needs: set[str], seed: int = 0) -> dict:
-    """Features, masks and the extras ``needs`` asks for, of one N (1 + K)-row batch."""
+def trimmed_positions() -> int:
+    """The token positions training passes for captions of at most `LONGEST` tokens (`trimmed_length`'s rule)."""
+    from concrete_jungle.models.text_encoding import ROUND
+
+    return min(TOKENS, -(-LONGEST // ROUND) * ROUND)
+
+
+def make_batch(n: int, k: int, pictures: bool, d: int, needs: set[str], seed: int = 0,
+               positions: int = TOKENS) -> dict:
+    """Features, masks and the extras ``needs`` asks for, of one N (1 + K)-row batch (token features at
+    ``positions``)."""
     g = torch.Generator().manual_seed(seed)
     rows = n * (1 + k)
     unit = lambda *shape: F.normalize(torch.randn(*shape, generator=g), dim=-1)  # noqa: E731
@@ -71,11 +83,12 @@ def make_batch(n: int, k: int, pictures: bool, d: int, needs: set[str], seed: in
              "has_negative_image": torch.full((n, k), pictures), "extras": {}}
     extras = batch["extras"]
     if "image_tokens" in needs:
-        extras["image_tokens"] = unit(rows, PATCHES, d).requires_grad_()
+        # the anchors' patches alone, as training passes them (`train.objective.extras`: FSC-CLIP scores no other)
+        extras["image_tokens"] = unit(n, PATCHES, d).requires_grad_()
     if "text_tokens" in needs:
-        extras["text_tokens"] = unit(rows, TOKENS, d).requires_grad_()
-        lengths = torch.randint(8, 21, (rows, 1), generator=g)
-        extras["text_token_mask"] = torch.arange(TOKENS) < lengths
+        extras["text_tokens"] = unit(rows, positions, d).requires_grad_()
+        lengths = torch.randint(8, LONGEST + 1, (rows, 1), generator=g)
+        extras["text_token_mask"] = torch.arange(positions) < lengths
     for name in ("teacher_image_features", "teacher_text_features"):
         if name in needs:
             extras[name] = unit(rows, d)
@@ -111,13 +124,14 @@ def every_loss_steps():
     return steps
 
 
-def time_every_loss(n: int, d: int, rounds: int, clock) -> None:
+def time_every_loss(n: int, d: int, rounds: int, clock, positions: int) -> None:
     print("| batch | loss | ClipLoss ms (N (1 + K) rows) | ClipLoss ms (N anchors) | loss ms | ratio (same rows) | "
           "ratio (anchors) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for label, (k, pictures) in EVERY_LOSS_BATCHES.items():
         steps = every_loss_steps()  # new losses per batch: a loss with a state keeps the K it first saw
-        batch = make_batch(n, k, pictures, d, set().union(*(need for need, _ in steps.values())))
+        batch = make_batch(n, k, pictures, d, set().union(*(need for need, _ in steps.values())),
+                           positions=positions)
         leaves = [batch["image"], batch["text"], *(t for t in batch["extras"].values() if t.requires_grad)]
         times = {name: [] for name in steps}
         order = list(steps.items())
@@ -164,6 +178,9 @@ def main() -> None:
                     help="wall: elapsed time; cpu: this process's CPU time (for a machine other jobs load)")
     ap.add_argument("--every-loss", action="store_true",
                     help="time every loss of LOSSES and Cement against ClipLoss (no memory)")
+    ap.add_argument("--full-context", action="store_true",
+                    help="--every-loss: token features at all 77 positions (default: the trimmed length training "
+                         "passes)")
     ap.add_argument("--memory-of", nargs=2, metavar=("LOSS", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -172,11 +189,12 @@ def main() -> None:
         return
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     if args.every_loss:
+        positions = TOKENS if args.full_context else trimmed_positions()
         print(f"CPU fp32, D = {args.d}, {args.threads} threads, {args.rounds} interleaved rounds, {args.clock} "
-              f"clock; torch {torch.__version__}\n")
+              f"clock, token features at {positions} positions; torch {torch.__version__}\n")
         for n in map(int, args.n.split(",")):
             print(f"N = {n}")
-            time_every_loss(n, args.d, args.rounds, clock)
+            time_every_loss(n, args.d, args.rounds, clock, positions)
         return
 
     steps = {name: make_step(name) for name in ("cement", "clip")}

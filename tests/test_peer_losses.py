@@ -596,6 +596,31 @@ def test_fsc_clip_reuses_its_token_gradients_memory_only_when_nothing_else_holds
     assert torch.equal(tokens.grad, first) and torch.equal(patches.grad, first_patches)
 
 
+def test_fsc_clip_keeps_each_forward_s_averaged_patches_until_its_backward():
+    """The averaged patches the forward pass keeps for the backward (`GradientMemory`'s "grouped"): a second
+    forward before the first's backward takes new memory, so each backward reads its own; the gradients are those
+    of each step run alone."""
+    n, k = 6, 2
+    image, text, s, c, has_negative, _ = hard_negative_batch(n, k)
+    patches, tokens, mask = fsc_tokens(n, k, has_negative)
+    other_patches = (patches.detach() * 0.5 + 0.1).requires_grad_()
+    leaves = (image, text, patches, other_patches, tokens)
+
+    def grads(loss, *calls):
+        for leaf in leaves:
+            leaf.grad = None
+        outs = [loss(image, text, s, c, has_negative, image_tokens=p, text_tokens=tokens, text_token_mask=mask)
+                for p in calls]
+        for out in reversed(outs):  # the second forward's backward first
+            out.backward()
+        return [leaf.grad.clone() for leaf in leaves[:-1] if leaf.grad is not None]
+
+    alone = grads(FSCCLIPLoss(), patches)[2], grads(FSCCLIPLoss(), other_patches)[2]
+    kept = FSCCLIPLoss()
+    together = grads(kept, patches, other_patches)
+    assert torch.equal(together[2], alone[0]) and torch.equal(together[3], alone[1])
+
+
 def test_fsc_clip_ties_a_negative_equal_to_its_caption_and_patches_all_alike():
     """A negative identical to its caption scores exactly as the caption: with cross-entropy and no smoothing the
     choice costs log 2. A picture whose patches are all the same gives every token min-max weights 0 / 0: they

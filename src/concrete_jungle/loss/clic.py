@@ -122,11 +122,15 @@ class CLICLoss(HardNegativeLoss):
         # i2t: each picture against the captions of one positive set (every picture's i-th positive), -inf where
         # a picture lacks it; a set no picture has keeps its (zero) columns, its rows all left out below, so that no
         # softmax of -inf alone sends NaN into the gradient
-        logits = at_least_float32(scale * torch.einsum("ad,bpd->apb", own_images, all_captions))
-        logits = logits.masked_fill((~all_exists & all_exists.any(dim=0)).T[None], float("-inf"))
+        products = at_least_float32(scale * torch.einsum("ad,bpd->apb", own_images, all_captions))
+        logits = products.masked_fill((~all_exists & all_exists.any(dim=0)).T[None], float("-inf"))
         i2t = torch.logsumexp(logits, dim=2) - own_positive
-        # t2i: each positive caption against every picture
-        t2i = torch.logsumexp(at_least_float32(scale * torch.einsum("apd,bd->apb", own_captions, all_images)),
-                              dim=2) - own_positive
+        # t2i: each positive caption against every picture; where this rank's rows are every row (one process, or
+        # no local_loss), caption (a, p) against picture b is the product above at (b, p, a): one product, not two
+        if self.world_size == 1 or not self.local_loss:
+            t2i = torch.logsumexp(products, dim=0).T - own_positive
+        else:
+            t2i = torch.logsumexp(at_least_float32(scale * torch.einsum("apd,bd->apb", own_captions, all_images)),
+                                  dim=2) - own_positive
         zero = i2t.new_zeros(())
         return tuple(torch.where(own_exists, nll, zero).sum() * (share / max(count, 1)) for nll in (i2t, t2i))

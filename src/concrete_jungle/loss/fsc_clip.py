@@ -84,13 +84,14 @@ def local_scores(image_tokens: torch.Tensor, text_tokens: torch.Tensor, present:
 
 
 class GradientMemory:
-    """Memory for the gradients of the token features, kept from one step to the next on the CPU. The CPU
-    allocator gives blocks this large back to the operating system when they are freed (the two gradients are
-    528 MB at N = 1024 with K = 1, 77 positions and 49 patches), and fresh memory costs a page fault per 4 KB page
-    when it is first written: about 0.7x open_clip's ClipLoss step at that size (docs/benchmarks.md). A kept block
-    is handed out again only when nothing else holds it (the gradient it held last was used and dropped, no view
-    of it is left); otherwise, on other devices (whose allocators keep their blocks) and with ``keep=False``, the
-    memory is new. Between steps the kept blocks hold what the backward pass holds at its start anyway."""
+    """Memory for the gradients of the token features and for the averaged patches the backward pass reads, kept
+    from one step to the next on the CPU. The CPU allocator gives blocks this large back to the operating system
+    when they are freed (the two gradients are 528 MB at N = 1024 with K = 1, 77 positions and the patches of every
+    row), and fresh memory costs a page fault per 4 KB page when it is first written: about 0.7x open_clip's
+    ClipLoss step at that size (docs/benchmarks.md). A kept block is handed out again only when nothing else holds
+    it (the gradient it held last was used and dropped, no view of it is left, the backward pass that reads it is
+    done); otherwise, on other devices (whose allocators keep their blocks) and with ``keep=False``, the memory is
+    new. Between steps the kept blocks hold what the backward pass holds at its start anyway."""
 
     def __init__(self, keep: bool = True):
         self.keep = keep
@@ -98,14 +99,18 @@ class GradientMemory:
 
     def empty(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """A contiguous tensor of ``like``'s shape, dtype and device; its values are undefined."""
+        return self.empty_of(name, like.shape, like.dtype, like.device)
+
+    def empty_of(self, name: str, shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A contiguous tensor of this shape, dtype and device; its values are undefined."""
         holders = getattr(torch._C, "_storage_Use_Count", None)
-        if not self.keep or like.device.type != "cpu" or holders is None:
-            return torch.empty(like.shape, dtype=like.dtype, device=like.device)
-        size = like.numel() * like.element_size()
+        if not self.keep or torch.device(device).type != "cpu" or holders is None:
+            return torch.empty(shape, dtype=dtype, device=device)
+        size = torch.Size(shape).numel() * dtype.itemsize
         storage = self._storages.get(name)
         if storage is None or storage.nbytes() != size or holders(storage._cdata) != 1:  # 1: this reference
             storage = self._storages[name] = torch.UntypedStorage(size)
-        return torch.empty(0, dtype=like.dtype).set_(storage, 0, like.shape)
+        return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
 def caption_slots(rows: torch.Tensor, n: int, k: int) -> list[torch.Tensor]:
@@ -157,7 +162,8 @@ class TokenPacking:
         hold one of the picture's tokens, its slots' range in ``slots``, where each slot reads its token in
         `flat`'s rows), in ``dtype``. A slot that holds none reads another counted token (of a caption that
         exists: finite, whatever a missing caption's row holds), so that no copy is spent on masking it: its
-        cosine is never read and its gradient is exactly 0."""
+        cosine is never read and its gradient is exactly 0. The patches are copied pass by pass: a pass's copy is
+        small enough to stay in the cache for its products."""
         flat, at_row = self.flat(text_tokens)
         for pictures, at, holds, slots in self.passes:
             reads = at_row[at.flatten()]
@@ -173,9 +179,9 @@ class GroupedCosine(torch.autograd.Function):
     The work goes in `TokenPacking`'s passes, so that every intermediate is a few MB that the allocator reuses and
     the cache holds; the gradients are written into the full-size gradients of ``text_tokens`` and
     ``image_tokens``. The gradient is written out rather than left to autograd (which would take a pass over the
-    tokens for every elementwise step of the norms): with the averaged patches m computed again in the backward
-    pass rather than kept, d u = d_cos (m / (|u| |m|) - cos u / |u|^2), d m = d_cos (u / (|u| |m|) - cos m / |m|^2),
-    d W = A^T d m, two products per pass forward (the similarities, m) and two backward (m, d W). Norms have
+    tokens for every elementwise step of the norms): with the averaged patches m kept from the forward pass (in
+    ``memory``), d u = d_cos (m / (|u| |m|) - cos u / |u|^2), d m = d_cos (u / (|u| |m|) - cos m / |m|^2),
+    d W = A^T d m, two products per pass forward (the similarities, m) and one backward (d W). Norms have
     F.normalize's floor (1e-12), with no gradient below it."""
 
     EPS = 1e-12
@@ -187,12 +193,15 @@ class GroupedCosine(torch.autograd.Function):
         small = dict(dtype=dtype, device=text_tokens.device)
         weights = torch.empty(packing.slots, image_tokens.shape[1], **small)
         cosine, grouped_norm, token_norm = (torch.empty(packing.slots, **small) for _ in range(3))
+        # the averaged patches m, kept for the backward pass (which would otherwise compute them again)
+        grouped = memory.empty_of("grouped", (packing.slots, image_tokens.shape[-1]), dtype, text_tokens.device)
         with torch.autocast(text_tokens.device.type, enabled=False):  # in float32 at least, as the rest of the loss
-            for _, patches, tokens, _, slots, _ in packing.features(text_tokens, image_tokens, dtype):
+            for _, patches, tokens, holds, slots, _ in packing.features(text_tokens, image_tokens, dtype):
                 similarity = tokens @ patches.transpose(1, 2)
                 a = patch_weights(similarity, normalizer, sparsify)
                 weights[slots] = a.flatten(0, 1)
-                grouped_norm[slots] = torch.linalg.vector_norm(a @ patches, dim=-1).flatten()
+                m = torch.bmm(a, patches, out=grouped[slots].view(*holds.shape, -1))
+                grouped_norm[slots] = torch.linalg.vector_norm(m, dim=-1).flatten()
                 token_norm[slots] = torch.linalg.vector_norm(tokens, dim=-1).flatten()
                 cosine[slots] = (a * similarity).sum(dim=-1).flatten()
         eps = GroupedCosine.EPS
@@ -200,7 +209,7 @@ class GroupedCosine(torch.autograd.Function):
         cosine /= grouped_floor * token_floor
         ctx.save_for_backward(text_tokens, image_tokens, weights, cosine, grouped_floor, token_floor,
                               grouped_norm > eps, token_norm > eps)
-        ctx.packing, ctx.memory = packing, memory
+        ctx.packing, ctx.memory, ctx.grouped = packing, memory, grouped
         out = torch.zeros(packing.shape, **small)
         out.view(-1)[packing.grid] = cosine[packing.filled]
         return out
@@ -229,7 +238,7 @@ class GroupedCosine(torch.autograd.Function):
                                                                                   cosine.dtype):
                 b, width = holds.shape
                 a = weights[slots].view(b, width, -1)
-                grouped = a @ patches
+                grouped = ctx.grouped[slots].view(b, width, -1)
                 d_dot_pass = d_dot[slots].view(b, width, 1)
                 d_grouped = torch.addcmul(grouped_scale[slots].view(b, width, 1) * grouped, d_dot_pass, tokens)
                 d_image.index_copy_(0, pictures, (a.transpose(1, 2) @ d_grouped).to(d_image.dtype))
@@ -237,6 +246,19 @@ class GroupedCosine(torch.autograd.Function):
                 # added, not copied: a slot that holds no token of the pass reads another one, and adds it 0
                 d_flat.index_add_(0, reads, d_tokens.flatten(0, 1).to(d_flat.dtype))
         return d_text, d_image, None, None, None, None
+
+
+class OneProductClipLoss(ClipLoss):
+    """open_clip's `ClipLoss`, with one process's logits per text read as the transpose of its logits per image, as
+    `ClipLoss` itself reads them for a gathered batch without ``local_loss``: one product forward and two backward
+    instead of two and four (the same dot products, each summed by the one product; gathered batches, and a
+    ``logit_bias``, as open_clip computes them)."""
+
+    def get_logits(self, image_features, text_features, logit_scale, logit_bias=None):
+        if self.world_size > 1 or logit_bias is not None:
+            return super().get_logits(image_features, text_features, logit_scale, logit_bias)
+        logits_per_image = logit_scale * image_features @ text_features.T
+        return logits_per_image, logits_per_image.T
 
 
 class FSCCLIPLoss(HardNegativeLoss):
@@ -255,8 +277,8 @@ class FSCCLIPLoss(HardNegativeLoss):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.clip = ClipLoss(local_loss=self.local_loss, gather_with_grad=self.gather_with_grad,
-                             cache_labels=self.cache_labels, rank=self.rank, world_size=self.world_size)
+        self.clip = OneProductClipLoss(local_loss=self.local_loss, gather_with_grad=self.gather_with_grad,
+                                       cache_labels=self.cache_labels, rank=self.rank, world_size=self.world_size)
         self.gradient_memory = GradientMemory()
         if not self.options.local_negatives:
             self.needs = frozenset()

@@ -132,13 +132,15 @@ def placed(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 
 def extras(needs: frozenset, outputs: tuple, teacher: EmaTeacher | None, images: torch.Tensor, texts: torch.Tensor,
-           image_rows: torch.Tensor, text_rows: torch.Tensor) -> dict[str, torch.Tensor]:
+           image_rows: torch.Tensor, text_rows: torch.Tensor, anchors: int) -> dict[str, torch.Tensor]:
     """The inputs beyond the pooled features a loss ``needs``, at the layout's rows: the token features the forward
-    returned (`TokenCLIP`), the teacher's features of the same pictures and captions (no gradient)."""
+    returned (`TokenCLIP`; patch features of the ``anchors`` pictures alone, the only ones the loss that reads them,
+    FSC-CLIP, scores), the teacher's features of the same pictures and captions (no gradient)."""
     out = {}
     if needs & TOKEN_EXTRAS:
         tokens = outputs[3]
-        out["image_tokens"] = placed(tokens["image_tokens"].float(), image_rows)
+        image_tokens = tokens["image_tokens"].float()  # the encoded pictures begin with the anchors'
+        out["image_tokens"] = image_tokens if len(image_tokens) == anchors else image_tokens[:anchors]
         out["text_tokens"] = placed(tokens["text_tokens"].float(), text_rows)
         out["text_token_mask"] = placed(tokens["text_token_mask"], text_rows)
     if needs & TEACHER_EXTRAS:
@@ -221,7 +223,7 @@ def training_step(step: StepContext, batch, lr: float) -> dict:
         outputs = step.forward(images, texts)
         image_features, (text_features, more), logit_scale = outputs[0], positives.extras(outputs[1]), outputs[2]
         if needs := getattr(loss_fn, "needs", frozenset()) - POSITIVE_EXTRAS:
-            more |= extras(needs, outputs, step.teacher, images, texts, image_rows, text_rows)
+            more |= extras(needs, outputs, step.teacher, images, texts, image_rows, text_rows, len(c))
         out = loss_fn(placed(image_features.float(), image_rows), placed(text_features.float(), text_rows),
                       logit_scale.float(), c.to(device), has_negative.to(device), has_negative_image.to(device),
                       output_dict=True, anchor_true_of_negative=entailed.to(device), **more)
