@@ -154,4 +154,4 @@ def test_study3_s_page_states_the_budget_and_the_planning_figure_its_design_give
     z = statistics.NormalDist().inv_cdf(1 - design["decision"]["alpha"] / len(design["primary"]) / 2)
     power = statistics.NormalDist().inv_cdf(0.8)
     assert f"({z:.2f} + {power:.2f}) x {se:.2f} = **{(z + power) * se:.1f} points**" in text
-    assert design["world"]["seed"] not in (1, 2, 3, 4) and "**Status: not run.**" in text
+    assert design["world"]["seed"] not in (1, 2, 3, 4) and "**Status: run on 2026-12-06;" in text

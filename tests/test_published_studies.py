@@ -25,6 +25,7 @@ def results_rows(page: str, heading: str) -> list[str]:
     ("study2", "## Study 2 results", 3, 3 + 11 + 10),
     ("gate", "## Result", 3, 2 + 2 + 6),
     ("gate2", "## Result", 3, 2 + 9 + 5),
+    ("study3", "## Result", 7, 3 + 4 + 10 + 14 + 4 + 11 + 11),
 ])
 def test_a_study_s_published_files_reproduce_every_number_of_its_results_in_the_docs(study, heading, tables, rows,
                                                                                    tmp_path):
@@ -619,3 +620,70 @@ def test_gate2_s_result_prose_is_its_published_files():
             in text and f"A's arms less so ({r['A: positive control']:.1f} and {r['A: control']:.1f} %)" in text)
     assert f"took {seconds / 60:.0f} minutes of wall time" in text
     assert f"{world['projection']['seconds'] / 60:.1f} minutes (budget" in text
+
+
+def test_study3_s_result_prose_is_its_published_files():
+    """Every number of docs/studies/study3.md's "What the numbers say", recomputed by `study report`'s summary from
+    docs/studies/study3/."""
+    from concrete_jungle.experiments import study3_result
+    from concrete_jungle.experiments.published import load
+
+    design, world, items, seconds = load(DOCS / "studies" / "study3")
+    result = study3_result.summarise(design, items, seconds, world)
+    text = " ".join((DOCS / "studies" / "study3.md").read_text().replace("−", "-").split())
+    h1, h2, h3, h4 = result["primary"]
+    assert [h["verdict"] for h in result["primary"]] == ["not resolved"] * 4
+    assert h1["matched"] == ["replace_att", "replace_obj"] and min(h1["per_seed"]) > 0
+    assert (f"{h1['estimate']:+.2f} points, above 0 in every seed ({min(h1['per_seed']):+.2f} to "
+            f"{max(h1['per_seed']):+.2f}), the bootstrap interval {h1['ci95'][0]:+.2f} to {h1['ci95'][1]:+.2f} and "
+            f"p {h1['p']:.4f}") in text
+    assert h1["p_holm"] == min(1.0, 4 * h1["p"]) and f"by 4, to {h1['p_holm']:.4f}" in text
+    assert (f"replace_obj ({h1['per_subset']['replace_obj']:+.2f}; replace_att "
+            f"{h1['per_subset']['replace_att']:+.2f})") in text
+    assert f"is {h1['t_interval'][0]:+.2f} to {h1['t_interval'][1]:+.2f}" in text
+    resolvable = h1["resolvable"]
+    assert f"{resolvable['bootstrap']:.2f} points against the seed level's {resolvable['seed_level']:.2f}" in text
+    for h in (h2, h3):
+        assert f"{h['estimate']:+.2f} [{h['ci95'][0]:+.2f}, {h['ci95'][1]:+.2f}]" in text
+    assert f"{h4['estimate']:+.2f} [{h4['ci95'][0]:+.2f}, {h4['ci95'][1]:+.2f}], not resolved" in text
+    s = h4["per_subset"]
+    assert (f"replace_light {s['replace_light']:+.2f}, replace_att {s['replace_att']:+.2f}; replace_obj "
+            f"{s['replace_obj']:+.2f}, replace_mood {s['replace_mood']:+.2f}") in text
+    secondary = {h["name"]: h for h in result["secondary"]}
+    same = [secondary[f"S-D_{m} + negclip vs D_{m} + infonce"] for m in ("hc", "lc", "wo")]
+    assert max(abs(h["estimate"]) for h in same) <= 0.01 and max(abs(x) for h in same for x in h["per_seed"]) <= 0.04
+    for mode, words in (("lc", "on D_lc's matched outcome, "), ("wo", "and on D_wo's, ")):
+        h = secondary[f"S-D_{mode} + cement vs D_{mode} + infonce"]
+        assert f"{words}{h['estimate']:+.2f} [{h['ci95'][0]:+.2f}, {h['ci95'][1]:+.2f}]" in text
+        assert max(h["per_seed"]) < 0 and h["ci95"][1] < 0
+        light = {loss: result["subsets"][f"D_{mode} + {loss}"]["replace_light"]["accuracy"]
+                 for loss in ("infonce", "cement")}
+        assert f"{light['infonce']:.1f} %" in text and f"{light['cement']:.1f} %" in text
+        differences = {sub: result["subsets"][f"D_{mode} + cement"][sub]["accuracy"]
+                       - result["subsets"][f"D_{mode} + infonce"][sub]["accuracy"] for sub in h["matched"]}
+        assert differences["replace_light"] / len(differences) < h["estimate"] / 2  # most of it is replace_light
+    assert f"the control {result['subsets']['control']['replace_light']['accuracy']:.1f} %" in text
+    assert (f"D_hc + InfoNCE is {h1['R@1']['estimate']:.2f} points above the control and Cement "
+            f"{-h2['R@1']['estimate']:.2f} below InfoNCE") in text
+    assert max(abs(h["M.Avg"]["estimate"]) for h in result["primary"]) < 1
+    m = h1["M.Avg"]
+    assert f"(H1 {m['estimate']:+.2f} [{m['ci95'][0]:+.2f}, {m['ci95'][1]:+.2f}])" in text
+    shares = world["n_star"]["curves"]["infonce"]
+    assert min(shares.values()) > design["batch_size"]["share_threshold"]
+    assert f"({shares['128']:.3f} at 128 down to {shares['1024']:.3f} at 1,024)" in text
+    entailed = {m: (d["entailed"]["true"], d["records"]) for m, d in world["datasets"].items()}
+    assert (f"{entailed['hc'][0]} of D_hc's {entailed['hc'][1]:,}, none of D_lc's {entailed['lc'][1]:,}, "
+            f"{entailed['wo'][0]} of D_wo's {entailed['wo'][1]:,}") in text and entailed["lc"][0] == 0
+    assert f"was {world['projection']['seconds'] / 60:.1f} minutes (budget 240)" in text
+    assert f"took {seconds / 60:.0f} minutes of wall time" in text
+    lc, wo = (secondary[f"S-D_{m} + cement vs D_{m} + infonce"]["estimate"] for m in ("lc", "wo"))
+    readme = " ".join((DOCS.parent / "README.md").read_text().replace("−", "-").split())
+    assert (f"gained {h1['estimate']:+.2f} points over the control on the subsets their edits make, above 0 in every "
+            f"seed but p {h1['p_holm']:.4f} after Holm's correction") in readme
+    assert (f"({h2['estimate']:+.2f}, 95 % interval {h2['ci95'][0]:+.2f} to {h2['ci95'][1]:+.2f}) and fell below it "
+            f"on D_lc's and D_wo's edits ({lc:+.2f} and {wo:+.2f}, secondary)") in readme
+    toyworld = " ".join((DOCS / "toyworld.md").read_text().replace("−", "-").split())
+    assert (f"D_hc + InfoNCE against the control {h1['estimate']:+.2f} points [{h1['ci95'][0]:+.2f}, "
+            f"{h1['ci95'][1]:+.2f}] (Holm p {h1['p_holm']:.4f}), Cement against InfoNCE on D_hc "
+            f"{h2['estimate']:+.2f}, D_hc + Cement against D_lc + Cement {h4['estimate']:+.2f}") in toyworld
+    assert f"(D_hc + InfoNCE against the control {h1['estimate']:+.2f} points, Holm p {h1['p_holm']:.4f})" in toyworld
