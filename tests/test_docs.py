@@ -75,7 +75,7 @@ def test_the_commands_index_links_every_page_of_docs_commands():
     assert len(pages) >= 6 and all(f"(commands/{name}" in index for name in pages)
 
 
-def test_the_demo_s_times_are_quoted_from_their_one_source():
+def test_the_demo_s_and_the_test_suite_s_times_are_quoted_from_their_one_source():
     source = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     default, quick = (re.search(rf"time concrete-jungle demo {flag}--out \S+ --no-progress +# (.+)$", source,
                                 re.M).group(1) for flag in ("", "--quick "))
@@ -85,6 +85,8 @@ def test_the_demo_s_times_are_quoted_from_their_one_source():
     commands = (REPO / "docs" / "commands" / "demo.md").read_text(encoding="utf-8")
     assert re.search(rf"^concrete-jungle demo +# {default} on 2 idle cores", commands, re.M)
     assert re.search(rf"^concrete-jungle demo --quick +# {quick} on 2 idle cores", commands, re.M)
+    suite = re.search(r"^\| the README's test command .*\| ([\d,]+) passed \| (\d+ min \d+ s) \|$", source, re.M)
+    assert f"(in two worker processes, {suite.group(2)} on 2 idle cores:" in readme
 
 
 def documented_commands() -> list[tuple[str, str]]:
