@@ -13,6 +13,7 @@ from PIL import Image
 from concrete_jungle.cli import main
 from concrete_jungle.concretebatch import iter_records, read_manifest
 from concrete_jungle.sources import read_samples
+from plant_fixtures import make_dataset, plant_args
 
 N = 30
 
@@ -228,6 +229,12 @@ def test_export_round_trips_through_datasets(planted, tmp_path, to):
         assert (row["caption"], row["neg_caption"], row["concreteness"]) == (
             record["caption"], record["neg_caption"], record["concreteness"])
         assert json.loads(row["meta"]) == record["meta"]
+    if to == "hf":  # another ConcreteBatch exported under the same folder name loads as itself, not from the cache
+        captions, images = make_dataset(tmp_path / "other", 8, image_size=32)
+        assert main(plant_args(captions, images, tmp_path / "other" / "cb")) == 0
+        again = tmp_path / "again" / "export"
+        assert main(["export", str(tmp_path / "other" / "cb"), "--to", "hf", str(again), "--no-progress"]) == 0
+        assert len(datasets.load_dataset(str(again), split="train")) == 8 < len(loaded)
     # a second export into the same folder keeps the finished files (a stopped export resumes)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
     assert main(["export", str(planted), "--to", to, str(out), "--no-progress"]) == 0

@@ -257,8 +257,11 @@ def dataset_card(root: Path, files: int, source: dict) -> str:
     summary = root / "summary.json"
     counts = json.loads(summary.read_text()) if summary.is_file() else {}
     return "\n".join([
-        "---", "configs:", "- config_name: default", "  data_files:", "  - split: train", "    path: data/train-*",
-        "---", "", f"# {source['dataset']}: a ConcreteBatch", "",
+        # no `configs:` block: datasets finds data/train-* by its own layout rule, and (5.x) keys its cache of a
+        # folder with such a block by the folder's name alone, so a second export under the same name would load
+        # the first one's rows
+        "---", "tags:", "- concrete-jungle", "- hard-negatives", "---", "", f"# {source['dataset']}: a ConcreteBatch",
+        "",
         "Hard negatives in concrete-jungle's ConcreteBatch form (made by its ConcretePlant, or imported from another "
         "method's training set): each row holds an image and its caption, and negative captions that change a "
         "concrete keyword, each with its negative image where it has one.", "",
