@@ -66,9 +66,9 @@ LONGEST = 20  # the captions' real tokens: 8 to 20
 
 def trimmed_positions() -> int:
     """The token positions training passes for captions of at most `LONGEST` tokens (`trimmed_length`'s rule)."""
-    from concrete_jungle.models.text_encoding import ROUND
+    from concrete_jungle.models.text_encoding import rounded_length
 
-    return min(TOKENS, -(-LONGEST // ROUND) * ROUND)
+    return rounded_length(LONGEST, TOKENS)
 
 
 def make_batch(n: int, k: int, pictures: bool, d: int, needs: set[str], seed: int = 0,

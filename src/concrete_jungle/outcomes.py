@@ -140,10 +140,11 @@ def resampled_metric_values(outcomes: dict, counts: np.ndarray, where: dict[str,
             values[name] = np.where(count != 0, total / np.where(count != 0, count, 1), np.nan)
         else:
             hits, total = sums(recipe["mean"], recipe.get("below"))
-            share = hits * 100 / np.where(total != 0, total, 1) if "percent_decimals" in recipe else \
-                hits / np.where(total != 0, total, 1)
+            safe = np.where(total != 0, total, 1)
             if "percent_decimals" in recipe:  # Python's round, as `metric_values` rounds
-                share = np.array([round(float(x), recipe["percent_decimals"]) for x in share]) / 100
+                share = np.array([round(float(x), recipe["percent_decimals"]) for x in hits * 100 / safe]) / 100
+            else:
+                share = hits / safe
             values[name] = np.where(total != 0, share, np.nan)
         return values[name]
 

@@ -37,10 +37,15 @@ def pooled_positions(model, tokens: torch.Tensor) -> torch.Tensor:
     return (tokens == model.text_eos_id).int().argmax(dim=-1)
 
 
+def rounded_length(needed: int, context: int) -> int:
+    """``needed`` positions rounded up to a multiple of `ROUND`, at most the ``context``."""
+    return min(context, -(-needed // ROUND) * ROUND)
+
+
 def trimmed_length(model, tokens: torch.Tensor) -> int:
     """The shortest length that keeps every row's pooled position, rounded up to a multiple of `ROUND`."""
     needed = int(pooled_positions(model, tokens).max()) + 1 if tokens.shape[0] else 1
-    return min(tokens.shape[1], -(-needed // ROUND) * ROUND)
+    return rounded_length(needed, tokens.shape[1])
 
 
 def trim_tokens(model, tokens: torch.Tensor) -> torch.Tensor:

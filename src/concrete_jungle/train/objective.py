@@ -139,7 +139,9 @@ def extras(needs: frozenset, outputs: tuple, teacher: EmaTeacher | None, images:
     out = {}
     if needs & TOKEN_EXTRAS:
         tokens = outputs[3]
-        image_tokens = tokens["image_tokens"].float()  # the encoded pictures begin with the anchors'
+        # the encoded pictures begin with the anchors'; taken whole where they are all (a slice's backward would
+        # copy the gradient into a new tensor of the same size)
+        image_tokens = tokens["image_tokens"].float()
         out["image_tokens"] = image_tokens if len(image_tokens) == anchors else image_tokens[:anchors]
         out["text_tokens"] = placed(tokens["text_tokens"].float(), text_rows)
         out["text_token_mask"] = placed(tokens["text_token_mask"], text_rows)
